@@ -1,0 +1,22 @@
+module github.com/floodgate-go/floodgate
+
+go 1.25
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0
+	github.com/puzpuzpuz/xsync/v4 v4.5.0
+	github.com/redis/go-redis/v9 v9.22.0
+	github.com/sony/gobreaker/v2 v2.4.0
+	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
+	golang.org/x/time v0.14.0
+	pgregory.net/rapid v1.3.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sys v0.30.0 // indirect
+)
