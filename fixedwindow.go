@@ -1,0 +1,147 @@
+package floodgate
+
+import (
+	"fmt"
+	"time"
+)
+
+// FixedWindow admits Limit units per window; windows are aligned to the Unix
+// epoch, so every store and every process agrees on their boundaries. It is
+// the cheapest algorithm and the easiest to explain ("100 per minute"), but
+// a client can pass up to 2·Limit within one window length across a boundary
+// (Limit at the end of one window, Limit at the start of the next): that is
+// its contract. Use SlidingWindow or SlidingLog where that matters.
+//
+// Reserve admits into a later window when the current one is full and the
+// later window starts within maxDelay. Once a reservation reaches into a later
+// window, the rest of the current window admits nothing more (the state holds
+// one window), which never over-admits.
+//
+// The zero value is not usable; FixedWindow is a plain value, safe to copy and
+// to share.
+type FixedWindow struct {
+	// Limit is the number of units admitted per window; at least 1.
+	Limit int64
+	// Window is the window length: positive, a whole number of microseconds
+	// and at most MaxWindow.
+	Window time.Duration
+}
+
+// FixedWindowState is the stored state of a fixed window: the start of the
+// window the count belongs to, in nanoseconds since the Unix epoch, and the
+// units admitted in it. The zero value is the state of a new key.
+type FixedWindowState struct {
+	Start int64
+	Count int64
+}
+
+var _ Algorithm = FixedWindow{}
+
+// Validate reports whether the configuration is usable; errors match
+// ErrInvalidConfig.
+func (a FixedWindow) Validate() error { return checkWindow(a.Limit, a.Window) }
+
+// Policy returns Limit units per Window.
+func (a FixedWindow) Policy() Policy {
+	if a.Validate() != nil {
+		return Policy{}
+	}
+	return Policy{Quota: a.Limit, Window: a.Window}
+}
+
+// Kind returns KindFixedWindow.
+func (a FixedWindow) Kind() Kind { return KindFixedWindow }
+
+// Step is the reference transition of the fixed window. It returns the new
+// state to store and the result; a denial returns st unchanged. Every Store
+// must produce the same results.
+func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (FixedWindowState, Result, error) {
+	if err := a.Validate(); err != nil {
+		return st, Result{}, err
+	}
+	if err := checkStep(req, a.Limit); err != nil {
+		return st, Result{}, err
+	}
+	t, w := now.UnixNano(), int64(a.Window)
+	res := Result{At: now, Decision: Decision{Limit: a.Limit}}
+	cur := st
+	if start := windowStart(t, w); cur.Start < start {
+		cur = FixedWindowState{Start: start}
+	}
+	// cur.Start > the current window when a reservation reached ahead: the
+	// current window is closed.
+	open := cur.Start <= t
+	remaining := func(s FixedWindowState) int64 {
+		if s.Start > t {
+			return 0
+		}
+		return a.Limit - s.Count
+	}
+	resetAfter := func(s FixedWindowState) time.Duration {
+		if s.Count == 0 {
+			return 0
+		}
+		return time.Duration(s.Start + w - t)
+	}
+	switch req.Op {
+	case OpTake:
+		next := FixedWindowState{Start: cur.Start, Count: cur.Count + req.N}
+		if next.Count > a.Limit {
+			next = FixedWindowState{Start: cur.Start + w, Count: req.N}
+		}
+		wait := max(next.Start-t, 0)
+		if wait > maxDelayNs(req) {
+			res.Remaining = remaining(cur)
+			res.RetryAfter = time.Duration(wait - maxDelayNs(req))
+			res.ResetAfter = resetAfter(cur)
+			return st, res, nil
+		}
+		res.Allowed, res.Granted = true, req.N
+		res.Delay = time.Duration(wait)
+		res.Remaining = remaining(next)
+		res.ResetAfter = resetAfter(next)
+		return next, res, nil
+	case OpTakeUpTo:
+		m := int64(0)
+		if open {
+			m = min(req.N, a.Limit-cur.Count)
+		}
+		if m == 0 {
+			res.Remaining = remaining(cur)
+			res.RetryAfter = time.Duration(cur.Start + w - t)
+			if !open {
+				// The next admission is at the start of the reserved window
+				// if it has room, else at the start of the one after.
+				res.RetryAfter = time.Duration(cur.Start - t)
+				if cur.Count == a.Limit {
+					res.RetryAfter += time.Duration(w)
+				}
+			}
+			res.ResetAfter = resetAfter(cur)
+			return st, res, nil
+		}
+		next := FixedWindowState{Start: cur.Start, Count: cur.Count + m}
+		res.Allowed, res.Granted = true, m
+		res.Remaining = remaining(next)
+		res.ResetAfter = resetAfter(next)
+		return next, res, nil
+	default: // OpRefund: only into the window the units were counted in.
+		next := cur
+		if at := windowStart(req.At.UnixNano(), w); at == cur.Start {
+			back := min(req.N, cur.Count)
+			next.Count -= back
+			res.Allowed, res.Granted = back > 0, back
+		}
+		if res.Granted == 0 {
+			next = st
+		}
+		res.Remaining = remaining(next)
+		res.ResetAfter = resetAfter(next)
+		return next, res, nil
+	}
+}
+
+// String describes the configuration, e.g. "FixedWindow{100 per 1m0s}".
+func (a FixedWindow) String() string {
+	return fmt.Sprintf("FixedWindow{%d per %v}", a.Limit, a.Window)
+}

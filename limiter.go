@@ -1,0 +1,340 @@
+package floodgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limiter decides whether work identified by a key may proceed now, later, or
+// not at all. Implementations are safe for concurrent use.
+//
+// Being limited is a result (Decision.Allowed == false), never an error.
+// Errors mean bad arguments (ErrInvalidN, ErrExceedsLimit, ErrEmptyKey,
+// ErrKeyTooLong, ErrInvalidDelay), a failing store (ErrUnavailable) or an
+// ended context.
+type Limiter interface {
+	// Allow is shorthand for AllowN(ctx, key, 1).
+	Allow(ctx context.Context, key string) (Decision, error)
+	// AllowN admits n units now or denies them; it never waits and a denial
+	// changes no state.
+	AllowN(ctx context.Context, key string, n int64) (Decision, error)
+	// Reserve admits n units to proceed after Decision.Delay, which is at
+	// most maxDelay; Reserve(ctx, key, n, 0) is AllowN. The caller must wait
+	// Delay before proceeding.
+	Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error)
+	// Wait reserves n units with the time left before ctx's deadline as the
+	// maximum delay and sleeps until they may proceed. It returns at once
+	// with an error (matching context.DeadlineExceeded) when the delay needed
+	// is longer than that, and ctx.Err() when ctx ends during the sleep, after
+	// giving the units back where the algorithm allows.
+	Wait(ctx context.Context, key string, n int64) error
+	// Policy reports the quota and the window of the limiter, for headers.
+	Policy() Policy
+}
+
+// Decision is the outcome of one admission step.
+//
+// The durations are relative to the store's clock at the decision: a
+// distributed store reports them from the server's time, so they can be
+// forwarded to clients without clock skew.
+type Decision struct {
+	// Allowed reports whether the units were admitted. The caller proceeds
+	// after Delay.
+	Allowed bool
+	// Limit is the quota: the burst of a token bucket, the capacity of a
+	// leaky bucket, the count per window of the window algorithms.
+	Limit int64
+	// Remaining is how many units could still be admitted right after this
+	// decision without waiting (for the leaky bucket: the free queue
+	// capacity). It is never negative.
+	Remaining int64
+	// Delay is how long the caller waits before proceeding: 0 for an
+	// immediate admission, positive for shaping and reservations.
+	Delay time.Duration
+	// RetryAfter is, for a denial, how long until the same request would be
+	// admitted if nothing else happened; it is never 0 on a denial. It is 0
+	// when Allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the quota is fully restored.
+	ResetAfter time.Duration
+}
+
+// Policy describes a limiter's quota for rate-limit headers: Quota units are
+// restored in full within Window.
+type Policy struct {
+	// Quota is the number of units (equal to Decision.Limit).
+	Quota int64
+	// Window is the time in which a spent quota is fully restored: the window
+	// of the window algorithms, Burst/Rate·Per for the token bucket and
+	// Capacity/Rate·Per for the leaky bucket.
+	Window time.Duration
+}
+
+// Kind names one of the five algorithms. Stores keep the state of a key
+// separately per Kind.
+type Kind uint8
+
+// The algorithms floodgate implements.
+const (
+	KindTokenBucket Kind = iota + 1
+	KindLeakyBucket
+	KindFixedWindow
+	KindSlidingWindow
+	KindSlidingLog
+)
+
+// String returns the short name stores use in keys ("tb", "lb", "fw", "sw",
+// "sl").
+func (k Kind) String() string {
+	switch k {
+	case KindTokenBucket:
+		return "tb"
+	case KindLeakyBucket:
+		return "lb"
+	case KindFixedWindow:
+		return "fw"
+	case KindSlidingWindow:
+		return "sw"
+	case KindSlidingLog:
+		return "sl"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Algorithm is a validated algorithm configuration: TokenBucket, LeakyBucket,
+// FixedWindow, SlidingWindow or SlidingLog. Each holds the reference state
+// transition (its Step method) that every Store must reproduce exactly.
+type Algorithm interface {
+	// Validate reports whether the configuration is usable; a non-nil error
+	// matches ErrInvalidConfig.
+	Validate() error
+	// Policy reports the quota and the window, for headers.
+	Policy() Policy
+	// Kind names the algorithm.
+	Kind() Kind
+}
+
+// Op is the kind of step a Request asks a Store for.
+type Op uint8
+
+const (
+	// OpTake admits all N units with a delay of at most MaxDelay, or none.
+	OpTake Op = iota
+	// OpTakeUpTo admits as many of the N units as are available now, without
+	// delay; Result.Granted says how many (0 is a denial). The lease layer
+	// uses it.
+	OpTakeUpTo
+	// OpRefund gives back N units that were admitted for the instant At
+	// (Result.At plus Result.Delay of the admission), where the algorithm
+	// allows: token bucket, fixed window, sliding window and sliding log.
+	// Units that already left the window, or already refilled, are not
+	// given back twice. The leaky bucket refunds nothing: its departure
+	// slots are already promised to later requests. Result.Granted says how
+	// many units were given back.
+	OpRefund
+)
+
+// Request is one step a Store executes atomically for one key.
+type Request struct {
+	Op Op
+	// N is the number of units, at least 1.
+	N int64
+	// MaxDelay bounds Decision.Delay for OpTake; it is ignored otherwise.
+	// Values above MaxDelay are treated as MaxDelay.
+	MaxDelay time.Duration
+	// At is, for OpRefund, the instant the units were admitted for.
+	At time.Time
+}
+
+// Result is a Decision together with what a Store needs to report about the
+// step itself.
+type Result struct {
+	Decision
+	// Granted is the number of units the step admitted (for OpRefund: gave
+	// back); 0 for a denial.
+	Granted int64
+	// At is the store's clock at the step.
+	At time.Time
+}
+
+// Store executes admission steps. Implementations must be safe for
+// concurrent use.
+//
+// Apply performs one step for (key, alg) atomically: no other step on the
+// same key and algorithm Kind interleaves with it, and the outcome equals the
+// algorithm's Step applied to the stored state at the store's current time.
+// State is kept per key and Kind, so two limiters of the same Kind sharing a
+// store must not share keys (prefix them).
+//
+// Apply returns an error only for bad arguments (the sentinels of this
+// package), for a failure of the backend (wrapping ErrUnavailable and the
+// cause) or for an ended context. A denial is not an error.
+type Store interface {
+	Apply(ctx context.Context, key string, alg Algorithm, req Request) (Result, error)
+}
+
+// MaxKeyLen is the longest key a Limiter accepts, in bytes.
+const MaxKeyLen = 1024
+
+// MaxWindow is the longest window, and the longest time to restore a full
+// quota, that an algorithm accepts: 2^52 ns, about 52 days. The bound keeps
+// every time difference exact in Redis' Lua, whose numbers are doubles.
+const MaxWindow = time.Duration(1 << 52)
+
+// MaxDelay is the longest delay a Reserve or Wait can be admitted with:
+// 2^52 ns, about 52 days. Larger maxDelay arguments are treated as MaxDelay.
+const MaxDelay = time.Duration(1 << 52)
+
+// Errors. They are matched with errors.Is; the errors returned wrap them with
+// details.
+var (
+	// ErrInvalidConfig reports an unusable algorithm configuration.
+	ErrInvalidConfig = errors.New("floodgate: invalid configuration")
+	// ErrInvalidN reports a cost n below 1.
+	ErrInvalidN = errors.New("floodgate: n must be at least 1")
+	// ErrExceedsLimit reports a cost n larger than the quota can ever admit:
+	// such a request would be denied forever.
+	ErrExceedsLimit = errors.New("floodgate: n exceeds the limit")
+	// ErrInvalidDelay reports a negative maximum delay.
+	ErrInvalidDelay = errors.New("floodgate: maxDelay must not be negative")
+	// ErrEmptyKey reports an empty key.
+	ErrEmptyKey = errors.New("floodgate: empty key")
+	// ErrKeyTooLong reports a key longer than MaxKeyLen bytes.
+	ErrKeyTooLong = errors.New("floodgate: key too long")
+	// ErrUnavailable reports a store that failed to decide; the error
+	// returned wraps the cause as well.
+	ErrUnavailable = errors.New("floodgate: store unavailable")
+	// ErrWaitExceedsDeadline reports a Wait whose needed delay is longer
+	// than the time left before its context's deadline. Errors returned with
+	// it also match context.DeadlineExceeded.
+	ErrWaitExceedsDeadline = errors.New("floodgate: wait would exceed the context deadline")
+)
+
+// CheckKey returns ErrEmptyKey or ErrKeyTooLong for a key no Limiter accepts.
+// Stores call it on keys that reach them directly.
+func CheckKey(key string) error {
+	if key == "" {
+		return ErrEmptyKey
+	}
+	if len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// checkRequest validates the arguments common to every algorithm.
+func checkRequest(req Request) error {
+	if req.N < 1 {
+		return fmt.Errorf("%w: got %d", ErrInvalidN, req.N)
+	}
+	if req.MaxDelay < 0 {
+		return fmt.Errorf("%w: got %v", ErrInvalidDelay, req.MaxDelay)
+	}
+	return nil
+}
+
+// New returns a Limiter that runs alg on store. It validates alg and returns
+// an error matching ErrInvalidConfig when alg is unusable.
+func New(store Store, alg Algorithm) (Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	if alg == nil {
+		return nil, fmt.Errorf("%w: nil algorithm", ErrInvalidConfig)
+	}
+	if err := alg.Validate(); err != nil {
+		return nil, err
+	}
+	return &limiter{store: store, alg: alg, policy: alg.Policy()}, nil
+}
+
+// limiter is the Limiter returned by New: argument checks and the Wait loop
+// over a Store.
+type limiter struct {
+	store  Store
+	alg    Algorithm
+	policy Policy
+}
+
+var _ Limiter = (*limiter)(nil)
+
+func (l *limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+func (l *limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.Reserve(ctx, key, n, 0)
+}
+
+func (l *limiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error) {
+	res, err := l.take(ctx, key, n, maxDelay)
+	return res.Decision, err
+}
+
+func (l *limiter) take(ctx context.Context, key string, n int64, maxDelay time.Duration) (Result, error) {
+	if err := CheckKey(key); err != nil {
+		return Result{}, err
+	}
+	if n < 1 {
+		return Result{}, fmt.Errorf("%w: got %d", ErrInvalidN, n)
+	}
+	if n > l.policy.Quota {
+		return Result{}, fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, n, l.policy.Quota)
+	}
+	if maxDelay < 0 {
+		return Result{}, fmt.Errorf("%w: got %v", ErrInvalidDelay, maxDelay)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	return l.store.Apply(ctx, key, l.alg, Request{Op: OpTake, N: n, MaxDelay: min(maxDelay, MaxDelay)})
+}
+
+func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
+	maxDelay := MaxDelay
+	if deadline, ok := ctx.Deadline(); ok {
+		maxDelay = max(time.Until(deadline), 0)
+	}
+	res, err := l.take(ctx, key, n, maxDelay)
+	if err != nil {
+		return err
+	}
+	if !res.Allowed {
+		return &waitError{n: n, retryAfter: res.RetryAfter}
+	}
+	if res.Delay <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(res.Delay)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		// Give the units back so that the capacity this caller will not use
+		// serves others. The refund runs on a context that outlives ctx but
+		// keeps its values; a failed refund only leaves the units spent.
+		refund := Request{Op: OpRefund, N: n, At: res.At.Add(res.Delay)}
+		_, _ = l.store.Apply(context.WithoutCancel(ctx), key, l.alg, refund)
+		return ctx.Err()
+	}
+}
+
+func (l *limiter) Policy() Policy { return l.policy }
+
+// waitError is returned by Wait when the delay needed exceeds the deadline.
+// It matches ErrWaitExceedsDeadline and context.DeadlineExceeded.
+type waitError struct {
+	n          int64
+	retryAfter time.Duration
+}
+
+func (e *waitError) Error() string {
+	return fmt.Sprintf("floodgate: Wait(n=%d) would exceed the context deadline (retry after %v)", e.n, e.retryAfter)
+}
+
+func (e *waitError) Is(target error) bool {
+	return target == ErrWaitExceedsDeadline || target == context.DeadlineExceeded
+}

@@ -1,0 +1,246 @@
+package floodgate
+
+import (
+	"fmt"
+	"time"
+)
+
+// SlidingLog is the exact sliding window: it remembers the instant of every
+// admitted request and admits n units when the units admitted within
+// (now − Window, now], plus n, are at most Limit. No window-long interval
+// ever holds more than Limit units. The price is memory: one entry per
+// admitted request still inside the window, at most Limit entries per key
+// (16 bytes each in memory; a sorted-set member in Redis). Use it for small
+// limits that must be exact (logins, password resets, payouts).
+//
+// Admissions are kept in time order. Reserve admits at the earliest instant
+// within maxDelay at which enough old entries have left the window; a request
+// never departs before one reserved earlier, so after a reservation into the
+// future, AllowN denies until that instant.
+//
+// The zero value is not usable; SlidingLog is a plain value, safe to copy and
+// to share.
+type SlidingLog struct {
+	// Limit is the number of units admitted per sliding window; at least 1.
+	Limit int64
+	// Window is the window length: positive, a whole number of microseconds
+	// and at most MaxWindow.
+	Window time.Duration
+}
+
+var _ Algorithm = SlidingLog{}
+
+// Validate reports whether the configuration is usable; errors match
+// ErrInvalidConfig.
+func (a SlidingLog) Validate() error { return checkWindow(a.Limit, a.Window) }
+
+// Policy returns Limit units per Window.
+func (a SlidingLog) Policy() Policy {
+	if a.Validate() != nil {
+		return Policy{}
+	}
+	return Policy{Quota: a.Limit, Window: a.Window}
+}
+
+// Kind returns KindSlidingLog.
+func (a SlidingLog) Kind() Kind { return KindSlidingLog }
+
+// LogEntry is one admission in a sliding log: N units admitted for the
+// instant At, in nanoseconds since the Unix epoch.
+type LogEntry struct {
+	At int64
+	N  int64
+}
+
+// SlidingLogState is the stored state of a sliding log: its entries in time
+// order in a ring that grows on demand (it never holds more than Limit
+// entries, since each holds at least one unit) and their total units. The
+// zero value is the empty log of a new key. A SlidingLogState is not safe for
+// concurrent use; stores guard it.
+type SlidingLogState struct {
+	ring  []LogEntry
+	head  int // index of the oldest entry
+	size  int
+	total int64
+}
+
+// Len returns the number of entries.
+func (s *SlidingLogState) Len() int { return s.size }
+
+// Total returns the units held by the entries.
+func (s *SlidingLogState) Total() int64 { return s.total }
+
+// Entry returns the i-th oldest entry, 0 ≤ i < Len().
+func (s *SlidingLogState) Entry(i int) LogEntry { return s.ring[(s.head+i)%len(s.ring)] }
+
+// Last returns the newest entry's instant, or false for an empty log.
+func (s *SlidingLogState) Last() (int64, bool) {
+	if s.size == 0 {
+		return 0, false
+	}
+	return s.Entry(s.size - 1).At, true
+}
+
+// trim drops the entries at or before cut.
+func (s *SlidingLogState) trim(cut int64) {
+	for s.size > 0 && s.ring[s.head].At <= cut {
+		s.total -= s.ring[s.head].N
+		s.ring[s.head] = LogEntry{}
+		s.head = (s.head + 1) % len(s.ring)
+		s.size--
+	}
+	if s.size == 0 {
+		s.head = 0
+	}
+}
+
+// push appends n units at the instant at, which is not before the newest
+// entry, merging with it when the instants are equal.
+func (s *SlidingLogState) push(at, n int64) {
+	s.total += n
+	if s.size > 0 {
+		last := &s.ring[(s.head+s.size-1)%len(s.ring)]
+		if last.At == at {
+			last.N += n
+			return
+		}
+	}
+	if s.size == len(s.ring) {
+		grown := make([]LogEntry, max(2*len(s.ring), 4))
+		for i := range s.size {
+			grown[i] = s.Entry(i)
+		}
+		s.ring, s.head = grown, 0
+	}
+	s.ring[(s.head+s.size)%len(s.ring)] = LogEntry{At: at, N: n}
+	s.size++
+}
+
+// Reset empties the log, keeping its memory.
+func (s *SlidingLogState) Reset() {
+	clear(s.ring)
+	s.head, s.size, s.total = 0, 0, 0
+}
+
+// Step is the reference transition of the sliding log. It updates st in
+// place: a denial only drops entries that have left the window, which no
+// decision can observe. Every Store must produce the same results.
+func (a SlidingLog) Step(st *SlidingLogState, now time.Time, req Request) (Result, error) {
+	if err := a.Validate(); err != nil {
+		return Result{}, err
+	}
+	if err := checkStep(req, a.Limit); err != nil {
+		return Result{}, err
+	}
+	t, w := now.UnixNano(), int64(a.Window)
+	res := Result{At: now, Decision: Decision{Limit: a.Limit}}
+	// Requests depart in order, so nothing is ever admitted before the
+	// newest entry; entries that left the window ending there can no longer
+	// matter to any decision.
+	from := t
+	if last, ok := st.Last(); ok {
+		from = max(from, last)
+	}
+	st.trim(from - w)
+	remaining := func() int64 {
+		if from > t {
+			return 0
+		}
+		return a.Limit - st.total
+	}
+	resetAfter := func() time.Duration {
+		if last, ok := st.Last(); ok {
+			return nsDur(last + w - t)
+		}
+		return 0
+	}
+	switch req.Op {
+	case OpTake:
+		at := from
+		if excess := st.total + req.N - a.Limit; excess > 0 {
+			// Wait until the oldest entries holding excess units have left.
+			for i := range st.size {
+				e := st.Entry(i)
+				if excess -= e.N; excess <= 0 {
+					at = max(at, e.At+w)
+					break
+				}
+			}
+		}
+		wait := at - t
+		if wait > maxDelayNs(req) {
+			res.Remaining = remaining()
+			res.RetryAfter = time.Duration(wait - maxDelayNs(req))
+			res.ResetAfter = resetAfter()
+			return res, nil
+		}
+		st.trim(at - w)
+		st.push(at, req.N)
+		from = at
+		res.Allowed, res.Granted = true, req.N
+		res.Delay = time.Duration(wait)
+		res.Remaining = remaining()
+		res.ResetAfter = resetAfter()
+		return res, nil
+	case OpTakeUpTo:
+		m := min(req.N, remaining())
+		if m == 0 {
+			at := from
+			if from == t {
+				at = st.Entry(0).At + w // full: when the oldest entry leaves
+			}
+			res.RetryAfter = time.Duration(at - t)
+			res.ResetAfter = resetAfter()
+			return res, nil
+		}
+		st.push(t, m)
+		res.Allowed, res.Granted = true, m
+		res.Remaining = remaining()
+		res.ResetAfter = resetAfter()
+		return res, nil
+	default: // OpRefund: remove units from the entries admitted at At.
+		at := req.At.UnixNano()
+		left := req.N
+		for i := st.size - 1; i >= 0 && left > 0; i-- {
+			e := &st.ring[(st.head+i)%len(st.ring)]
+			if e.At < at {
+				break
+			}
+			if e.At == at {
+				back := min(left, e.N)
+				e.N -= back
+				left -= back
+				st.total -= back
+			}
+		}
+		st.compact()
+		res.Granted = req.N - left
+		res.Allowed = res.Granted > 0
+		res.Remaining = remaining()
+		res.ResetAfter = resetAfter()
+		return res, nil
+	}
+}
+
+// compact removes entries left empty by a refund, keeping the order.
+func (s *SlidingLogState) compact() {
+	k := 0
+	for i := range s.size {
+		if e := s.Entry(i); e.N > 0 {
+			s.ring[(s.head+k)%len(s.ring)] = e
+			k++
+		}
+	}
+	for i := k; i < s.size; i++ {
+		s.ring[(s.head+i)%len(s.ring)] = LogEntry{}
+	}
+	s.size = k
+	if k == 0 {
+		s.head = 0
+	}
+}
+
+// String describes the configuration, e.g. "SlidingLog{100 per 1m0s}".
+func (a SlidingLog) String() string {
+	return fmt.Sprintf("SlidingLog{%d per %v}", a.Limit, a.Window)
+}

@@ -1,0 +1,84 @@
+package floodgate
+
+import (
+	"fmt"
+	"time"
+)
+
+// The reference transitions work in integer nanoseconds since the Unix epoch
+// so that the in-process store and the Lua scripts compute the same values
+// and nothing drifts. State words are int64 nanoseconds because they are a
+// storage format shared with the Lua scripts, not a user-facing API.
+
+// floorDiv returns ⌊a/b⌋ for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
+
+// windowStart returns the start of the epoch-aligned window of length w that
+// holds the instant now.
+func windowStart(now, w int64) int64 { return floorDiv(now, w) * w }
+
+// emission returns the emission interval of rate units per per, rounded up to
+// a whole nanosecond, and the tolerance size·interval. It rejects rates above
+// one unit per nanosecond and tolerances above MaxWindow.
+func emission(rate int64, per time.Duration, size int64, sizeName string) (interval, tolerance int64, err error) {
+	switch {
+	case rate < 1:
+		return 0, 0, fmt.Errorf("%w: Rate must be at least 1, got %d", ErrInvalidConfig, rate)
+	case per <= 0:
+		return 0, 0, fmt.Errorf("%w: Per must be positive, got %v", ErrInvalidConfig, per)
+	case size < 1:
+		return 0, 0, fmt.Errorf("%w: %s must be at least 1, got %d", ErrInvalidConfig, sizeName, size)
+	case int64(per) < rate:
+		return 0, 0, fmt.Errorf("%w: Rate %d per %v is more than one unit per nanosecond", ErrInvalidConfig, rate, per)
+	}
+	interval = (int64(per) + rate - 1) / rate
+	if size > int64(MaxWindow)/interval {
+		return 0, 0, fmt.Errorf("%w: %s %d at %d per %v takes longer than MaxWindow (%v) to restore",
+			ErrInvalidConfig, sizeName, size, rate, per, MaxWindow)
+	}
+	return interval, size * interval, nil
+}
+
+// checkWindow validates the limit and window of the window algorithms.
+func checkWindow(limit int64, window time.Duration) error {
+	switch {
+	case limit < 1:
+		return fmt.Errorf("%w: Limit must be at least 1, got %d", ErrInvalidConfig, limit)
+	case window <= 0:
+		return fmt.Errorf("%w: Window must be positive, got %v", ErrInvalidConfig, window)
+	case window > MaxWindow:
+		return fmt.Errorf("%w: Window %v is longer than MaxWindow (%v)", ErrInvalidConfig, window, MaxWindow)
+	case window%time.Microsecond != 0:
+		// Redis reports time in microseconds; whole-microsecond windows keep
+		// window boundaries exact in the Lua scripts.
+		return fmt.Errorf("%w: Window must be a whole number of microseconds, got %v", ErrInvalidConfig, window)
+	}
+	return nil
+}
+
+// checkStep validates a Request against a quota.
+func checkStep(req Request, quota int64) error {
+	if err := checkRequest(req); err != nil {
+		return err
+	}
+	if req.N > quota && req.Op != OpTakeUpTo && req.Op != OpRefund {
+		return fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, req.N, quota)
+	}
+	if req.Op > OpRefund {
+		return fmt.Errorf("%w: unknown Op %d", ErrInvalidConfig, req.Op)
+	}
+	return nil
+}
+
+// nsDur converts a nanosecond count of a decision, clamping negatives to 0.
+func nsDur(ns int64) time.Duration { return time.Duration(max(ns, 0)) }
+
+// maxDelayNs returns the request's maximum delay in nanoseconds, at most
+// MaxDelay.
+func maxDelayNs(req Request) int64 { return int64(min(req.MaxDelay, MaxDelay)) }
