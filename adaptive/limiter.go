@@ -1,0 +1,397 @@
+package adaptive
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// WaitMode says what Acquire does when the limit is in use.
+type WaitMode int
+
+const (
+	// NoWait rejects the request at once with ErrLimitExceeded. It is the
+	// default and what servers usually want: shedding early keeps latency
+	// low, and the client can retry elsewhere.
+	NoWait WaitMode = iota
+	// WaitFIFO makes Acquire wait for a slot, first come first served, until
+	// the context ends or MaxWait passes. It turns the limiter into
+	// back-pressure, as batch clients want.
+	WaitFIFO
+	// WaitLIFO makes Acquire wait like WaitFIFO but hands a freed slot to
+	// the most recent waiter first. Under a sustained backlog the oldest
+	// waiters, which are the likeliest to miss their deadline anyway, time
+	// out, while fresh requests are served with low latency (Netflix's
+	// LifoBlockingLimiter).
+	WaitLIFO
+)
+
+// LimiterOptions configures NewLimiter. A nil *LimiterOptions, or a zero
+// field, means the default.
+type LimiterOptions struct {
+	// Now returns the current time. Only the Limiter reads the clock; it
+	// passes samples with times to its Limit. The default is time.Now.
+	Now func() time.Time
+	// Wait says what Acquire does when the limit is in use. The default is
+	// NoWait.
+	Wait WaitMode
+	// MaxWaiters bounds the requests waiting in Acquire (WaitFIFO and
+	// WaitLIFO); a request beyond it is rejected at once. The default is 100.
+	MaxWaiters int
+	// MaxWait bounds the time one request waits in Acquire, in addition to
+	// its context. The default is 1s.
+	MaxWait time.Duration
+	// Partitions reserve guaranteed shares of the limit for named classes of
+	// traffic; see Partition. The default is none.
+	Partitions []Partition
+	// Criticality, when non-nil, turns on ordered-criticality shedding; see
+	// CriticalityOptions. It excludes Partitions. The default is off.
+	Criticality *CriticalityOptions
+	// Observer receives limit changes and rejections. The default is none.
+	Observer Observer
+}
+
+// Limiter enforces a Limit: it admits a request while fewer requests are in
+// flight than the limit (subject to partitions), and turns the end of every
+// admitted request into a Sample for the Limit.
+//
+// The zero value is not usable; create one with NewLimiter. A Limiter is
+// safe for concurrent use. One mutex guards its counters and its Limit: each
+// Acquire and each end of a token takes it once, and no Observer or other
+// user callback runs while it is held (the Limit's Update and the waiters'
+// hand-off aside).
+type Limiter struct {
+	limit      Limit
+	now        func() time.Time
+	wait       WaitMode
+	maxWaiters int
+	maxWait    time.Duration
+	obs        Observer
+	mode       partitionMode
+	index      map[string]int // partition name -> index in parts; read-only
+	fallback   int            // index of traffic with no known partition
+
+	mu        sync.Mutex
+	current   int // the limit being enforced, >= 1
+	inflight  int
+	parts     []partition
+	waiters   []*waiter
+	succeeded uint64
+	dropped   uint64
+	ignored   uint64
+	rejected  uint64
+}
+
+// waiter is a request blocked in Acquire. A releasing goroutine grants it a
+// token under the Limiter's mutex and closes ready.
+type waiter struct {
+	part    int
+	ready   chan struct{}
+	granted bool
+	tok     Token
+}
+
+// NewLimiter returns a Limiter that enforces limit, configured by opts (nil
+// means defaults). The Limiter owns limit from now on: do not share it.
+func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
+	if limit == nil {
+		return nil, invalid("NewLimiter needs a Limit")
+	}
+	var o LimiterOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Wait < NoWait || o.Wait > WaitLIFO {
+		return nil, invalid("LimiterOptions.Wait %d unknown", o.Wait)
+	}
+	if o.MaxWaiters < 0 || o.MaxWait < 0 {
+		return nil, invalid("LimiterOptions has a negative field")
+	}
+	if o.MaxWaiters == 0 {
+		o.MaxWaiters = 100
+	}
+	if o.MaxWait == 0 {
+		o.MaxWait = time.Second
+	}
+	parts, index, fallback, mode, err := buildPartitions(o.Partitions, o.Criticality)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		limit:      limit,
+		now:        o.Now,
+		wait:       o.Wait,
+		maxWaiters: o.MaxWaiters,
+		maxWait:    o.MaxWait,
+		obs:        o.Observer,
+		mode:       mode,
+		index:      index,
+		fallback:   fallback,
+		parts:      parts,
+	}
+	l.setLimit(max(1, limit.Current()))
+	return l, nil
+}
+
+// Token is an admitted request. End it with exactly one of Success, Dropped
+// or Ignore; the first call releases the slot and later calls on the same
+// Token do nothing. Calling them on two copies of one Token releases the slot
+// twice and corrupts the count: pass a *Token around, not copies.
+//
+// Token is a small value, not a pointer, so that Acquire does not allocate.
+// The zero Token (as returned with an error) is inert: its methods do
+// nothing. A Token is not safe for concurrent use.
+type Token struct {
+	l        *Limiter
+	start    time.Time
+	inflight int32
+	part     int32
+}
+
+// outcome is how a request ended.
+type outcome uint8
+
+const (
+	outcomeSuccess outcome = iota
+	outcomeDropped
+	outcomeIgnored
+)
+
+// Success ends the request normally: its latency is a sample for the Limit.
+func (t *Token) Success() { t.end(outcomeSuccess) }
+
+// Dropped ends a request that timed out or was refused for overload (by this
+// server's dependencies or a deadline). Its latency is a sample marked
+// Dropped, which loss-based limits answer by cutting the limit.
+func (t *Token) Dropped() { t.end(outcomeDropped) }
+
+// Ignore ends a request without a sample: it failed before its latency meant
+// anything (a panic, a bad request rejected early, a client that went away),
+// and its short RTT would otherwise pull the limit's RTT estimate down.
+func (t *Token) Ignore() { t.end(outcomeIgnored) }
+
+func (t *Token) end(o outcome) {
+	if t.l == nil {
+		return
+	}
+	l := t.l
+	t.l = nil
+	l.release(*t, o)
+}
+
+// Acquire admits a request of no particular partition, or rejects it with
+// ErrLimitExceeded. With WaitFIFO or WaitLIFO it waits for a slot first,
+// until ctx ends (then it returns ctx.Err()) or MaxWait passes. On success
+// the caller must end the token with Success, Dropped or Ignore.
+//
+// With partitions, the request counts as unknown traffic, which uses only
+// capacity left below the limit; in the criticality mode it is ClassDefault.
+func (l *Limiter) Acquire(ctx context.Context) (Token, error) {
+	return l.acquire(ctx, l.fallback)
+}
+
+// AcquirePartition is Acquire for a request of the named partition (a
+// Partition's Name, or a Class constant in the criticality mode). An unknown
+// name counts as no partition. Without partitions it is the same as Acquire.
+func (l *Limiter) AcquirePartition(ctx context.Context, partition string) (Token, error) {
+	p, ok := l.index[partition]
+	if !ok {
+		p = l.fallback
+	}
+	return l.acquire(ctx, p)
+}
+
+func (l *Limiter) acquire(ctx context.Context, p int) (Token, error) {
+	if err := ctx.Err(); err != nil {
+		return Token{}, err
+	}
+	now := l.now()
+	l.mu.Lock()
+	if l.admits(p) {
+		tok := l.take(p, now)
+		l.mu.Unlock()
+		return tok, nil
+	}
+	if l.wait == NoWait || len(l.waiters) >= l.maxWaiters {
+		r := l.reject(p)
+		l.mu.Unlock()
+		l.notifyReject(r)
+		return Token{}, ErrLimitExceeded
+	}
+	w := &waiter{part: p, ready: make(chan struct{})}
+	l.waiters = append(l.waiters, w)
+	l.mu.Unlock()
+	return l.await(ctx, w)
+}
+
+// await blocks until w is granted a token, ctx ends or MaxWait passes.
+func (l *Limiter) await(ctx context.Context, w *waiter) (Token, error) {
+	timer := time.NewTimer(l.maxWait)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return w.tok, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timer.C:
+		err = ErrLimitExceeded
+	}
+	l.mu.Lock()
+	if w.granted {
+		// A release granted the slot while we were giving up. Keep it if
+		// only MaxWait passed; give it back if the caller has gone.
+		l.mu.Unlock()
+		tok := w.tok
+		if ctx.Err() == nil {
+			return tok, nil
+		}
+		tok.Ignore()
+		return Token{}, err
+	}
+	if i := slices.Index(l.waiters, w); i >= 0 {
+		l.waiters = slices.Delete(l.waiters, i, i+1)
+	}
+	r := l.reject(w.part)
+	l.mu.Unlock()
+	l.notifyReject(r)
+	return Token{}, err
+}
+
+// release ends a token: it updates the counters and the Limit, and hands
+// freed slots to waiters.
+func (l *Limiter) release(t Token, o outcome) {
+	now := l.now()
+	l.mu.Lock()
+	l.inflight--
+	l.parts[t.part].busy--
+	old := l.current
+	switch o {
+	case outcomeSuccess:
+		l.succeeded++
+	case outcomeDropped:
+		l.dropped++
+	case outcomeIgnored:
+		l.ignored++
+	}
+	if o != outcomeIgnored {
+		s := Sample{Start: t.start, RTT: max(0, now.Sub(t.start)), InFlight: int(t.inflight), Dropped: o == outcomeDropped}
+		if next := max(1, l.limit.Update(s)); next != old {
+			l.setLimit(next)
+		}
+	}
+	if len(l.waiters) > 0 {
+		l.grant(now)
+	}
+	c := LimitChange{Old: old, New: l.current, InFlight: l.inflight}
+	l.mu.Unlock()
+	if c.Old != c.New && l.obs.OnLimitChange != nil {
+		l.obs.OnLimitChange(c)
+	}
+}
+
+// admits reports whether a request of partition p may start now. l.mu is
+// held.
+func (l *Limiter) admits(p int) bool {
+	switch l.mode {
+	case modePartitioned:
+		return l.inflight < l.current || l.parts[p].busy < l.parts[p].limit
+	case modeOrdered:
+		return l.inflight < l.parts[p].limit
+	default:
+		return l.inflight < l.current
+	}
+}
+
+// take admits a request of partition p at now. l.mu is held.
+func (l *Limiter) take(p int, now time.Time) Token {
+	l.inflight++
+	l.parts[p].busy++
+	return Token{l: l, start: now, inflight: int32(l.inflight), part: int32(p)}
+}
+
+// reject counts a rejection of partition p and describes it for the
+// observer. l.mu is held.
+func (l *Limiter) reject(p int) Rejection {
+	l.rejected++
+	l.parts[p].rejected++
+	return Rejection{Partition: l.parts[p].name, Limit: l.current, InFlight: l.inflight}
+}
+
+func (l *Limiter) notifyReject(r Rejection) {
+	if l.obs.OnReject != nil {
+		l.obs.OnReject(r)
+	}
+}
+
+// grant hands free slots to waiters, in arrival order for WaitFIFO and newest
+// first for WaitLIFO, skipping waiters whose partition cannot be admitted.
+// The token's start is the grant time, so time spent waiting is not part of
+// the RTT sample. l.mu is held.
+func (l *Limiter) grant(now time.Time) {
+	n := len(l.waiters)
+	for k := range n {
+		i := k
+		if l.wait == WaitLIFO {
+			i = n - 1 - k
+		}
+		w := l.waiters[i]
+		if !l.admits(w.part) {
+			continue
+		}
+		w.tok = l.take(w.part, now)
+		w.granted = true
+		close(w.ready)
+		l.waiters[i] = nil
+	}
+	l.waiters = slices.DeleteFunc(l.waiters, func(w *waiter) bool { return w == nil })
+}
+
+// setLimit changes the enforced limit and the partitions' shares of it.
+// l.mu is held (or l is not yet shared).
+func (l *Limiter) setLimit(limit int) {
+	l.current = limit
+	for i := range l.parts {
+		l.parts[i].limit = shareOf(limit, l.parts[i].share)
+	}
+}
+
+// Limit returns the limit being enforced.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.current
+}
+
+// InFlight returns the number of admitted requests not yet ended.
+func (l *Limiter) InFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inflight
+}
+
+// Stats returns a snapshot of the limiter's state and counters.
+func (l *Limiter) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Stats{
+		Limit:     l.current,
+		InFlight:  l.inflight,
+		Waiting:   len(l.waiters),
+		Succeeded: l.succeeded,
+		Dropped:   l.dropped,
+		Ignored:   l.ignored,
+		Rejected:  l.rejected,
+	}
+	if l.mode != modePlain {
+		s.Partitions = make([]PartitionStats, len(l.parts))
+		for i, p := range l.parts {
+			s.Partitions[i] = PartitionStats{Name: p.name, Limit: p.limit, InFlight: p.busy, Rejected: p.rejected}
+		}
+	}
+	return s
+}
