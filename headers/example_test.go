@@ -1,0 +1,92 @@
+package headers_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/floodgate-go/floodgate/headers"
+)
+
+func ExampleWrite() {
+	rep := headers.Report{
+		Policy:     headers.Policy{Name: "default", Quota: 100, Window: time.Minute},
+		Remaining:  0,
+		ResetAfter: 58 * time.Second,
+		Denied:     true,
+		RetryAfter: 2300 * time.Millisecond, // rounded up: never too early
+	}
+	h := http.Header{}
+	if err := headers.Write(h, headers.StyleIETF, rep, nil); err != nil {
+		panic(err)
+	}
+	for _, k := range []string{"RateLimit-Policy", "RateLimit", "Retry-After"} {
+		fmt.Printf("%s: %s\n", k, h.Get(k))
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(headers.NewErrorBody(rep))
+	// Output:
+	// RateLimit-Policy: "default";q=100;w=60
+	// RateLimit: "default";r=0;t=3
+	// Retry-After: 3
+	// {"error":{"code":"rate_limit_exceeded","message":"Rate limit exceeded; retry after 3 seconds.","limit":100,"remaining":0,"reset":3,"retry_after":3}}
+}
+
+func ExampleWrite_xEpoch() {
+	rep := headers.Report{
+		Policy:     headers.Policy{Quota: 5000, Window: time.Hour},
+		Remaining:  4999,
+		ResetAfter: 3599500 * time.Millisecond,
+	}
+	h := http.Header{}
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	opts := &headers.WriteOptions{XReset: headers.ResetEpoch, Now: now}
+	if err := headers.Write(h, headers.StyleX, rep, opts); err != nil {
+		panic(err)
+	}
+	fmt.Println(h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("X-RateLimit-Reset"))
+	// Output: 5000 4999 1772370000
+}
+
+func ExampleParse() {
+	h := http.Header{}
+	h.Set("Date", "Sun, 01 Mar 2026 12:00:00 GMT")
+	h.Add("RateLimit-Policy", `"burst";q=100;w=60, "daily";q=1000;w=86400`)
+	h.Add("RateLimit", `"burst";r=0;t=12`)
+	h.Add("RateLimit", `daily;r=870`) // a second line, a token name, no t
+	h.Set("Retry-After", "Sun, 01 Mar 2026 12:00:15 GMT")
+
+	st, err := headers.Parse(h, nil)
+	if err != nil {
+		fmt.Println("ignored:", err)
+	}
+	for _, l := range st.Limits {
+		fmt.Printf("%s: %d left, reset in %v\n", l.Name, l.Remaining, l.Reset)
+	}
+	fmt.Println("wait:", st.Wait()) // Retry-After takes precedence over t
+	// Output:
+	// burst: 0 left, reset in 12s
+	// daily: 870 left, reset in 0s
+	// wait: 15s
+}
+
+func ExampleParseRetryAfter() {
+	date := time.Date(1994, time.November, 6, 8, 49, 37, 0, time.UTC) // the response's Date
+	for _, v := range []string{
+		"120",
+		"Sun, 06 Nov 1994 08:50:07 GMT",
+		"Sunday, 06-Nov-94 08:50:07 GMT",
+		"Sun Nov  6 08:50:07 1994",
+		"Sun, 06 Nov 1994 08:00:00 GMT",
+	} {
+		d, err := headers.ParseRetryAfter(v, date)
+		fmt.Println(d, err)
+	}
+	// Output:
+	// 2m0s <nil>
+	// 30s <nil>
+	// 30s <nil>
+	// 30s <nil>
+	// 0s <nil>
+}

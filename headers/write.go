@@ -1,0 +1,230 @@
+package headers
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Style selects the rate-limit fields Write emits. Styles combine with |:
+// StyleIETF|StyleX sends both the IETF fields and the X-RateLimit trio, which
+// helps while clients migrate. The zero Style emits no rate-limit field
+// (Retry-After is still written on a denial).
+type Style uint8
+
+const (
+	// StyleIETF emits RateLimit-Policy and RateLimit as Structured Field
+	// Lists (draft-ietf-httpapi-ratelimit-headers -10 and -11):
+	//
+	//	RateLimit-Policy: "default";q=100;w=60
+	//	RateLimit: "default";r=42;t=17
+	StyleIETF Style = 1 << iota
+
+	// StyleDraft emits the trio of drafts -00 to -06, in delta seconds:
+	//
+	//	RateLimit-Limit: 100
+	//	RateLimit-Remaining: 42
+	//	RateLimit-Reset: 17
+	StyleDraft
+
+	// StyleX emits the X-RateLimit trio, with the reset as delta seconds or
+	// as Unix epoch seconds (see ResetFormat):
+	//
+	//	X-RateLimit-Limit: 100
+	//	X-RateLimit-Remaining: 42
+	//	X-RateLimit-Reset: 17
+	StyleX
+)
+
+// String returns the names of the styles in s, joined with "|".
+func (s Style) String() string {
+	if s == 0 {
+		return "none"
+	}
+	var b []byte
+	for _, n := range []struct {
+		s    Style
+		name string
+	}{{StyleIETF, "ietf"}, {StyleDraft, "draft"}, {StyleX, "x"}} {
+		if s&n.s != 0 {
+			if len(b) > 0 {
+				b = append(b, '|')
+			}
+			b = append(b, n.name...)
+		}
+	}
+	if rest := s &^ (StyleIETF | StyleDraft | StyleX); rest != 0 {
+		if len(b) > 0 {
+			b = append(b, '|')
+		}
+		b = strconv.AppendUint(append(b, "0x"...), uint64(rest), 16)
+	}
+	return string(b)
+}
+
+// ResetFormat is how X-RateLimit-Reset carries the reset.
+type ResetFormat uint8
+
+const (
+	// ResetAuto, the zero value, means delta seconds when writing, and a
+	// guess from the magnitude when reading: at least 10^12 is Unix epoch
+	// milliseconds, at least 10^9 is Unix epoch seconds (a delta that
+	// large would exceed 31 years), anything smaller is delta seconds.
+	ResetAuto ResetFormat = iota
+
+	// ResetDelta is whole seconds from the response, rounded up.
+	ResetDelta
+
+	// ResetEpoch is the Unix time in whole seconds, rounded up, as GitHub
+	// sends it. It depends on the client's clock agreeing with the
+	// server's, which is why the IETF drafts use delta seconds. Because the
+	// instant, not the delay, is rounded, it may lie up to a second after
+	// the instant a delta Retry-After of the same response points to.
+	ResetEpoch
+)
+
+// Report is the outcome of one rate-limit decision, in the terms the fields
+// need. Build it from the limiter's decision; Write, NewErrorBody and
+// NewProblem derive every value from it, so they always agree.
+//
+// The zero value reports an admitted request with nothing remaining under an
+// unnamed quota of 0. A Report is a plain value, safe to copy and to share
+// between goroutines as long as nobody modifies it.
+type Report struct {
+	// Policy is the policy the decision was taken under; its Quota is the
+	// limit the fields advertise.
+	Policy Policy
+
+	// Remaining is the number of units left after the decision.
+	Remaining int64
+
+	// ResetAfter is the time until the quota is fully restored.
+	ResetAfter time.Duration
+
+	// Denied reports that the request was refused.
+	Denied bool
+
+	// RetryAfter is, for a denial, the time after which the same request
+	// would be admitted. Ignored when Denied is false.
+	RetryAfter time.Duration
+}
+
+// Reset returns the delay the reset fields advertise (t, RateLimit-Reset,
+// X-RateLimit-Reset as a delta, and the body's reset): for an admitted
+// request the time until the quota is fully restored, which is the
+// conservative reading; for a denial the time until the denied request would
+// be admitted, so that Retry-After never points before it (the drafts ask
+// that it does not) and is not inflated to a whole window.
+func (r Report) Reset() time.Duration {
+	if r.Denied {
+		return time.Duration(r.RetryAfterSeconds()) * time.Second
+	}
+	return r.ResetAfter
+}
+
+// ResetSeconds is Reset in whole seconds rounded up.
+func (r Report) ResetSeconds() int64 {
+	return Seconds(r.Reset())
+}
+
+// RetryAfterSeconds returns the Retry-After value of a denial in whole
+// seconds: rounded up, at least 1. It is 0 when Denied is false.
+func (r Report) RetryAfterSeconds() int64 {
+	if !r.Denied {
+		return 0
+	}
+	return retryAfterSeconds(r.RetryAfter)
+}
+
+// WriteOptions tunes Write. A nil *WriteOptions means the defaults.
+type WriteOptions struct {
+	// XReset is how StyleX writes X-RateLimit-Reset. The default,
+	// ResetAuto, writes delta seconds.
+	XReset ResetFormat
+
+	// Now is the instant an epoch reset is counted from. The zero value
+	// means time.Now(). Only ResetEpoch uses it.
+	Now time.Time
+}
+
+// Write sets on h the fields of style for rep, replacing any value they had,
+// and Retry-After when rep is a denial. Seconds are rounded up everywhere;
+// on a denial Retry-After equals the reset (t) it accompanies.
+//
+// Write fails, and leaves h unchanged, when rep cannot be expressed: a
+// negative count, an integer of more than 15 digits, a policy name or unit
+// outside printable ASCII (see FormatPolicy).
+func Write(h http.Header, style Style, rep Report, opts *WriteOptions) error {
+	if opts == nil {
+		opts = &WriteOptions{}
+	}
+	reset := rep.Reset()
+	type kv struct{ k, v string }
+	var out []kv
+	if style&StyleIETF != 0 {
+		pol, err := FormatPolicy(rep.Policy)
+		if err != nil {
+			return err
+		}
+		lim, err := FormatRateLimit(Limit{
+			Name:         rep.Policy.Name,
+			Remaining:    rep.Remaining,
+			Reset:        reset,
+			PartitionKey: rep.Policy.PartitionKey,
+		})
+		if err != nil {
+			return err
+		}
+		out = append(out, kv{FieldRateLimitPolicy, pol}, kv{FieldRateLimit, lim})
+	}
+	if style&(StyleDraft|StyleX) != 0 {
+		if rep.Policy.Quota < 0 || rep.Policy.Quota > sfMaxInteger {
+			return fieldError(FieldXRateLimitLimit, ErrRange, "quota negative or too large")
+		}
+		if rep.Remaining < 0 || rep.Remaining > sfMaxInteger {
+			return fieldError(FieldXRateLimitRemaining, ErrRange, "remaining negative or too large")
+		}
+		if reset < 0 {
+			return fieldError(FieldXRateLimitReset, ErrRange, "negative reset")
+		}
+		limit := strconv.FormatInt(rep.Policy.Quota, 10)
+		remaining := strconv.FormatInt(rep.Remaining, 10)
+		delta := strconv.FormatInt(Seconds(reset), 10)
+		if style&StyleDraft != 0 {
+			out = append(out,
+				kv{FieldRateLimitLimit, limit},
+				kv{FieldRateLimitRemaining, remaining},
+				kv{FieldRateLimitReset, delta})
+		}
+		if style&StyleX != 0 {
+			xreset := delta
+			if opts.XReset == ResetEpoch {
+				now := opts.Now
+				if now.IsZero() {
+					now = time.Now()
+				}
+				xreset = strconv.FormatInt(epochCeil(now.Add(reset)), 10)
+			}
+			out = append(out,
+				kv{FieldXRateLimitLimit, limit},
+				kv{FieldXRateLimitRemaining, remaining},
+				kv{FieldXRateLimitReset, xreset})
+		}
+	}
+	if rep.Denied {
+		out = append(out, kv{FieldRetryAfter, strconv.FormatInt(rep.RetryAfterSeconds(), 10)})
+	}
+	for _, f := range out {
+		h.Set(f.k, f.v)
+	}
+	return nil
+}
+
+// epochCeil returns t as Unix seconds rounded up.
+func epochCeil(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() > 0 {
+		s++
+	}
+	return s
+}
