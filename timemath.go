@@ -2,6 +2,7 @@ package floodgate
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -37,8 +38,11 @@ func emission(rate int64, per time.Duration, size int64, sizeName string) (inter
 	case int64(per) < rate:
 		return 0, 0, fmt.Errorf("%w: Rate %d per %v is more than one unit per nanosecond", ErrInvalidConfig, rate, per)
 	}
-	interval = (int64(per) + rate - 1) / rate
-	if size > int64(MaxWindow)/interval {
+	interval = int64(per)
+	if rate != 1 { // a store may normalize configs to Rate 1 to skip this division
+		interval = (interval + rate - 1) / rate
+	}
+	if hi, lo := bits.Mul64(uint64(size), uint64(interval)); hi != 0 || lo > uint64(MaxWindow) {
 		return 0, 0, fmt.Errorf("%w: %s %d at %d per %v takes longer than MaxWindow (%v) to restore",
 			ErrInvalidConfig, sizeName, size, rate, per, MaxWindow)
 	}

@@ -1,0 +1,119 @@
+package memstore_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
+)
+
+// benchAlgorithms are the five algorithms at a rate that keeps most
+// decisions admitted in the serial benchmarks.
+var benchAlgorithms = []floodgate.Algorithm{
+	floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 1_000_000},
+	floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 1_000_000},
+	floodgate.FixedWindow{Limit: 1_000_000, Window: time.Hour},
+	floodgate.SlidingWindow{Limit: 1_000_000, Window: time.Hour},
+	floodgate.SlidingLog{Limit: 1_000, Window: time.Hour},
+}
+
+func algName(a floodgate.Algorithm) string { return a.Kind().String() }
+
+// BenchmarkFloor measures time.Now plus one compare-and-swap: the least a
+// decision on a shared word can cost on this machine.
+func BenchmarkFloor(b *testing.B) {
+	var w atomic.Int64
+	b.ReportAllocs()
+	for b.Loop() {
+		now := time.Now().UnixNano()
+		old := w.Load()
+		w.CompareAndSwap(old, max(old, now)+1)
+	}
+}
+
+func BenchmarkStoreApply(b *testing.B) {
+	ctx := context.Background()
+	req := floodgate.Request{N: 1}
+	for _, alg := range benchAlgorithms {
+		b.Run(algName(alg)+"/serial/1key", func(b *testing.B) {
+			s, _ := memstore.New(nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.Apply(ctx, "key", alg, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(algName(alg)+"/parallel/100000keys", func(b *testing.B) {
+			s, _ := memstore.New(nil)
+			keys := makeKeys(100_000)
+			for _, k := range keys {
+				_, _ = s.Apply(ctx, k, alg, req)
+			}
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := seq.Add(7919) * 7919
+				for pb.Next() {
+					i++
+					if _, err := s.Apply(ctx, keys[i%uint64(len(keys))], alg, req); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkXTimeRateSyncMap is the comparison the core issue asks for:
+// golang.org/x/time/rate limiters in a sync.Map, as users key them.
+func BenchmarkXTimeRateSyncMap(b *testing.B) {
+	newLimiter := func() *rate.Limiter { return rate.NewLimiter(rate.Limit(1e9), 1_000_000) }
+	get := func(m *sync.Map, k string) *rate.Limiter {
+		if l, ok := m.Load(k); ok {
+			return l.(*rate.Limiter)
+		}
+		l, _ := m.LoadOrStore(k, newLimiter())
+		return l.(*rate.Limiter)
+	}
+	b.Run("serial/1key", func(b *testing.B) {
+		var m sync.Map
+		b.ReportAllocs()
+		for b.Loop() {
+			get(&m, "key").Allow()
+		}
+	})
+	b.Run("parallel/100000keys", func(b *testing.B) {
+		var m sync.Map
+		keys := makeKeys(100_000)
+		for _, k := range keys {
+			get(&m, k)
+		}
+		var seq atomic.Uint64
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := seq.Add(7919) * 7919
+			for pb.Next() {
+				i++
+				get(&m, keys[i%uint64(len(keys))]).Allow()
+			}
+		})
+	})
+}
+
+func makeKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "user:" + strconv.Itoa(i)
+	}
+	return keys
+}

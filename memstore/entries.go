@@ -1,0 +1,205 @@
+package memstore
+
+import (
+	"math"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// dead marks a word entry that a sweep removed from its table. A step that
+// loads it looks the key up again. No algorithm stores this value: times
+// are far from math.MinInt64 and packed fixed windows stay above it.
+const dead = math.MinInt64
+
+// wordEntry is the state of a key whose algorithm state fits one word.
+type wordEntry struct {
+	v   atomic.Int64
+	key string
+}
+
+func newWordTable(shards int, step func(int64, time.Time, floodgate.Request) (int64, floodgate.Result, error), restoreAt func(int64) int64) *wordTable {
+	return &wordTable{
+		table: newTable(shards,
+			func(e *wordEntry) string { return e.key },
+			func(key string) *wordEntry { return &wordEntry{key: key} }),
+		step:      step,
+		restoreAt: restoreAt,
+	}
+}
+
+// wordTable runs an algorithm whose state is one word, updated with
+// compare-and-swap: no lock is held while the step runs.
+type wordTable struct {
+	*table[wordEntry]
+	step      func(int64, time.Time, floodgate.Request) (int64, floodgate.Result, error)
+	restoreAt func(int64) int64
+}
+
+func (t *wordTable) apply(s *Store, key string, req floodgate.Request) (floodgate.Result, error) {
+	sh, h, e := t.load(key)
+	for {
+		if e == nil {
+			e = t.insert(sh, key, h, wordReclaimer{t}, s.nowNs, &s.keys, s.full)
+		}
+		for {
+			now := s.now()
+			old := e.v.Load()
+			if old == dead {
+				break
+			}
+			next, res, err := t.step(old, now, req)
+			if err != nil {
+				return res, err
+			}
+			if next == old || e.v.CompareAndSwap(old, next) {
+				return res, nil
+			}
+		}
+		// The entry was reclaimed after we found it; its key is gone from
+		// the table by the time its shard lock is free again.
+		_, _, e = t.load(key)
+	}
+}
+
+func (t *wordTable) sweep(s *Store, now int64) { t.sweepAll(wordReclaimer{t}, now, &s.keys) }
+func (t *wordTable) len() int                  { return t.size() }
+
+type wordReclaimer struct{ t *wordTable }
+
+func (r wordReclaimer) kill(e *wordEntry, now int64, force bool) bool {
+	w := e.v.Load()
+	if w == dead || (!force && r.t.restoreAt(w) > now) {
+		return false
+	}
+	// Fails if a step changed the word since the load: the entry is in use.
+	return e.v.CompareAndSwap(w, dead)
+}
+
+func (r wordReclaimer) restoreAt(e *wordEntry) (int64, bool) {
+	w := e.v.Load()
+	if w == dead {
+		return 0, false
+	}
+	return r.t.restoreAt(w), true
+}
+
+// lockedEntry is the state of a key guarded by a mutex.
+type lockedEntry[S any] struct {
+	key  string
+	mu   sync.Mutex
+	dead bool // reclaimed: look the key up again
+	st   S
+}
+
+// lockedTable runs an algorithm whose state needs more than a word under a
+// per-key mutex.
+type lockedTable[S any] struct {
+	*table[lockedEntry[S]]
+	step      func(*S, time.Time, floodgate.Request) (floodgate.Result, error)
+	restoreAt func(*S) int64
+}
+
+func newLockedTable[S any](shards int, step func(*S, time.Time, floodgate.Request) (floodgate.Result, error), restoreAt func(*S) int64) *lockedTable[S] {
+	return &lockedTable[S]{
+		table: newTable(shards,
+			func(e *lockedEntry[S]) string { return e.key },
+			func(key string) *lockedEntry[S] { return &lockedEntry[S]{key: key} }),
+		step:      step,
+		restoreAt: restoreAt,
+	}
+}
+
+func (t *lockedTable[S]) apply(s *Store, key string, req floodgate.Request) (floodgate.Result, error) {
+	sh, h, e := t.load(key)
+	for {
+		if e == nil {
+			e = t.insert(sh, key, h, lockedReclaimer[S]{t}, s.nowNs, &s.keys, s.full)
+		}
+		e.mu.Lock()
+		if e.dead {
+			e.mu.Unlock()
+			_, _, e = t.load(key)
+			continue
+		}
+		// The clock is read under the lock so that steps on one key see
+		// time in the order they run.
+		res, err := t.step(&e.st, s.now(), req)
+		e.mu.Unlock()
+		return res, err
+	}
+}
+
+func (t *lockedTable[S]) sweep(s *Store, now int64) { t.sweepAll(lockedReclaimer[S]{t}, now, &s.keys) }
+func (t *lockedTable[S]) len() int                  { return t.size() }
+
+type lockedReclaimer[S any] struct{ t *lockedTable[S] }
+
+func (r lockedReclaimer[S]) kill(e *lockedEntry[S], now int64, force bool) bool {
+	if !e.mu.TryLock() { // in use: not idle
+		return false
+	}
+	defer e.mu.Unlock()
+	if e.dead || (!force && r.t.restoreAt(&e.st) > now) {
+		return false
+	}
+	e.dead = true
+	return true
+}
+
+func (r lockedReclaimer[S]) restoreAt(e *lockedEntry[S]) (int64, bool) {
+	if !e.mu.TryLock() {
+		return 0, false
+	}
+	defer e.mu.Unlock()
+	if e.dead {
+		return 0, false
+	}
+	return r.t.restoreAt(&e.st), true
+}
+
+// fwPacking stores a fixed window's state in one word: the window index in
+// the high bits and the count in the low bits.
+type fwPacking struct {
+	a     floodgate.FixedWindow
+	w     int64
+	shift uint
+	mask  int64
+}
+
+// packHorizon is how far ahead of the store's creation a packed fixed window
+// must stay exact.
+const packHorizon = 200 * 365 * 24 * time.Hour
+
+// newFWPacking returns the packing of a, or false when the limit leaves too
+// few bits for window indices until packHorizon from now.
+func newFWPacking(a floodgate.FixedWindow, now int64) (fwPacking, bool) {
+	w := int64(a.Window)
+	shift := uint(bits.Len64(uint64(a.Limit)))
+	if shift > 62 {
+		return fwPacking{}, false
+	}
+	maxIndex := int64(1)<<(62-shift) - 1
+	if now < 0 || now/w+int64(packHorizon)/w+2 > maxIndex {
+		return fwPacking{}, false
+	}
+	return fwPacking{a: a, w: w, shift: shift, mask: 1<<shift - 1}, true
+}
+
+func (p fwPacking) decode(word int64) floodgate.FixedWindowState {
+	return floodgate.FixedWindowState{Start: (word >> p.shift) * p.w, Count: word & p.mask}
+}
+
+func (p fwPacking) encode(st floodgate.FixedWindowState) int64 {
+	return (st.Start/p.w)<<p.shift | st.Count
+}
+
+func (p fwPacking) step(word int64, now time.Time, req floodgate.Request) (int64, floodgate.Result, error) {
+	next, res, err := p.a.Step(p.decode(word), now, req)
+	return p.encode(next), res, err
+}
+
+func (p fwPacking) restoreAt(word int64) int64 { return fwRestoreAt(p.decode(word), p.w) }
