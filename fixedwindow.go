@@ -132,11 +132,11 @@ func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (Fixe
 			next.Count -= back
 			res.Allowed, res.Granted = back > 0, back
 		}
-		if res.Granted == 0 {
-			next = st
-		}
 		res.Remaining = remaining(next)
 		res.ResetAfter = resetAfter(next)
+		if res.Granted == 0 {
+			return st, res, nil
+		}
 		return next, res, nil
 	}
 }
