@@ -34,6 +34,21 @@ type Limiter interface {
 	Policy() Policy
 }
 
+// Leaser is implemented by Limiters that can admit part of a request and
+// take units back: the steps the lease package builds on. Limiters returned
+// by New implement it.
+type Leaser interface {
+	Limiter
+	// AllowUpTo admits as many of n units as are available now, without
+	// waiting; Result.Granted says how many (0 is a denial). n may exceed
+	// the quota.
+	AllowUpTo(ctx context.Context, key string, n int64) (Result, error)
+	// Refund gives back n units admitted for the instant at (Result.At plus
+	// Result.Delay of their admission) where the algorithm allows; see
+	// OpRefund. Result.Granted says how many units came back.
+	Refund(ctx context.Context, key string, n int64, at time.Time) (Result, error)
+}
+
 // Decision is the outcome of one admission step.
 //
 // The durations are relative to the store's clock at the decision: a
@@ -258,7 +273,7 @@ type limiter struct {
 	policy Policy
 }
 
-var _ Limiter = (*limiter)(nil)
+var _ Leaser = (*limiter)(nil)
 
 func (l *limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	return l.AllowN(ctx, key, 1)
@@ -323,6 +338,28 @@ func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 }
 
 func (l *limiter) Policy() Policy { return l.policy }
+
+func (l *limiter) AllowUpTo(ctx context.Context, key string, n int64) (Result, error) {
+	return l.step(ctx, key, Request{Op: OpTakeUpTo, N: n})
+}
+
+func (l *limiter) Refund(ctx context.Context, key string, n int64, at time.Time) (Result, error) {
+	return l.step(ctx, key, Request{Op: OpRefund, N: n, At: at})
+}
+
+// step checks the key, n and ctx, and applies req.
+func (l *limiter) step(ctx context.Context, key string, req Request) (Result, error) {
+	if err := CheckKey(key); err != nil {
+		return Result{}, err
+	}
+	if req.N < 1 {
+		return Result{}, fmt.Errorf("%w: got %d", ErrInvalidN, req.N)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	return l.store.Apply(ctx, key, l.alg, req)
+}
 
 // waitError is returned by Wait when the delay needed exceeds the deadline.
 // It matches ErrWaitExceedsDeadline and context.DeadlineExceeded.
