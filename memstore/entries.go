@@ -43,7 +43,7 @@ func (t *wordTable) apply(s *Store, key string, req floodgate.Request) (floodgat
 	sh, h, e := t.load(key)
 	for {
 		if e == nil {
-			e = t.insert(sh, key, h, wordReclaimer{t}, s.nowNs, &s.keys, s.full)
+			e = t.insert(sh, key, h, wordReclaimer{t}, s.nowNs, s.maxKeys)
 		}
 		for {
 			now := s.now()
@@ -65,8 +65,8 @@ func (t *wordTable) apply(s *Store, key string, req floodgate.Request) (floodgat
 	}
 }
 
-func (t *wordTable) sweep(s *Store, now int64) { t.sweepAll(wordReclaimer{t}, now, &s.keys) }
-func (t *wordTable) len() int                  { return t.size() }
+func (t *wordTable) sweep(now int64) { t.sweepAll(wordReclaimer{t}, now) }
+func (t *wordTable) len() int        { return t.size() }
 
 type wordReclaimer struct{ t *wordTable }
 
@@ -117,7 +117,7 @@ func (t *lockedTable[S]) apply(s *Store, key string, req floodgate.Request) (flo
 	sh, h, e := t.load(key)
 	for {
 		if e == nil {
-			e = t.insert(sh, key, h, lockedReclaimer[S]{t}, s.nowNs, &s.keys, s.full)
+			e = t.insert(sh, key, h, lockedReclaimer[S]{t}, s.nowNs, s.maxKeys)
 		}
 		e.mu.Lock()
 		if e.dead {
@@ -133,8 +133,8 @@ func (t *lockedTable[S]) apply(s *Store, key string, req floodgate.Request) (flo
 	}
 }
 
-func (t *lockedTable[S]) sweep(s *Store, now int64) { t.sweepAll(lockedReclaimer[S]{t}, now, &s.keys) }
-func (t *lockedTable[S]) len() int                  { return t.size() }
+func (t *lockedTable[S]) sweep(now int64) { t.sweepAll(lockedReclaimer[S]{t}, now) }
+func (t *lockedTable[S]) len() int        { return t.size() }
 
 type lockedReclaimer[S any] struct{ t *lockedTable[S] }
 

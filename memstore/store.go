@@ -14,9 +14,10 @@
 // changes no decision. Inserting a key into a shard that has doubled in size
 // since it was last swept first reclaims such entries, so memory stays
 // proportional to the keys in use without a background goroutine; Sweep
-// reclaims them on demand. Options.MaxKeys caps the entries of the store:
-// when it is reached and nothing can be reclaimed, inserting a new key evicts
-// the sampled entry of the same shard that is closest to full restoration.
+// reclaims them on demand. Options.MaxKeys caps the entries of each
+// algorithm configuration: when it is reached, inserting a new key evicts,
+// among a few entries of its shard (or of another shard if its own is
+// empty), the one closest to full restoration.
 // The evicted key starts over with a full quota, so a key-rotation attack
 // costs bounded memory at the price of forgiving what the evicted entries
 // still remembered.
@@ -49,9 +50,10 @@ type Options struct {
 	// Now is the clock. The default is the wall clock at New plus the
 	// monotonic time elapsed since.
 	Now func() time.Time
-	// MaxKeys caps the number of keys the store tracks, over all algorithms.
-	// The default is 4,194,304 (about 256 MiB of token buckets). When the cap
-	// is reached, new keys evict entries; see the package doc.
+	// MaxKeys caps the number of keys the store tracks per algorithm
+	// configuration. The default is 4,194,304 (about 200 MiB of token
+	// buckets). When the cap is reached, new keys evict entries; see the
+	// package doc.
 	MaxKeys int
 	// Shards is the number of lock shards per algorithm, rounded up to a
 	// power of two. The default is 64 per CPU, at most 4096.
@@ -70,7 +72,6 @@ type Store struct {
 	now     func() time.Time
 	maxKeys int64
 	shards  int
-	keys    atomic.Int64 // entries in all tables
 
 	mu     sync.Mutex                // serializes additions to bounds
 	bounds atomic.Pointer[[]binding] // copy-on-write: one table per algorithm
@@ -87,9 +88,8 @@ type binding struct {
 // boundTable applies steps of one algorithm configuration.
 type boundTable interface {
 	apply(s *Store, key string, req floodgate.Request) (floodgate.Result, error)
-	// sweep reclaims the entries restored at now; with evict, it also
-	// evicts the entry nearest to restoration in the shard of key.
-	sweep(s *Store, now int64)
+	// sweep reclaims the entries restored at now.
+	sweep(now int64)
 	len() int
 }
 
@@ -225,7 +225,13 @@ func (s *Store) newTable(alg floodgate.Algorithm) boundTable {
 }
 
 // Len returns the number of keys the store tracks, over all algorithms.
-func (s *Store) Len() int { return int(s.keys.Load()) }
+func (s *Store) Len() int {
+	n := 0
+	for _, b := range *s.bounds.Load() {
+		n += b.t.len()
+	}
+	return n
+}
 
 // Sweep reclaims every entry whose quota is fully restored. Stores reclaim
 // such entries as they grow; Sweep is for callers that want memory back
@@ -233,12 +239,9 @@ func (s *Store) Len() int { return int(s.keys.Load()) }
 func (s *Store) Sweep() {
 	now := s.now().UnixNano()
 	for _, b := range *s.bounds.Load() {
-		b.t.sweep(s, now)
+		b.t.sweep(now)
 	}
 }
-
-// full reports whether the store holds MaxKeys entries.
-func (s *Store) full() bool { return s.keys.Load() >= s.maxKeys }
 
 // fwRestoreAt returns the instant a fixed window state carries no
 // information: the end of its window, or never-mattered for an empty one.

@@ -25,6 +25,7 @@ import (
 type table[E any] struct {
 	seed   maphash.Seed
 	mask   uint64
+	count  atomic.Int64 // entries in all shards
 	keyOf  func(*E) string
 	newE   func(key string) *E
 	shards []shard[E]
@@ -130,8 +131,8 @@ const evictSample = 8
 // insert adds a fresh entry for key unless one exists, and returns the entry
 // now in the table. Before adding, it reclaims restored entries of the shard
 // when the shard has doubled since its last sweep, and evicts one entry when
-// the store is full. count counts the entries of the whole store.
-func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], now func() int64, count *atomic.Int64, full func() bool) *E {
+// the table holds maxKeys entries.
+func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], now func() int64, maxKeys int64) *E {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := t.find(sh, key, h); e != nil {
@@ -142,10 +143,14 @@ func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], no
 		removed += t.sweepLocked(sh, r, now(), false)
 		sh.sweepAt = max(2*sh.n, minSweep)
 	}
-	if full() {
-		removed += t.evictLocked(sh, r, now())
+	if t.count.Load()-int64(removed) >= maxKeys {
+		evicted := t.evictLocked(sh, r, now())
+		if evicted == 0 {
+			evicted = t.evictElsewhere(sh, r, now())
+		}
+		removed += evicted
 	}
-	count.Add(int64(-removed))
+	t.count.Add(int64(-removed))
 	if (sh.n+1)*8 > len(*sh.slots.Load())*7 {
 		t.rebuild(sh, 1, func(*E) bool { return true })
 	}
@@ -154,7 +159,7 @@ func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], no
 	e := t.newE(strings.Clone(key))
 	t.put(*sh.slots.Load(), e, h)
 	sh.n++
-	count.Add(1)
+	t.count.Add(1)
 	return e
 }
 
@@ -203,6 +208,24 @@ func (t *table[E]) evictLocked(sh *shard[E], r reclaimer[E], now int64) int {
 	return 1
 }
 
+// evictElsewhere evicts from the first other shard whose lock is free and
+// that has an entry to evict, for a full table whose inserting shard is
+// empty. The caller holds sh.mu; TryLock keeps shard locks free of cycles.
+func (t *table[E]) evictElsewhere(sh *shard[E], r reclaimer[E], now int64) int {
+	for i := range t.shards {
+		o := &t.shards[i]
+		if o == sh || !o.mu.TryLock() {
+			continue
+		}
+		n := t.evictLocked(o, r, now)
+		o.mu.Unlock()
+		if n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
 // deleteAt empties slot i of sh, shifting back the entries of its probe run
 // that would no longer be found. The caller holds sh.mu.
 func (t *table[E]) deleteAt(sh *shard[E], i uint64) {
@@ -223,24 +246,15 @@ func (t *table[E]) deleteAt(sh *shard[E], i uint64) {
 }
 
 // sweepAll deletes the restored entries of every shard.
-func (t *table[E]) sweepAll(r reclaimer[E], now int64, count *atomic.Int64) {
+func (t *table[E]) sweepAll(r reclaimer[E], now int64) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
-		count.Add(int64(-t.sweepLocked(sh, r, now, false)))
+		t.count.Add(int64(-t.sweepLocked(sh, r, now, false)))
 		sh.sweepAt = max(2*sh.n, minSweep)
 		sh.mu.Unlock()
 	}
 }
 
 // size returns the number of entries.
-func (t *table[E]) size() int {
-	n := 0
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		n += sh.n
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (t *table[E]) size() int { return int(t.count.Load()) }
