@@ -1,0 +1,67 @@
+// Package floodgate is a rate-limiting and traffic-shaping library: one
+// Limiter interface over five algorithms, each running on an in-process
+// store (package memstore) or on Redis (package redisstore), with a lease
+// layer that serves most decisions locally (package lease), adaptive
+// concurrency limits (package adaptive), and rate-limit HTTP fields,
+// middleware and a backing-off client (packages headers and client).
+//
+// Most users want New with memstore for one process, or with redisstore
+// for many, and a TokenBucket:
+//
+//	store, _ := memstore.New(nil)
+//	lim, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200})
+//	d, err := lim.Allow(ctx, "user:42")
+//	if err == nil && !d.Allowed {
+//		// reject; d.RetryAfter says when to come back
+//	}
+//
+// # Algorithms
+//
+// [TokenBucket] admits bursts of up to Burst units and a long-run rate of
+// Rate per Per. It is the usual choice for APIs. Its state is one word (the
+// theoretical arrival time of GCRA, ITU-T I.371).
+//
+// [LeakyBucket] shapes instead of admitting bursts: requests leave a FIFO
+// queue exactly Per/Rate apart, waiting Decision.Delay; the queue holds at
+// most Capacity units. Use it in front of a dependency that needs an even
+// rate.
+//
+// [FixedWindow] counts units per epoch-aligned window. It is the cheapest
+// and easiest to explain, but lets up to 2·Limit units through across a
+// window boundary.
+//
+// [SlidingWindow] weights the previous window's count by its share of the
+// sliding window (Cloudflare's two-counter estimate): two counters per key,
+// no boundary spike, an approximation of a true sliding window (it assumes
+// the previous window's traffic was even).
+//
+// [SlidingLog] is the exact sliding window: one entry per admitted request,
+// at most Limit per key. Use it where small limits must be exact.
+//
+// # Decisions
+//
+// Being limited is a result, not an error: a [Decision] says whether the
+// units were admitted, how many remain, how long to wait (Delay, for
+// reservations and shaping), when a denied request would succeed
+// (RetryAfter, never 0 on a denial) and when the quota is full again
+// (ResetAfter). Errors are bad arguments ([ErrInvalidN], [ErrExceedsLimit],
+// [ErrEmptyKey], [ErrKeyTooLong], [ErrInvalidDelay]), unusable
+// configurations ([ErrInvalidConfig]), failing stores ([ErrUnavailable]) and
+// ended contexts.
+//
+// # Exactness
+//
+// The algorithms compute in integer nanoseconds since the Unix epoch. Every
+// store reproduces each algorithm's Step method exactly, which the shared
+// conformance suite checks. Token and leaky bucket rates are exact when Per
+// is a multiple of Rate nanoseconds and otherwise lower by less than one
+// nanosecond per unit; windows are whole microseconds; windows and restore
+// times are at most [MaxWindow] (about 52 days) so that the Lua scripts'
+// doubles stay exact.
+//
+// # Keys
+//
+// Stores keep state per key and algorithm kind. Two limiters of the same
+// kind that share a store must not share keys: prefix them (for example
+// "login:" + user and "api:" + user).
+package floodgate

@@ -1,0 +1,220 @@
+// Command quickstart runs floodgate's five algorithms side by side on the
+// same scripted traffic, on virtual time, and prints what each admitted per
+// tick: the fixed window's boundary spike, the sliding window's smoothing,
+// the token bucket's burst, and the leaky bucket's constant egress.
+//
+//	go run ./examples/quickstart            # in-process store
+//	go run ./examples/quickstart -csv out.csv  # also write the series for bench/ to plot
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/memstore"
+)
+
+// Every algorithm gets the same quota: 10 requests per second.
+var algorithms = []struct {
+	name string
+	alg  floodgate.Algorithm
+}{
+	{"token bucket", floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}},
+	{"leaky bucket", floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 10}},
+	{"fixed window", floodgate.FixedWindow{Limit: 10, Window: time.Second}},
+	{"sliding window", floodgate.SlidingWindow{Limit: 10, Window: time.Second}},
+	{"sliding log", floodgate.SlidingLog{Limit: 10, Window: time.Second}},
+}
+
+const (
+	tick  = 100 * time.Millisecond
+	ticks = 60
+)
+
+// traffic returns the requests offered in each tick: a steady stream at the
+// limit, a burst of 30, a quiet second, then 10 requests just before a
+// window boundary and 10 just after it.
+func traffic() [ticks]int {
+	var offered [ticks]int
+	for i := range 20 {
+		offered[i] = 1 // 0–2 s: steady, 10 per second
+	}
+	offered[22] = 30 // 2.2 s: a burst
+	offered[39] = 10 // 3.9 s and 4.0 s: a burst straddling the window boundary at 4 s
+	offered[40] = 10
+	for i := 45; i < ticks; i++ {
+		offered[i] = 1 // steady again
+	}
+	return offered
+}
+
+// series is what one algorithm did with the traffic.
+type series struct {
+	name     string
+	admitted [ticks]int // requests that proceeded in each tick (for the leaky bucket: departed)
+	denied   [ticks]int
+}
+
+// simulate runs the traffic through every algorithm on store, whose clock
+// reads clock. Each algorithm uses its own key; the leaky bucket queues
+// requests (Reserve with up to 1 s of delay), the others use Allow.
+func simulate(ctx context.Context, store floodgate.Store, clock *conformance.Clock, keyPrefix string) ([]series, error) {
+	offered := traffic()
+	t0 := time.Unix(1_700_000_000, 0) // aligned to the windows
+	var out []series
+	for _, a := range algorithms {
+		lim, err := floodgate.New(store, a.alg)
+		if err != nil {
+			return nil, err
+		}
+		s := series{name: a.name}
+		key := keyPrefix + strings.ReplaceAll(a.name, " ", "-")
+		for i, n := range offered {
+			for j := range n {
+				// Requests of a tick arrive spread over it.
+				clock.Set(t0.Add(time.Duration(i)*tick + time.Duration(j)*tick/time.Duration(n)))
+				var d floodgate.Decision
+				if a.alg.Kind() == floodgate.KindLeakyBucket {
+					d, err = lim.Reserve(ctx, key, 1, time.Second)
+				} else {
+					d, err = lim.Allow(ctx, key)
+				}
+				if err != nil {
+					return nil, err
+				}
+				if !d.Allowed {
+					s.denied[i]++
+					continue
+				}
+				// Count the request in the tick it proceeds in.
+				at := clock.Now().Add(d.Delay).Sub(t0)
+				if k := int(at / tick); k < ticks {
+					s.admitted[k]++
+				}
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// maxInWindow returns the most requests admitted within any window-long run
+// of ticks.
+func maxInWindow(counts [ticks]int, window int) int {
+	best := 0
+	for i := range counts {
+		sum := 0
+		for j := i; j < min(i+window, ticks); j++ {
+			sum += counts[j]
+		}
+		best = max(best, sum)
+	}
+	return best
+}
+
+// cell renders a count in one character.
+func cell(n int) string {
+	switch {
+	case n == 0:
+		return "."
+	case n < 10:
+		return strconv.Itoa(n)
+	default:
+		return "#"
+	}
+}
+
+func render(w io.Writer, title string, all []series) {
+	offered := traffic()
+	fmt.Fprintf(w, "%s — 10 requests per second each; one column per %v, # = 10 or more\n\n", title, tick)
+	axis := make([]string, ticks)
+	for i := range axis {
+		axis[i] = " "
+		if i%10 == 0 {
+			axis[i] = strconv.Itoa(i / 10)
+		}
+	}
+	fmt.Fprintf(w, "%-24s %s  (seconds)\n", "", strings.Join(axis, ""))
+	row := func(label string, counts [ticks]int) {
+		var b strings.Builder
+		total := 0
+		for _, n := range counts {
+			b.WriteString(cell(n))
+			total += n
+		}
+		fmt.Fprintf(w, "%-24s %s  %3d\n", label, b.String(), total)
+	}
+	row("offered", offered)
+	for _, s := range all {
+		fmt.Fprintln(w)
+		row(s.name+" admitted", s.admitted)
+		row(s.name+" denied", s.denied)
+	}
+	fmt.Fprintf(w, "\nmost admitted in any 1 s window (the limit is 10):\n")
+	for _, s := range all {
+		fmt.Fprintf(w, "  %-15s %2d\n", s.name, maxInWindow(s.admitted, int(time.Second/tick)))
+	}
+}
+
+func writeCSV(path string, all []series) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	cw := csv.NewWriter(f)
+	header := []string{"t_seconds", "offered"}
+	for _, s := range all {
+		header = append(header, s.name+" admitted", s.name+" denied")
+	}
+	_ = cw.Write(header)
+	offered := traffic()
+	for i := range ticks {
+		rec := []string{strconv.FormatFloat(float64(i)*tick.Seconds(), 'f', 1, 64), strconv.Itoa(offered[i])}
+		for _, s := range all {
+			rec = append(rec, strconv.Itoa(s.admitted[i]), strconv.Itoa(s.denied[i]))
+		}
+		_ = cw.Write(rec)
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func run(w io.Writer, csvPath string) error {
+	ctx := context.Background()
+	clock := conformance.NewClock(time.Time{})
+	store, err := memstore.New(&memstore.Options{Now: clock.Now})
+	if err != nil {
+		return err
+	}
+	all, err := simulate(ctx, store, clock, "quickstart:")
+	if err != nil {
+		return err
+	}
+	render(w, "in-process store (memstore)", all)
+	if csvPath != "" {
+		return writeCSV(csvPath, all)
+	}
+	return nil
+}
+
+func main() {
+	csvPath := flag.String("csv", "", "also write the per-tick series to this CSV file")
+	flag.Parse()
+	if err := run(os.Stdout, *csvPath); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
