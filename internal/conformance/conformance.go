@@ -81,7 +81,7 @@ var stepCases = []struct {
 			{100 * ms, reserve(2, 150*ms), deny(5, 0, 150*ms, 600*ms)}, // needs 300 ms of debt
 			{2 * time.Second, take(5), admit(5, 5, 0, 0, 500*ms)},      // full again
 			{2 * time.Second, upTo(4), deny(5, 0, 100*ms, 500*ms)},
-			{2200 * ms, upTo(4), admit(5, 2, 0, 0, 500*ms)},   // 2 tokens back, takes both
+			{2200 * ms, upTo(4), admit(5, 2, 0, 0, 500*ms)}, // 2 tokens back, takes both
 			{2200 * ms, refund(1, 2200*ms), admit(5, 1, 1, 0, 400*ms)},
 			{10 * time.Second, refund(3, 2200*ms), deny(5, 5, 0, 0)}, // full: nothing to give back
 		},
@@ -98,8 +98,8 @@ var stepCases = []struct {
 			{0, reserve(1, time.Second), deny(3, 0, 100*ms, 300*ms)}, // full
 			{50 * ms, reserve(1, time.Second), deny(3, 0, 50*ms, 250*ms)},
 			{100 * ms, reserve(1, time.Second), admit(3, 1, 0, 200*ms, 300*ms)}, // departs at 300 ms
-			{100 * ms, reserve(1, 100*ms), deny(3, 0, 200*ms, 300*ms)},       // delay bound: at 300 ms
-			{100 * ms, refund(1, 300*ms), deny(3, 0, 0, 300*ms)},             // no refunds
+			{100 * ms, reserve(1, 100*ms), deny(3, 0, 200*ms, 300*ms)},          // delay bound: at 300 ms
+			{100 * ms, refund(1, 300*ms), deny(3, 0, 0, 300*ms)},                // no refunds
 			{time.Second, upTo(5), admit(3, 3, 0, 0, 300*ms)},
 		},
 	},
@@ -130,14 +130,14 @@ var stepCases = []struct {
 			{1250 * ms, take(2), admit(10, 2, 0, 0, 1750*ms)}, // est = 7.5
 			{1250 * ms, take(1), deny(10, 0, 50*ms, 1750*ms)}, // est 9.5: 1 fits at f = 0.3
 			{1250 * ms, reserve(1, 100*ms), admit(10, 1, 0, 50*ms, 1750*ms)},
-			{1500 * ms, take(5), deny(10, 2, 300*ms, 1500*ms)}, // est 8: 5 fit at f = 0.8
-			{1500 * ms, upTo(5), admit(10, 2, 0, 0, 1500*ms)},  // floor(10 − 8) = 2
+			{1500 * ms, take(5), deny(10, 2, 300*ms, 1500*ms)},           // est 8: 5 fit at f = 0.8
+			{1500 * ms, upTo(5), admit(10, 2, 0, 0, 1500*ms)},            // floor(10 − 8) = 2
 			{1600 * ms, refund(1, 1500*ms), admit(10, 1, 2, 0, 1400*ms)}, // est = 4 + 10·0.4
-			{1600 * ms, refund(4, 700*ms), admit(10, 4, 3, 0, 1400*ms)}, // from the previous window
+			{1600 * ms, refund(4, 700*ms), admit(10, 4, 3, 0, 1400*ms)},  // from the previous window
 			// At 2.9 s: prev = 4 weighs 0.4, curr 0: est = 0.4.
 			{2900 * ms, take(10), deny(10, 9, 100*ms, 100*ms)},
 			{2900 * ms, reserve(10, 100*ms), admit(10, 10, 0, 100*ms, 2100*ms)}, // admitted in the next window
-			{2950 * ms, take(1), deny(10, 0, time.Second+150*ms, 2050*ms)}, // at 4.1 s, prev = 10
+			{2950 * ms, take(1), deny(10, 0, time.Second+150*ms, 2050*ms)},      // at 4.1 s, prev = 10
 		},
 	},
 	{
@@ -146,11 +146,11 @@ var stepCases = []struct {
 		steps: []step{
 			{0, take(1), admit(3, 1, 2, 0, time.Second)},
 			{200 * ms, take(2), admit(3, 2, 0, 0, time.Second)},
-			{500 * ms, take(1), deny(3, 0, 500*ms, 700*ms)},        // the unit at 0 leaves at 1 s
-			{1000 * ms, take(1), admit(3, 1, 0, 0, time.Second)},   // (0, 1] excludes 0
-			{1000 * ms, take(1), deny(3, 0, 200*ms, time.Second)},  // the 2 at 200 ms leave at 1.2 s
+			{500 * ms, take(1), deny(3, 0, 500*ms, 700*ms)},       // the unit at 0 leaves at 1 s
+			{1000 * ms, take(1), admit(3, 1, 0, 0, time.Second)},  // (0, 1] excludes 0
+			{1000 * ms, take(1), deny(3, 0, 200*ms, time.Second)}, // the 2 at 200 ms leave at 1.2 s
 			{1000 * ms, reserve(2, 300*ms), admit(3, 2, 0, 200*ms, 1200*ms)},
-			{1100 * ms, take(1), deny(3, 0, 900*ms, 1100*ms)},       // in order: after 1.2 s, and the unit at 1 s leaves at 2 s
+			{1100 * ms, take(1), deny(3, 0, 900*ms, 1100*ms)}, // in order: after 1.2 s, and the unit at 1 s leaves at 2 s
 			{1300 * ms, refund(2, 1200*ms), admit(3, 2, 2, 0, 700*ms)},
 			{1300 * ms, upTo(5), admit(3, 2, 0, 0, time.Second)},
 			{5 * time.Second, upTo(5), admit(3, 3, 0, 0, time.Second)},
