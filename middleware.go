@@ -1,0 +1,360 @@
+package floodgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/floodgate-go/floodgate/headers"
+)
+
+// ErrNoKey reports a request for which the middleware's key function found
+// no key.
+var ErrNoKey = errors.New("floodgate: no rate-limit key for the request")
+
+// DefaultPolicyName is the policy name the middleware advertises in the
+// RateLimit and RateLimit-Policy fields unless told otherwise.
+const DefaultPolicyName = "default"
+
+// MiddlewareOptions configures Middleware. A nil *MiddlewareOptions means
+// the defaults: every request costs 1 unit of its client address's quota,
+// denials get 429 with the IETF fields, Retry-After and a JSON body. Do not
+// modify the options after passing them.
+type MiddlewareOptions struct {
+	// Key names the quota a request draws from. The default is
+	// KeyByIP(nil): the peer address, IPv6 grouped by /64, no proxy
+	// trusted. Combine key functions with KeyChain.
+	Key KeyFunc
+
+	// KeyPrefix is prepended to every key, so that routes sharing a
+	// limiter's store keep separate quotas ("search:", "upload:"). The
+	// default is none.
+	KeyPrefix string
+
+	// Cost returns the units a request costs. The default is 1 per
+	// request. A cost below 1 or above the limiter's quota is an error
+	// (ErrInvalidN, ErrExceedsLimit) handed to ErrorHandler.
+	Cost func(r *http.Request) int64
+
+	// Skip exempts the requests it returns true for (health checks,
+	// metrics): they reach the handler without a decision and without
+	// rate-limit fields. The default exempts nothing.
+	Skip func(r *http.Request) bool
+
+	// Shadow runs the limiter without enforcing it (a dry run): every
+	// request is decided, reported to OnDecision and given the rate-limit
+	// fields of its decision, but none is denied or delayed, and no
+	// Retry-After is sent. Use it to see what a new limit would do before
+	// enforcing it. The default is false.
+	Shadow bool
+
+	// MaxDelay turns denial into delay: requests are admitted with
+	// Limiter.Reserve and held for Decision.Delay, at most MaxDelay and at
+	// most until the request's context ends, before reaching the handler.
+	// Use it with a LeakyBucket, which shapes traffic into a steady flow,
+	// or a TokenBucket, which then absorbs bursts by queueing. A request
+	// whose context ends while it waits goes to ErrorHandler with the
+	// context's error, and the units it reserved stay spent. The default,
+	// 0, admits or denies at once (Limiter.AllowN).
+	MaxDelay time.Duration
+
+	// Style selects the rate-limit fields sent on every decided response.
+	// The zero value means headers.StyleIETF (RateLimit-Policy and
+	// RateLimit); styles combine with |.
+	Style headers.Style
+
+	// OmitFields sends no rate-limit fields. Denials still carry
+	// Retry-After. The default is false.
+	OmitFields bool
+
+	// XReset is how StyleX writes X-RateLimit-Reset: delta seconds (the
+	// default) or headers.ResetEpoch for Unix seconds, as GitHub does.
+	XReset headers.ResetFormat
+
+	// PolicyName is the policy name of the RateLimit fields. The default
+	// is DefaultPolicyName. It must be printable ASCII.
+	PolicyName string
+
+	// ProblemDetails makes the default denial body RFC 9457 problem details
+	// (application/problem+json, type quota-exceeded, violated-policies)
+	// instead of floodgate's JSON error object. The default is false.
+	ProblemDetails bool
+
+	// DenyHandler writes the response to a denied request. When it runs,
+	// the rate-limit fields and Retry-After are already set on
+	// w.Header(). The default writes 429 Too Many Requests with the JSON
+	// body described in package headers.
+	DenyHandler func(w http.ResponseWriter, r *http.Request, d Decision)
+
+	// ErrorHandler writes the response when no decision could be made: the
+	// limiter failed (an error matching ErrUnavailable, after the store's
+	// own failure policy: FailOpen and FailLocal stores return decisions,
+	// not errors), no key was found (ErrNoKey), the cost was invalid, the
+	// request's context ended, or the options are invalid
+	// (ErrInvalidConfig, see Middleware). The default answers 503 Service
+	// Unavailable for ErrUnavailable and ended contexts and 500 Internal
+	// Server Error otherwise, with no rate-limit fields.
+	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
+
+	// OnDecision, when set, is called with every decision before the
+	// request is served or denied, in shadow mode too. It runs on the
+	// request's goroutine and must not block.
+	OnDecision func(r *http.Request, key string, d Decision)
+
+	// Now is the clock of epoch resets (headers.ResetEpoch). The default
+	// is time.Now.
+	Now func() time.Time
+}
+
+// middleware is a validated MiddlewareOptions bound to a Limiter.
+type middleware struct {
+	lim      Limiter
+	o        MiddlewareOptions
+	policy   headers.Policy
+	style    headers.Style
+	shaping  bool
+	writeOpt headers.WriteOptions
+}
+
+// NewMiddleware returns net/http middleware that limits requests with
+// limiter, configured by opts (nil means the defaults), or an error matching
+// ErrInvalidConfig when the limiter is nil or the options are unusable.
+func NewMiddleware(limiter Limiter, opts *MiddlewareOptions) (func(http.Handler) http.Handler, error) {
+	m, err := newMiddleware(limiter, opts)
+	if err != nil {
+		return nil, err
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			m.serve(w, r, next)
+		})
+	}, nil
+}
+
+// Middleware returns net/http middleware that limits requests with limiter,
+// configured by opts (nil means the defaults; see MiddlewareOptions).
+//
+// For each request not skipped it finds the key, asks the limiter for the
+// request's cost, reports the decision in rate-limit fields and either
+// calls the next handler (after the decision's delay, when shaping) or
+// answers 429 with Retry-After and a JSON body.
+//
+// Middleware never panics: when the limiter is nil or the options are
+// invalid it returns middleware that hands every request to the
+// ErrorHandler with an error matching ErrInvalidConfig (500 by default),
+// failing closed. Use NewMiddleware to catch such errors at start-up.
+func Middleware(limiter Limiter, opts *MiddlewareOptions) func(http.Handler) http.Handler {
+	mw, err := NewMiddleware(limiter, opts)
+	if err == nil {
+		return mw
+	}
+	onError := defaultErrorHandler
+	if opts != nil && opts.ErrorHandler != nil {
+		onError = opts.ErrorHandler
+	}
+	return func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			onError(w, r, err)
+		})
+	}
+}
+
+func newMiddleware(lim Limiter, opts *MiddlewareOptions) (*middleware, error) {
+	if lim == nil {
+		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidConfig)
+	}
+	m := &middleware{lim: lim}
+	if opts != nil {
+		m.o = *opts
+	}
+	o := &m.o
+	if o.Key == nil {
+		o.Key = KeyByIP(nil)
+	}
+	if o.PolicyName == "" {
+		o.PolicyName = DefaultPolicyName
+	}
+	if o.DenyHandler == nil {
+		if o.ProblemDetails {
+			o.DenyHandler = m.denyProblem
+		} else {
+			o.DenyHandler = m.denyJSON
+		}
+	}
+	if o.ErrorHandler == nil {
+		o.ErrorHandler = defaultErrorHandler
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxDelay < 0 {
+		return nil, fmt.Errorf("%w: negative MaxDelay %v", ErrInvalidConfig, o.MaxDelay)
+	}
+	m.shaping = o.MaxDelay > 0
+	m.style = o.Style
+	if m.style == 0 {
+		m.style = headers.StyleIETF
+	}
+	if m.style&^(headers.StyleIETF|headers.StyleDraft|headers.StyleX) != 0 {
+		return nil, fmt.Errorf("%w: unknown header style %v", ErrInvalidConfig, o.Style)
+	}
+	if o.OmitFields {
+		m.style = 0
+	}
+	if o.XReset > headers.ResetEpoch {
+		return nil, fmt.Errorf("%w: unknown reset format %d", ErrInvalidConfig, o.XReset)
+	}
+	m.writeOpt.XReset = o.XReset
+	p := lim.Policy()
+	m.policy = headers.Policy{Name: o.PolicyName, Quota: p.Quota, Window: p.Window}
+	if _, err := headers.FormatPolicy(m.policy); err != nil {
+		return nil, fmt.Errorf("%w: policy cannot be advertised: %w", ErrInvalidConfig, err)
+	}
+	return m, nil
+}
+
+func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	o := &m.o
+	if o.Skip != nil && o.Skip(r) {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, ok := o.Key(r)
+	if !ok || key == "" {
+		o.ErrorHandler(w, r, ErrNoKey)
+		return
+	}
+	key = o.KeyPrefix + key
+	n := int64(1)
+	if o.Cost != nil {
+		n = o.Cost(r)
+	}
+
+	ctx := r.Context()
+	var d Decision
+	var err error
+	if m.shaping {
+		maxDelay := o.MaxDelay
+		if deadline, ok := ctx.Deadline(); ok {
+			maxDelay = max(0, min(maxDelay, time.Until(deadline)))
+		}
+		d, err = m.lim.Reserve(ctx, key, n, maxDelay)
+	} else {
+		d, err = m.lim.AllowN(ctx, key, n)
+	}
+	if err != nil {
+		o.ErrorHandler(w, r, err)
+		return
+	}
+	if o.OnDecision != nil {
+		o.OnDecision(r, key, d)
+	}
+
+	m.writeFields(w.Header(), d)
+	if o.Shadow {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if !d.Allowed {
+		o.DenyHandler(w, r, d)
+		return
+	}
+	if d.Delay > 0 {
+		if err := sleep(ctx, d.Delay); err != nil {
+			for _, f := range rateLimitFields {
+				w.Header().Del(f)
+			}
+			o.ErrorHandler(w, r, err)
+			return
+		}
+	}
+	next.ServeHTTP(w, r)
+}
+
+// rateLimitFields are every field writeFields may set.
+var rateLimitFields = []string{
+	headers.FieldRateLimitPolicy, headers.FieldRateLimit,
+	headers.FieldRateLimitLimit, headers.FieldRateLimitRemaining, headers.FieldRateLimitReset,
+	headers.FieldXRateLimitLimit, headers.FieldXRateLimitRemaining, headers.FieldXRateLimitReset,
+	headers.FieldRetryAfter,
+}
+
+// report converts a decision into the terms of package headers.
+func (m *middleware) report(d Decision) headers.Report {
+	pol := m.policy
+	if d.Limit > 0 {
+		pol.Quota = d.Limit
+	}
+	return headers.Report{
+		Policy:     pol,
+		Remaining:  d.Remaining,
+		ResetAfter: d.ResetAfter,
+		Denied:     !d.Allowed,
+		RetryAfter: d.RetryAfter,
+	}
+}
+
+// writeFields sets the rate-limit fields of d, and Retry-After on an
+// enforced denial. A decision the fields cannot express (a negative count,
+// which no Limiter of this module returns) leaves them unset rather than
+// failing the request.
+func (m *middleware) writeFields(h http.Header, d Decision) {
+	rep := m.report(d)
+	opts := m.writeOpt
+	if m.o.XReset == headers.ResetEpoch {
+		opts.Now = m.o.Now()
+	}
+	_ = headers.Write(h, m.style, rep, &opts)
+	if m.o.Shadow {
+		// Nothing is denied in a dry run; t still tells when the
+		// request would have been admitted.
+		h.Del(headers.FieldRetryAfter)
+	}
+}
+
+func (m *middleware) denyJSON(w http.ResponseWriter, r *http.Request, d Decision) {
+	writeJSON(w, headers.ContentTypeJSON, http.StatusTooManyRequests, headers.NewErrorBody(m.report(d)))
+}
+
+func (m *middleware) denyProblem(w http.ResponseWriter, r *http.Request, d Decision) {
+	writeJSON(w, headers.ContentTypeProblem, http.StatusTooManyRequests, headers.NewProblem(m.report(d)))
+}
+
+func writeJSON(w http.ResponseWriter, contentType string, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// The body types hold strings and integers only.
+		http.Error(w, http.StatusText(status), status)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("X-Content-Type-Options", "nosniff")
+	// RFC 6585: a 429 must not be stored by a cache.
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+func defaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	status := http.StatusInternalServerError
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		status = http.StatusServiceUnavailable
+	}
+	http.Error(w, http.StatusText(status), status)
+}
+
+// sleep waits for d or until ctx ends, whichever is first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,61 @@
+package floodgate_test
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
+)
+
+func ExampleMiddleware() {
+	// A stopped clock keeps the output stable; leave Now unset in real use.
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	store, err := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		panic(err)
+	}
+	limiter, err := floodgate.New(store, floodgate.FixedWindow{Limit: 2, Window: time.Hour})
+	if err != nil {
+		panic(err)
+	}
+	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "hello\n")
+	})
+	handler := floodgate.Middleware(limiter, nil)(hello)
+
+	for range 3 {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.RemoteAddr = "192.0.2.1:52000"
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Values("Retry-After"))
+	}
+	// Output:
+	// 200 "default";q=2;w=3600 []
+	// 200 "default";q=2;w=3600 []
+	// 429 "default";q=2;w=3600 [3600]
+}
+
+func ExampleKeyChain() {
+	key := floodgate.KeyChain(
+		floodgate.KeyByAPIKey("X-API-Key"), // callers with a key: by key
+		floodgate.KeyByIP(&floodgate.IPKeyOptions{ // everyone else: by address
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		}),
+	)
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.RemoteAddr = "10.1.2.3:40000"                                   // the load balancer
+	req.Header.Set("X-Forwarded-For", "6.6.6.6, 203.0.113.9, 10.9.9.9") // forged, client, proxy
+	fmt.Println(key(req))
+
+	req.Header.Set("X-API-Key", "k3y")
+	fmt.Println(key(req))
+	// Output:
+	// ip:203.0.113.9 true
+	// key:pJsSh4cMEKdvH0ZVKspEMQ true
+}

@@ -1,0 +1,229 @@
+package floodgate
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// IPKeyOptions configures KeyByIP and ClientIP. A nil *IPKeyOptions means the
+// defaults: the peer address only, IPv4 addresses whole, IPv6 addresses by
+// /64. The zero value is the same. Safe for concurrent use once built; do not
+// modify it while in use.
+type IPKeyOptions struct {
+	// TrustedProxies are the networks of the reverse proxies and load
+	// balancers in front of the server. Only when the peer of a request
+	// (its RemoteAddr) lies in one of them is ForwardedHeader read, from
+	// right to left: each trusted hop is skipped, and the first address
+	// that is not trusted is the client. Left of it everything is written
+	// by the client and ignored. The default, none, trusts no header: a
+	// client cannot choose its own key by sending X-Forwarded-For.
+	//
+	// When a trusted proxy sends no usable address (the header is absent,
+	// or holds "unknown" or an obfuscated node where the walk stops), the
+	// last trusted address is the client: such requests share one key,
+	// which is safe but coarse; fix the proxy.
+	TrustedProxies []netip.Prefix
+
+	// ForwardedHeader is the field the trusted proxies append the client
+	// address to: "X-Forwarded-For" (the default), "Forwarded" (RFC 7239,
+	// its for= parameters), or any field holding a comma-separated list of
+	// addresses ("X-Real-IP" is a list of one). Name the one your proxies
+	// write: a field they pass through untouched is written by the client.
+	ForwardedHeader string
+
+	// IPv4Prefix is the prefix length IPv4 clients are grouped by. The
+	// default, 0, means 32 (each address on its own); values above 32
+	// mean 32.
+	IPv4Prefix int
+
+	// IPv6Prefix is the prefix length IPv6 clients are grouped by. The
+	// default, 0, means 64: a single host commonly holds a whole /64 and
+	// could otherwise rotate through 2^64 keys. Values above 128 mean 128.
+	IPv6Prefix int
+}
+
+// ipResolver is IPKeyOptions with its defaults applied.
+type ipResolver struct {
+	trusted    []netip.Prefix
+	header     string
+	rfc7239    bool
+	v4Bits     int
+	v6Bits     int
+	anyTrusted bool
+}
+
+func newIPResolver(opts *IPKeyOptions) *ipResolver {
+	var o IPKeyOptions
+	if opts != nil {
+		o = *opts
+	}
+	r := &ipResolver{header: o.ForwardedHeader, v4Bits: o.IPv4Prefix, v6Bits: o.IPv6Prefix}
+	if r.header == "" {
+		r.header = "X-Forwarded-For"
+	}
+	r.rfc7239 = strings.EqualFold(r.header, "Forwarded")
+	if r.v4Bits <= 0 || r.v4Bits > 32 {
+		r.v4Bits = 32
+	}
+	if r.v6Bits <= 0 {
+		r.v6Bits = 64
+	}
+	r.v6Bits = min(r.v6Bits, 128)
+	for _, p := range o.TrustedProxies {
+		if !p.IsValid() {
+			continue // an invalid prefix matches nothing: distrust, the safe side
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		r.trusted = append(r.trusted, p.Masked())
+	}
+	r.anyTrusted = len(r.trusted) > 0
+	return r
+}
+
+func (r *ipResolver) isTrusted(a netip.Addr) bool {
+	for _, p := range r.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// KeyByIP returns a KeyFunc that keys requests by client address, as
+// ClientIP finds it, grouped by prefix: "ip:192.0.2.7" for a whole IPv4
+// address, "ip:2001:db8:1:2::/64" for an IPv6 /64. A request whose
+// RemoteAddr is not an IP address has no key.
+func KeyByIP(opts *IPKeyOptions) KeyFunc {
+	res := newIPResolver(opts)
+	return func(r *http.Request) (string, bool) {
+		a, ok := res.clientIP(r)
+		if !ok {
+			return "", false
+		}
+		return "ip:" + res.group(a), true
+	}
+}
+
+// group returns the textual prefix a belongs to.
+func (r *ipResolver) group(a netip.Addr) string {
+	bits := r.v6Bits
+	if a.Is4() {
+		bits = r.v4Bits
+	}
+	if bits == a.BitLen() {
+		return a.String()
+	}
+	p, err := a.Prefix(bits)
+	if err != nil {
+		return a.String()
+	}
+	return p.String()
+}
+
+// ClientIP returns the address of the client that sent r, as seen through the
+// trusted proxies of opts (see IPKeyOptions), and false when RemoteAddr is
+// not an IP address. IPv4-mapped IPv6 addresses are returned as IPv4, and
+// zones are dropped. With nil opts it is the peer address.
+func ClientIP(r *http.Request, opts *IPKeyOptions) (netip.Addr, bool) {
+	return newIPResolver(opts).clientIP(r)
+}
+
+func (r *ipResolver) clientIP(req *http.Request) (netip.Addr, bool) {
+	peer, ok := parseHostAddr(req.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	if !r.anyTrusted || !r.isTrusted(peer) {
+		return peer, true
+	}
+	lines := req.Header.Values(r.header)
+	client := peer
+	// Walk the hops from the right: the last one was appended by the peer,
+	// which is trusted; each trusted hop vouches for the one to its left.
+	for i := len(lines) - 1; i >= 0; i-- {
+		hops := strings.Split(lines[i], ",")
+		for j := len(hops) - 1; j >= 0; j-- {
+			var a netip.Addr
+			if r.rfc7239 {
+				a, ok = forwardedFor(hops[j])
+			} else {
+				a, ok = parseHostAddr(strings.Trim(hops[j], " \t"))
+			}
+			if !ok {
+				// Unknown, obfuscated or malformed, yet written by a
+				// trusted hop: the last trusted address is all we know.
+				return client, true
+			}
+			client = a
+			if !r.isTrusted(a) {
+				return a, true
+			}
+		}
+	}
+	return client, true
+}
+
+// parseHostAddr reads an address with or without a port: "192.0.2.7",
+// "192.0.2.7:443", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:443".
+func parseHostAddr(s string) (netip.Addr, bool) {
+	var a netip.Addr
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		a = ap.Addr()
+	} else {
+		if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+			s = s[1 : len(s)-1]
+		}
+		if a, err = netip.ParseAddr(s); err != nil {
+			return netip.Addr{}, false
+		}
+	}
+	return a.WithZone("").Unmap(), true
+}
+
+// forwardedFor returns the address in the for= parameter of one RFC 7239
+// forwarded-element ("for=192.0.2.60;proto=http;by=203.0.113.43"). Elements
+// are split on commas by the caller without regard to quoting: the values a
+// proxy writes (addresses, ports) contain neither commas nor semicolons, and
+// a quote the client left open must not swallow the elements appended after
+// it by trusted proxies.
+func forwardedFor(element string) (netip.Addr, bool) {
+	var node string
+	found := false
+	for _, pair := range strings.Split(element, ";") {
+		name, value, ok := strings.Cut(strings.Trim(pair, " \t"), "=")
+		if !ok || !strings.EqualFold(strings.Trim(name, " \t"), "for") {
+			continue
+		}
+		if found {
+			return netip.Addr{}, false // two for= in one element: malformed
+		}
+		node, found = value, true
+	}
+	if !found {
+		return netip.Addr{}, false
+	}
+	if len(node) >= 2 && node[0] == '"' && node[len(node)-1] == '"' {
+		node = unquote(node[1 : len(node)-1])
+	}
+	// node = nodename [ ":" node-port ]; an IPv6 nodename is bracketed.
+	// "unknown" and obfuscated names ("_hidden") are no address.
+	return parseHostAddr(node)
+}
+
+// unquote removes the backslash escapes of an RFC 9110 quoted-string body.
+func unquote(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) {
+			i++
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

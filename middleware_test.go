@@ -1,0 +1,479 @@
+package floodgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/headers"
+	"github.com/floodgate-go/floodgate/memstore"
+)
+
+// fakeLimiter returns scripted decisions and records its calls. It lets the
+// tests state a Decision exactly instead of driving an algorithm into it.
+type fakeLimiter struct {
+	mu       sync.Mutex
+	policy   floodgate.Policy
+	decide   func(key string, n int64, maxDelay time.Duration) (floodgate.Decision, error)
+	calls    []call
+	reserves int
+}
+
+type call struct {
+	key      string
+	n        int64
+	maxDelay time.Duration
+}
+
+func (f *fakeLimiter) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
+	return f.AllowN(ctx, key, 1)
+}
+
+func (f *fakeLimiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	return f.record(key, n, 0)
+}
+
+func (f *fakeLimiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
+	f.mu.Lock()
+	f.reserves++
+	f.mu.Unlock()
+	return f.record(key, n, maxDelay)
+}
+
+func (f *fakeLimiter) record(key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
+	f.mu.Lock()
+	f.calls = append(f.calls, call{key, n, maxDelay})
+	f.mu.Unlock()
+	return f.decide(key, n, maxDelay)
+}
+
+func (f *fakeLimiter) Wait(ctx context.Context, key string, n int64) error {
+	return errors.New("fakeLimiter: Wait not used by the middleware")
+}
+
+func (f *fakeLimiter) Policy() floodgate.Policy { return f.policy }
+
+func (f *fakeLimiter) Calls() []call {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]call(nil), f.calls...)
+}
+
+// always returns a fakeLimiter that gives d (or err) to every request, under
+// a policy of 100 per minute.
+func always(d floodgate.Decision, err error) *fakeLimiter {
+	return &fakeLimiter{
+		policy: floodgate.Policy{Quota: 100, Window: time.Minute},
+		decide: func(string, int64, time.Duration) (floodgate.Decision, error) { return d, err },
+	}
+}
+
+var (
+	allowed42 = floodgate.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 16500 * time.Millisecond}
+	denied    = floodgate.Decision{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 2100 * time.Millisecond, ResetAfter: 58 * time.Second}
+)
+
+// okHandler counts the requests that reach it.
+type okHandler struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (h *okHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	h.n++
+	h.mu.Unlock()
+	_, _ = io.WriteString(w, "ok")
+}
+
+func (h *okHandler) served() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// do sends one request from remoteAddr through handler.
+func do(t *testing.T, handler http.Handler, remoteAddr string, hdr ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(http.MethodGet, "/items/1", nil)
+	req.RemoteAddr = remoteAddr
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestMiddlewareAllowedResponseCarriesIETFFields(t *testing.T) {
+	next := &okHandler{}
+	h := floodgate.Middleware(always(allowed42, nil), nil)(next)
+	rec := do(t, h, "192.0.2.1:1234")
+
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Equal(t, "ok", rec.Body.String())
+	assert.Equal(t, `"default";q=100;w=60`, rec.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, `"default";r=42;t=17`, rec.Header().Get("RateLimit"))
+	assert.Empty(t, rec.Header().Values("Retry-After"))
+	assert.Empty(t, rec.Header().Values("X-RateLimit-Limit"))
+	assert.Equal(t, 1, next.served())
+}
+
+func TestMiddlewareDenial(t *testing.T) {
+	next := &okHandler{}
+	h := floodgate.Middleware(always(denied, nil), nil)(next)
+	rec := do(t, h, "192.0.2.1:1234")
+
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, 0, next.served(), "a denied request reached the handler")
+	assert.Equal(t, "3", rec.Header().Get("Retry-After"))
+	assert.Equal(t, `"default";r=0;t=3`, rec.Header().Get("RateLimit"))
+	assert.Equal(t, `"default";q=100;w=60`, rec.Header().Get("RateLimit-Policy"))
+	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	assert.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
+
+	var body headers.ErrorBody
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), "body %q", rec.Body.String())
+	assert.Equal(t, headers.ErrorDetail{
+		Code: "rate_limit_exceeded", Message: "Rate limit exceeded; retry after 3 seconds.",
+		Limit: 100, Remaining: 0, Reset: 3, RetryAfter: 3,
+	}, body.Error)
+}
+
+func TestMiddlewareProblemDetails(t *testing.T) {
+	h := floodgate.Middleware(always(denied, nil), &floodgate.MiddlewareOptions{
+		ProblemDetails: true, PolicyName: "per-ip",
+	})(&okHandler{})
+	rec := do(t, h, "192.0.2.1:1234")
+
+	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+	assert.Equal(t, "application/problem+json", rec.Header().Get("Content-Type"))
+	assert.Equal(t, `"per-ip";r=0;t=3`, rec.Header().Get("RateLimit"))
+	assert.JSONEq(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+		"title":"Quota Exceeded","status":429,"detail":"Rate limit exceeded; retry after 3 seconds.",
+		"violated-policies":["per-ip"]}`, rec.Body.String())
+}
+
+func TestMiddlewareStyles(t *testing.T) {
+	now := time.Unix(1_700_000_000, 500_000_000)
+	tests := []struct {
+		name string
+		opts floodgate.MiddlewareOptions
+		d    floodgate.Decision
+		want http.Header
+	}{
+		{"draft", floodgate.MiddlewareOptions{Style: headers.StyleDraft}, allowed42, http.Header{
+			"Ratelimit-Limit": {"100"}, "Ratelimit-Remaining": {"42"}, "Ratelimit-Reset": {"17"},
+		}},
+		{"x delta", floodgate.MiddlewareOptions{Style: headers.StyleX}, denied, http.Header{
+			"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"3"},
+			"Retry-After": {"3"},
+		}},
+		{"x epoch", floodgate.MiddlewareOptions{
+			Style: headers.StyleX, XReset: headers.ResetEpoch, Now: func() time.Time { return now },
+		}, allowed42, http.Header{
+			"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"42"}, "X-Ratelimit-Reset": {"1700000017"},
+		}},
+		{"ietf and x", floodgate.MiddlewareOptions{Style: headers.StyleIETF | headers.StyleX}, allowed42, http.Header{
+			"Ratelimit-Policy": {`"default";q=100;w=60`}, "Ratelimit": {`"default";r=42;t=17`},
+			"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"42"}, "X-Ratelimit-Reset": {"17"},
+		}},
+		{"omitted, allowed", floodgate.MiddlewareOptions{OmitFields: true}, allowed42, http.Header{}},
+		{"omitted, denied keeps Retry-After", floodgate.MiddlewareOptions{OmitFields: true}, denied, http.Header{
+			"Retry-After": {"3"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := floodgate.Middleware(always(tt.d, nil), &tt.opts)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			rec := do(t, h, "192.0.2.1:1234")
+			got := rec.Header().Clone()
+			for _, k := range []string{"Content-Type", "Cache-Control", "X-Content-Type-Options"} {
+				got.Del(k)
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestMiddlewareCustomDenyHandler(t *testing.T) {
+	var got floodgate.Decision
+	h := floodgate.Middleware(always(denied, nil), &floodgate.MiddlewareOptions{
+		DenyHandler: func(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
+			got = d
+			assert.Equal(t, "3", w.Header().Get("Retry-After"), "fields must be set before DenyHandler runs")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		},
+	})(&okHandler{})
+	rec := do(t, h, "192.0.2.1:1234")
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, denied, got)
+}
+
+func TestMiddlewareErrors(t *testing.T) {
+	storeDown := fmt.Errorf("%w: dial tcp 10.0.0.1:6379: i/o timeout", floodgate.ErrUnavailable)
+	tests := []struct {
+		name   string
+		lim    floodgate.Limiter
+		opts   *floodgate.MiddlewareOptions
+		status int
+		match  error
+	}{
+		{"store unavailable", always(floodgate.Decision{}, storeDown), nil, http.StatusServiceUnavailable, floodgate.ErrUnavailable},
+		{"context ended", always(floodgate.Decision{}, context.DeadlineExceeded), nil, http.StatusServiceUnavailable, context.DeadlineExceeded},
+		{"other error", always(floodgate.Decision{}, floodgate.ErrKeyTooLong), nil, http.StatusInternalServerError, floodgate.ErrKeyTooLong},
+		{"no key", always(allowed42, nil), &floodgate.MiddlewareOptions{Key: floodgate.KeyByAPIKey("X-API-Key")},
+			http.StatusInternalServerError, floodgate.ErrNoKey},
+		{"nil limiter", nil, nil, http.StatusInternalServerError, floodgate.ErrInvalidConfig},
+		{"unprintable policy name", always(allowed42, nil), &floodgate.MiddlewareOptions{PolicyName: "naïve"},
+			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
+		{"negative MaxDelay", always(allowed42, nil), &floodgate.MiddlewareOptions{MaxDelay: -1},
+			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
+		{"unknown style", always(allowed42, nil), &floodgate.MiddlewareOptions{Style: 1 << 6},
+			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
+		{"unknown reset format", always(allowed42, nil), &floodgate.MiddlewareOptions{XReset: 9},
+			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			next := &okHandler{}
+			rec := do(t, floodgate.Middleware(tt.lim, tt.opts)(next), "192.0.2.1:1234")
+			assert.Equal(t, tt.status, rec.Code)
+			assert.Equal(t, 0, next.served(), "the handler ran despite the error")
+			assert.Empty(t, rec.Header().Values("RateLimit"), "fields without a decision")
+			assert.Empty(t, rec.Header().Values("Retry-After"))
+
+			// The same error reaches a custom ErrorHandler, and
+			// NewMiddleware reports configuration errors up front.
+			var seen error
+			opts := floodgate.MiddlewareOptions{}
+			if tt.opts != nil {
+				opts = *tt.opts
+			}
+			opts.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+				seen = err
+				w.WriteHeader(599)
+			}
+			rec = do(t, floodgate.Middleware(tt.lim, &opts)(next), "192.0.2.1:1234")
+			assert.Equal(t, 599, rec.Code)
+			assert.ErrorIs(t, seen, tt.match)
+			_, err := floodgate.NewMiddleware(tt.lim, &opts)
+			if errors.Is(tt.match, floodgate.ErrInvalidConfig) {
+				assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+			} else {
+				assert.NoError(t, err)
+			}
+		})
+	}
+}
+
+func TestMiddlewareSkipCostPrefix(t *testing.T) {
+	lim := always(allowed42, nil)
+	next := &okHandler{}
+	h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+		KeyPrefix: "search:",
+		Skip:      func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+		Cost: func(r *http.Request) int64 {
+			if r.Method == http.MethodPost {
+				return 5
+			}
+			return 1
+		},
+	})(next)
+
+	req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Empty(t, rec.Header().Values("RateLimit"), "a skipped request carries no fields")
+	assert.Empty(t, lim.Calls(), "a skipped request was counted")
+
+	req = httptest.NewRequest(http.MethodPost, "/search", strings.NewReader("q"))
+	req.RemoteAddr = "198.51.100.7:999"
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	do(t, h, "198.51.100.7:999")
+	assert.Equal(t, []call{{"search:ip:198.51.100.7", 5, 0}, {"search:ip:198.51.100.7", 1, 0}}, lim.Calls())
+	assert.Equal(t, 3, next.served())
+}
+
+func TestMiddlewareCostErrors(t *testing.T) {
+	lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 10, Window: time.Minute})
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		cost int64
+		want error
+	}{{0, floodgate.ErrInvalidN}, {-3, floodgate.ErrInvalidN}, {11, floodgate.ErrExceedsLimit}} {
+		var seen error
+		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+			Cost:         func(*http.Request) int64 { return tt.cost },
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { seen = err; w.WriteHeader(500) },
+		})(&okHandler{})
+		rec := do(t, h, "192.0.2.1:1")
+		assert.Equal(t, 500, rec.Code, "cost %d", tt.cost)
+		assert.ErrorIs(t, seen, tt.want, "cost %d", tt.cost)
+	}
+}
+
+// newStore returns a memstore on the real (or, inside a synctest bubble,
+// the virtual) clock.
+func newStore(t *testing.T) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(nil)
+	require.NoError(t, err)
+	return s
+}
+
+func TestMiddlewareShadowModeNeverBlocks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim, err := floodgate.New(newStore(t), floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 3})
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var decisions []floodgate.Decision
+		next := &okHandler{}
+		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+			Shadow:   true,
+			MaxDelay: 10 * time.Second, // shaping is not enforced in shadow mode either
+			OnDecision: func(r *http.Request, key string, d floodgate.Decision) {
+				mu.Lock()
+				decisions = append(decisions, d)
+				mu.Unlock()
+			},
+		})(next)
+
+		start := time.Now()
+		for i := range 50 {
+			rec := do(t, h, "192.0.2.1:1234")
+			require.Equal(t, http.StatusOK, rec.Code, "request %d was blocked in shadow mode", i)
+			assert.Empty(t, rec.Header().Values("Retry-After"), "request %d: Retry-After in shadow mode", i)
+			st, err := headers.Parse(rec.Header(), nil)
+			require.NoError(t, err)
+			require.Len(t, st.Limits, 1)
+			d := decisions[i]
+			assert.Equal(t, d.Remaining, st.Limits[0].Remaining, "request %d: r", i)
+			if !d.Allowed {
+				// t says when the request would have been admitted.
+				assert.Equal(t, time.Duration(headers.Seconds(max(d.RetryAfter, d.Delay)))*time.Second, st.Limits[0].Reset, "request %d: t", i)
+			}
+		}
+		assert.Equal(t, time.Duration(0), time.Since(start), "shadow mode delayed requests")
+		assert.Equal(t, 50, next.served())
+
+		var admitted, wouldDelay int
+		for _, d := range decisions {
+			if d.Allowed {
+				admitted++
+				if d.Delay > 0 {
+					wouldDelay++
+				}
+			}
+		}
+		assert.Equal(t, 50, len(decisions))
+		assert.Greater(t, wouldDelay, 0, "the limiter never asked for a delay: the test proves nothing")
+		assert.Less(t, admitted, 50, "the limiter never denied: the test proves nothing")
+	})
+}
+
+func TestMiddlewareShadowModeDenials(t *testing.T) {
+	lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 2, Window: time.Hour})
+	require.NoError(t, err)
+	var denials int
+	next := &okHandler{}
+	h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+		Shadow: true,
+		OnDecision: func(r *http.Request, key string, d floodgate.Decision) {
+			if !d.Allowed {
+				denials++
+			}
+		},
+	})(next)
+	for range 10 {
+		rec := do(t, h, "192.0.2.1:1234")
+		require.Equal(t, http.StatusOK, rec.Code)
+	}
+	assert.Equal(t, 10, next.served())
+	assert.Equal(t, 8, denials)
+}
+
+func TestMiddlewareShapingDelaysInsteadOfDenying(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	synctest.Test(t, func(t *testing.T) {
+		lim := &fakeLimiter{
+			policy: floodgate.Policy{Quota: 5, Window: time.Second},
+			decide: func(_ string, _ int64, maxDelay time.Duration) (floodgate.Decision, error) {
+				return floodgate.Decision{Allowed: true, Limit: 5, Remaining: 2, Delay: 3 * time.Second, ResetAfter: 4 * time.Second}, nil
+			},
+		}
+		var servedAt time.Duration
+		start := time.Now()
+		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{MaxDelay: 10 * time.Second})(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { servedAt = time.Since(start) }))
+
+		rec := do(t, h, "192.0.2.1:1234")
+		assert.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, 3*time.Second, servedAt, "the handler ran before the decision's delay")
+		assert.Equal(t, []call{{"ip:192.0.2.1", 1, 10 * time.Second}}, lim.Calls())
+		assert.Equal(t, `"default";r=2;t=4`, rec.Header().Get("RateLimit"))
+
+		// The request's deadline bounds the delay it may be given.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+		req.RemoteAddr = "192.0.2.1:1234"
+		var seen error
+		h = floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+			MaxDelay:     10 * time.Second,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { seen = err; w.WriteHeader(503) },
+		})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler ran after the deadline") }))
+		rec = httptest.NewRecorder()
+		start = time.Now()
+		h.ServeHTTP(rec, req)
+		assert.Equal(t, 2*time.Second, lim.Calls()[1].maxDelay, "maxDelay not bounded by the deadline")
+		// The fake ignores that bound and asks for 3s: the middleware
+		// gives up when the context ends rather than hanging on.
+		assert.Equal(t, 2*time.Second, time.Since(start))
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		assert.ErrorIs(t, seen, context.DeadlineExceeded)
+		assert.Empty(t, rec.Header().Values("RateLimit"), "fields of a request that was not served")
+	})
+}
+
+func TestMiddlewareLeakyBucketShapesBursts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// 10 per second, a queue of 4: a burst of 6 is spread 100ms apart
+		// and the two that do not fit are denied.
+		lim, err := floodgate.New(newStore(t), floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 4})
+		require.NoError(t, err)
+		start := time.Now()
+		var mu sync.Mutex
+		var served []time.Duration
+		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{MaxDelay: time.Second})(
+			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				served = append(served, time.Since(start))
+				mu.Unlock()
+			}))
+		codes := make([]int, 6)
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Go(func() { codes[i] = do(t, h, "192.0.2.1:1234").Code })
+			synctest.Wait() // admit them in order
+		}
+		wg.Wait()
+		assert.ElementsMatch(t, []int{200, 200, 200, 200, 429, 429}, codes)
+		assert.Equal(t, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, served)
+	})
+}
