@@ -59,7 +59,7 @@ func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (Fixe
 	if err := a.Validate(); err != nil {
 		return st, Result{}, err
 	}
-	if err := checkStep(req, a.Limit); err != nil {
+	if err := checkStep(req, a.Limit, now); err != nil {
 		return st, Result{}, err
 	}
 	t, w := now.UnixNano(), int64(a.Window)

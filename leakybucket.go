@@ -64,7 +64,7 @@ func (a LeakyBucket) Step(tail int64, now time.Time, req Request) (int64, Result
 	if err != nil {
 		return tail, Result{}, err
 	}
-	if err := checkStep(req, a.Capacity); err != nil {
+	if err := checkStep(req, a.Capacity, now); err != nil {
 		return tail, Result{}, err
 	}
 	t := now.UnixNano()

@@ -129,7 +129,7 @@ func (a SlidingLog) Step(st *SlidingLogState, now time.Time, req Request) (Resul
 	if err := a.Validate(); err != nil {
 		return Result{}, err
 	}
-	if err := checkStep(req, a.Limit); err != nil {
+	if err := checkStep(req, a.Limit, now); err != nil {
 		return Result{}, err
 	}
 	t, w := now.UnixNano(), int64(a.Window)

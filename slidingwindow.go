@@ -130,7 +130,7 @@ func (a SlidingWindow) Step(st SlidingWindowState, now time.Time, req Request) (
 	if err := a.Validate(); err != nil {
 		return st, Result{}, err
 	}
-	if err := checkStep(req, a.Limit); err != nil {
+	if err := checkStep(req, a.Limit, now); err != nil {
 		return st, Result{}, err
 	}
 	t, w := now.UnixNano(), int64(a.Window)

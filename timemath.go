@@ -66,10 +66,18 @@ func checkWindow(limit int64, window time.Duration) error {
 	return nil
 }
 
-// checkStep validates a Request against a quota.
-func checkStep(req Request, quota int64) error {
+// latestTime is the last instant whose Unix time in nanoseconds fits an
+// int64 (in 2262).
+var latestTime = time.Unix(0, 1<<63-1)
+
+// checkStep validates a Request against a quota, and the store's clock.
+func checkStep(req Request, quota int64, now time.Time) error {
 	if err := checkRequest(req); err != nil {
 		return err
+	}
+	if now.Unix() < 0 || now.After(latestTime) {
+		// State words are nanoseconds since 1970 with 0 meaning "new key".
+		return fmt.Errorf("%w: the store's clock reads %v, outside 1970 to 2262", ErrInvalidConfig, now)
 	}
 	if req.N > quota && req.Op != OpTakeUpTo && req.Op != OpRefund {
 		return fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, req.N, quota)

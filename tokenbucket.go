@@ -62,7 +62,7 @@ func (a TokenBucket) Step(tat int64, now time.Time, req Request) (int64, Result,
 	if err != nil {
 		return tat, Result{}, err
 	}
-	if err := checkStep(req, a.Burst); err != nil {
+	if err := checkStep(req, a.Burst, now); err != nil {
 		return tat, Result{}, err
 	}
 	t := now.UnixNano()
