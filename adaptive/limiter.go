@@ -43,7 +43,8 @@ type LimiterOptions struct {
 	// WaitLIFO); a request beyond it is rejected at once. The default is 100.
 	MaxWaiters int
 	// MaxWait bounds the time one request waits in Acquire, in addition to
-	// its context. The default is 1s.
+	// its context. It runs on the runtime's timers, not on Now. The default
+	// is 1s (Netflix's LifoBlockingLimiter backlog timeout).
 	MaxWait time.Duration
 	// Partitions reserve guaranteed shares of the limit for named classes of
 	// traffic; see Partition. The default is none.

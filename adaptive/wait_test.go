@@ -150,3 +150,35 @@ func TestWaitSkipsInadmissibleClasses(t *testing.T) {
 		held[3].Success()
 	})
 }
+
+// grantedWaiter returns a waiter that a release granted a token to, as if
+// the grant raced with the waiter giving up (ready is left open so that
+// await takes the give-up path).
+func grantedWaiter(l *Limiter) *waiter {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := &waiter{ready: make(chan struct{}), granted: true}
+	w.tok = l.take(l.fallback, l.clock())
+	return w
+}
+
+func TestWaitGrantRacesGivingUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLimiter(t, fixed(t, 1), &LimiterOptions{Wait: WaitFIFO, MaxWait: time.Second})
+
+		// The caller's context ended: the token goes back, unsampled.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		tok, err := l.await(ctx, grantedWaiter(l))
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.Equal(t, Token{}, tok)
+		assert.Equal(t, Stats{Limit: 1, Ignored: 1}, l.Stats())
+
+		// Only MaxWait passed: the caller keeps the token.
+		tok, err = l.await(context.Background(), grantedWaiter(l))
+		require.NoError(t, err)
+		assert.Equal(t, 1, l.InFlight())
+		tok.Success()
+		assert.Equal(t, Stats{Limit: 1, Succeeded: 1, Ignored: 1}, l.Stats())
+	})
+}

@@ -1,0 +1,85 @@
+// Package adaptive limits the concurrency of a server to what it can serve
+// without queueing, by learning the limit from the latency of the requests
+// it admits.
+//
+// A fixed concurrency limit is either too low (capacity wasted) or too high
+// (requests queue, latency grows, clients time out while the server works on
+// requests nobody waits for). An adaptive limit watches each request's
+// round-trip time (RTT) and the number of requests in flight, and moves the
+// limit to the knee: the most requests in flight before latency grows.
+// Requests beyond it are rejected at once, which keeps latency low for the
+// admitted ones and tells clients to back off or go elsewhere.
+//
+// # Which call you want
+//
+// For an HTTP server, wrap the handler with [Middleware] over a [Limiter]
+// running a windowed limit:
+//
+//	v, _ := adaptive.NewVegas(nil)
+//	w, _ := adaptive.NewWindowed(v, nil)
+//	l, _ := adaptive.NewLimiter(w, nil)
+//	mw, _ := adaptive.Middleware(l, nil)
+//	http.ListenAndServe(addr, mw(handler))
+//
+// Anywhere else, call [Limiter.Acquire] before the work and end the returned
+// [Token] with exactly one of [Token.Success], [Token.Dropped] (the work timed
+// out or a dependency was overloaded) or [Token.Ignore] (it failed in a way
+// that says nothing about latency).
+//
+// # Roles
+//
+// As in Netflix's concurrency-limits, three roles are separate: a [Limit] is
+// the algorithm that turns samples into a limit, the [Limiter] enforces it
+// (counts requests in flight, rejects, waits, partitions), and a [Token] is
+// one admitted request. Limits are plain state machines with no clock and no
+// locks; the Limiter reads the clock, serializes their updates, and never
+// calls an [Observer] while holding its lock.
+//
+// # Algorithms
+//
+// [Vegas] (TCP Vegas, after Netflix concurrency-limits' VegasLimit) keeps the
+// lowest RTT seen as the no-load RTT and estimates the requests queued as
+// limit·(1 - rttNoLoad/rtt). It grows the limit while the queue is shorter
+// than alpha and shrinks it when longer than beta, so a saturated server
+// settles with alpha..beta requests queued (3..6 below a limit of 100) and
+// latency close to the no-load RTT. Its weakness is the no-load RTT: if it
+// was measured on a slower server, or the server gets permanently slower,
+// only the occasional jittered probe corrects it. It is the default choice.
+//
+// [Gradient2] (Netflix's Gradient2Limit) compares each RTT with a long-term
+// exponential average instead of a minimum, so it follows a baseline that
+// drifts; the price is that under long, steady overload the average catches
+// up and the limit creeps upwards. Unlike the reference, it also backs off on
+// drops. Envoy's adaptive concurrency filter uses a related gradient on a
+// periodically re-measured minimum RTT.
+//
+// [AIMD] (TCP Reno's additive increase, multiplicative decrease; Netflix's
+// AIMDLimit) ignores latency and reacts only to drops and timeouts. It is
+// simple and robust to noisy latency, but it finds the limit only by
+// overshooting it, after requests have already failed.
+//
+// [Fixed] never changes: a semaphore with the Limiter's accounting.
+//
+// [Windowed] feeds any of them one aggregated sample (the average or a
+// percentile RTT, the largest in-flight count, any drop) per window of time,
+// trading reaction time for immunity to single slow requests; Netflix
+// recommends Windowed(Gradient2) for servers, and the simulator tests use
+// Windowed(Vegas).
+//
+// # Priorities
+//
+// [LimiterOptions.Partitions] guarantee named classes of traffic a share of
+// the limit, enforced only once the limit is in use, so idle capacity is
+// never wasted ([Partition]). [LimiterOptions.Criticality] instead caps each
+// of four ordered classes at a shrinking fraction of the limit, so the least
+// important class is shed first and critical traffic keeps the last slots
+// ([CriticalityOptions]).
+//
+// # Proof
+//
+// Package [github.com/floodgate-go/floodgate/adaptive/sim] simulates a server
+// whose latency grows past a capacity knee under Poisson load; its tests hold
+// the acceptance criteria (convergence, goodput under 3x overload, latency,
+// no false shedding, adaptation to a capacity step, priority shedding) over
+// 20 seeds.
+package adaptive
