@@ -122,7 +122,8 @@ func TestVegasUnderOverload(t *testing.T) {
 		d    Distribution
 	}{{"deterministic", Deterministic}, {"lognormal", Lognormal}} {
 		t.Run(dist.name, func(t *testing.T) {
-			var minGood, maxP99 float64 = 1e9, 0
+			var minGood, maxP99, maxShed float64 = 1e9, 0, 0
+			minL, maxL := 1<<30, 0
 			runs := perSeed(t, seeds, func(seed uint64) Config {
 				return standard(seed, c, dist.d, windowedVegas(nil))
 			}, phases("over", "low", "recover"))
@@ -138,10 +139,13 @@ func TestVegasUnderOverload(t *testing.T) {
 				for _, s := range st[1:] {
 					shed := float64(s.Rejected) / float64(s.Offered)
 					assert.Lessf(t, shed, 0.001, "seed %d: false shedding at 0.5x = %.4f, want < 0.001", seed, shed)
+					maxShed = max(maxShed, shed)
 				}
 				minGood, maxP99 = min(minGood, good), max(maxP99, p99)
+				minL, maxL = min(minL, over.LimitMedian), max(maxL, over.LimitMedian)
 			}
-			t.Logf("over 20 seeds: goodput >= %.3f of capacity, p99 <= %.2f·S", minGood, maxP99)
+			t.Logf("over 20 seeds at 3x: median limit in [%d, %d], goodput >= %.3f of capacity, p99 <= %.2f·S; shed at 0.5x <= %.4f",
+				minL, maxL, minGood, maxP99, maxShed)
 		})
 	}
 }
@@ -160,9 +164,14 @@ func TestCollapseBaseline(t *testing.T) {
 	}
 	protected := perSeed(t, seeds, config(windowedVegas(nil)), phases("over"))
 	unprotected := perSeed(t, seeds, config(nil), phases("over"))
+	minWith, maxWithout := 1e9, 0.0
+	defer func() {
+		t.Logf("goodput at 3x with collapse: limiter >= %.3f, no limiter <= %.3f of capacity", minWith, maxWithout)
+	}()
 	for seed := range protected {
 		with := protected[seed][0].Goodput / capacity
 		without := unprotected[seed][0].Goodput / capacity
+		minWith, maxWithout = min(minWith, with), max(maxWithout, without)
 		assert.GreaterOrEqualf(t, with, 0.9, "seed %d: goodput with limiter and collapse = %.3f, want >= 0.9", seed, with)
 		assert.Lessf(t, without, 0.5*with, "seed %d: goodput without limiter = %.3f, want clearly below %.3f", seed, without, with)
 	}
