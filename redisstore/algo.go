@@ -1,0 +1,383 @@
+package redisstore
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// maxQuota is the largest quota redisstore accepts: counts stay exact in
+// the scripts, whose numbers are doubles, when sums of two of them stay
+// below 2^53.
+const maxQuota = 1 << 52
+
+// algo is one of the five algorithm configurations, validated, with the
+// numbers its script takes.
+type algo struct {
+	kind  floodgate.Kind
+	quota int64
+	arg8  int64 // emission interval (buckets) or window (windows), in ns
+	arg9  int64 // tau (buckets), in ns
+	tb    floodgate.TokenBucket
+	lb    floodgate.LeakyBucket
+	fw    floodgate.FixedWindow
+	sw    floodgate.SlidingWindow
+	sl    floodgate.SlidingLog
+}
+
+// resolve validates alg and returns its algo.
+func resolve(alg floodgate.Algorithm) (algo, error) {
+	var a algo
+	switch v := alg.(type) {
+	case floodgate.TokenBucket:
+		a.tb = v
+	case *floodgate.TokenBucket:
+		if v != nil {
+			a.tb, alg = *v, *v
+		}
+	case floodgate.LeakyBucket:
+		a.lb = v
+	case *floodgate.LeakyBucket:
+		if v != nil {
+			a.lb, alg = *v, *v
+		}
+	case floodgate.FixedWindow:
+		a.fw = v
+	case *floodgate.FixedWindow:
+		if v != nil {
+			a.fw, alg = *v, *v
+		}
+	case floodgate.SlidingWindow:
+		a.sw = v
+	case *floodgate.SlidingWindow:
+		if v != nil {
+			a.sw, alg = *v, *v
+		}
+	case floodgate.SlidingLog:
+		a.sl = v
+	case *floodgate.SlidingLog:
+		if v != nil {
+			a.sl, alg = *v, *v
+		}
+	default:
+		return a, fmt.Errorf("%w: redisstore does not support %T", floodgate.ErrInvalidConfig, alg)
+	}
+	if err := alg.Validate(); err != nil {
+		return a, err
+	}
+	a.kind = alg.Kind()
+	p := alg.Policy()
+	a.quota = p.Quota
+	if a.quota > maxQuota {
+		return a, fmt.Errorf("%w: redisstore supports quotas up to 2^52, got %d", floodgate.ErrInvalidConfig, a.quota)
+	}
+	switch a.kind {
+	case floodgate.KindTokenBucket, floodgate.KindLeakyBucket:
+		// Policy's window is tau = quota·interval exactly.
+		a.arg8, a.arg9 = int64(p.Window)/a.quota, int64(p.Window)
+	default:
+		a.arg8 = int64(p.Window)
+	}
+	return a, nil
+}
+
+// checkRequest returns the error the reference Step would return for req
+// with a valid configuration of quota units.
+func checkRequest(req floodgate.Request, quota int64) error {
+	switch {
+	case req.N < 1:
+		return fmt.Errorf("%w: got %d", floodgate.ErrInvalidN, req.N)
+	case req.MaxDelay < 0:
+		return fmt.Errorf("%w: got %v", floodgate.ErrInvalidDelay, req.MaxDelay)
+	case req.Op > floodgate.OpRefund:
+		return fmt.Errorf("%w: unknown Op %d", floodgate.ErrInvalidConfig, req.Op)
+	case req.Op == floodgate.OpTake && req.N > quota:
+		return fmt.Errorf("%w: n=%d, limit %d", floodgate.ErrExceedsLimit, req.N, quota)
+	}
+	return nil
+}
+
+// scale returns the configuration holding share of a's quota, for the
+// local fallback: the buckets keep their rate per unit of quota (Per grows
+// as the burst shrinks), the windows keep their window.
+func (a algo) scale(share float64) floodgate.Algorithm {
+	part := func(q int64) int64 { return max(int64(math.Floor(float64(q)*share)), 1) }
+	per := func(d time.Duration) time.Duration {
+		return time.Duration(min(math.Ceil(float64(d)/share), float64(math.MaxInt64/2)))
+	}
+	switch a.kind {
+	case floodgate.KindTokenBucket:
+		if share == 1 {
+			return a.tb
+		}
+		return floodgate.TokenBucket{Rate: a.tb.Rate, Per: per(a.tb.Per), Burst: part(a.tb.Burst)}
+	case floodgate.KindLeakyBucket:
+		if share == 1 {
+			return a.lb
+		}
+		return floodgate.LeakyBucket{Rate: a.lb.Rate, Per: per(a.lb.Per), Capacity: part(a.lb.Capacity)}
+	case floodgate.KindFixedWindow:
+		return floodgate.FixedWindow{Limit: part(a.fw.Limit), Window: a.fw.Window}
+	case floodgate.KindSlidingWindow:
+		return floodgate.SlidingWindow{Limit: part(a.sw.Limit), Window: a.sw.Window}
+	default:
+		return floodgate.SlidingLog{Limit: part(a.sl.Limit), Window: a.sl.Window}
+	}
+}
+
+// args returns ARGV for the script (see package scripts).
+func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
+	at := "0"
+	if req.Op == floodgate.OpRefund {
+		at = strconv.FormatInt(req.At.UnixNano(), 10)
+	}
+	maxDelay := int64(min(req.MaxDelay, floodgate.MaxDelay))
+	return []any{now, int64(req.Op), req.N, maxDelay, at, marginMs, a.quota, a.arg8, a.arg9}
+}
+
+// decode builds the Result of a script's reply, re-running the reference
+// Step on the state and instant the script used and checking that both
+// agree.
+func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error) {
+	r, err := newReplyReader(reply)
+	if err != nil {
+		return floodgate.Result{}, err
+	}
+	if a.kind == floodgate.KindSlidingLog {
+		return a.decodeLog(r, req)
+	}
+	now, old, next := r.int(0), r.str(1), r.str(2)
+	allowed, granted := r.int(3) == 1, r.int(4)
+	if r.err != nil {
+		return floodgate.Result{}, r.err
+	}
+	t := time.Unix(0, now)
+	var res floodgate.Result
+	var want string
+	switch a.kind {
+	case floodgate.KindTokenBucket, floodgate.KindLeakyBucket:
+		tat, perr := strconv.ParseInt(old, 10, 64)
+		if perr != nil {
+			return res, badReply("state %q", old)
+		}
+		var n int64
+		if a.kind == floodgate.KindTokenBucket {
+			n, res, err = a.tb.Step(tat, t, req)
+		} else {
+			n, res, err = a.lb.Step(tat, t, req)
+		}
+		want = strconv.FormatInt(n, 10)
+	case floodgate.KindFixedWindow:
+		st, ok := parseFixed(old)
+		if !ok {
+			return res, badReply("fixed window state %q", old)
+		}
+		var n floodgate.FixedWindowState
+		n, res, err = a.fw.Step(st, t, req)
+		want = strconv.FormatInt(n.Start, 10) + ":" + strconv.FormatInt(n.Count, 10)
+	default:
+		st, ok := parseSliding(old)
+		if !ok {
+			return res, badReply("sliding window state %q", old)
+		}
+		var n floodgate.SlidingWindowState
+		n, res, err = a.sw.Step(st, t, req)
+		want = strconv.FormatInt(n.Start, 10) + ":" + strconv.FormatInt(n.Prev, 10) + ":" + strconv.FormatInt(n.Curr, 10)
+	}
+	if err != nil {
+		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("%v: the reference rejects the step the script took: %w", a.kind, err))
+	}
+	if res.Allowed != allowed || res.Granted != granted || want != next {
+		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf(
+			"%v at %d from state %q: script allowed=%v granted=%d state %q, reference allowed=%v granted=%d state %q",
+			a.kind, now, old, allowed, granted, next, res.Allowed, res.Granted, want))
+	}
+	return res, nil
+}
+
+// decodeLog builds the Result of the sliding log's reply with the formulas
+// of SlidingLog.Step, from the facts the script returns (the log itself is
+// too large to return), checking the facts for consistency.
+func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result, error) {
+	t, allowed, granted := r.int(0), r.int(1) == 1, r.int(2)
+	from, atStr := r.int(3), r.str(4)
+	before, after, lastStr := r.int(5), r.int(6), r.str(7)
+	if r.err != nil {
+		return floodgate.Result{}, r.err
+	}
+	limit, w := a.sl.Limit, int64(a.sl.Window)
+	res := floodgate.Result{At: time.Unix(0, t), Decision: floodgate.Decision{Limit: limit}}
+	var last int64
+	hasLast := lastStr != ""
+	if hasLast {
+		var err error
+		if last, err = strconv.ParseInt(lastStr, 10, 64); err != nil {
+			return res, badReply("newest instant %q", lastStr)
+		}
+	}
+	remaining := func(from, total int64) int64 {
+		if from > t {
+			return 0
+		}
+		return limit - total
+	}
+	resetAfter := func() time.Duration {
+		if !hasLast {
+			return 0
+		}
+		return time.Duration(max(last+w-t, 0))
+	}
+	mismatch := func(why string) (floodgate.Result, error) {
+		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf(
+			"%v at %d, op %d n %d: %s (allowed=%v granted=%d from=%d at=%q before=%d after=%d last=%q)",
+			a.kind, t, req.Op, req.N, why, allowed, granted, from, atStr, before, after, lastStr))
+	}
+	if from < t || before < 0 || after < 0 || (hasLast && last > from+int64(floodgate.MaxDelay)) {
+		return mismatch("facts out of range")
+	}
+	switch req.Op {
+	case floodgate.OpTake:
+		at, err := strconv.ParseInt(atStr, 10, 64)
+		if err != nil {
+			return res, badReply("admission instant %q", atStr)
+		}
+		wait, maxDelay := at-t, int64(min(req.MaxDelay, floodgate.MaxDelay))
+		if at < from || allowed != (wait <= maxDelay) {
+			return mismatch("admission instant disagrees with the decision")
+		}
+		if !allowed {
+			if granted != 0 || after != before {
+				return mismatch("a denial changed the log")
+			}
+			res.Remaining = remaining(from, before)
+			res.RetryAfter = time.Duration(wait - maxDelay)
+			res.ResetAfter = resetAfter()
+			return res, nil
+		}
+		if granted != req.N || !hasLast || last != at {
+			return mismatch("the admission is not the newest entry")
+		}
+		res.Allowed, res.Granted = true, req.N
+		res.Delay = time.Duration(wait)
+		res.Remaining = remaining(at, after)
+		res.ResetAfter = resetAfter()
+		return res, nil
+	case floodgate.OpTakeUpTo:
+		m := min(req.N, remaining(from, before))
+		if m <= 0 {
+			if allowed || granted != 0 || after != before {
+				return mismatch("a denial changed the log")
+			}
+			at := from
+			if from == t {
+				oldest, err := strconv.ParseInt(atStr, 10, 64)
+				if err != nil {
+					return res, badReply("oldest instant %q", atStr)
+				}
+				at = oldest + w
+			}
+			res.RetryAfter = time.Duration(at - t)
+			res.ResetAfter = resetAfter()
+			return res, nil
+		}
+		if !allowed || granted != m || after != before+m || last != t {
+			return mismatch("take up to n disagrees with the free units")
+		}
+		res.Allowed, res.Granted = true, m
+		res.Remaining = remaining(from, after)
+		res.ResetAfter = resetAfter()
+		return res, nil
+	default: // OpRefund
+		if granted < 0 || granted > req.N || after != before-granted || allowed != (granted > 0) {
+			return mismatch("the refund disagrees with the units given back")
+		}
+		res.Allowed, res.Granted = allowed, granted
+		res.Remaining = remaining(from, after)
+		res.ResetAfter = resetAfter()
+		return res, nil
+	}
+}
+
+// parseFixed parses "start:count".
+func parseFixed(s string) (floodgate.FixedWindowState, bool) {
+	a, b, ok := strings.Cut(s, ":")
+	if !ok {
+		return floodgate.FixedWindowState{}, false
+	}
+	start, err1 := strconv.ParseInt(a, 10, 64)
+	count, err2 := strconv.ParseInt(b, 10, 64)
+	return floodgate.FixedWindowState{Start: start, Count: count}, err1 == nil && err2 == nil
+}
+
+// parseSliding parses "start:prev:curr".
+func parseSliding(s string) (floodgate.SlidingWindowState, bool) {
+	a, rest, ok1 := strings.Cut(s, ":")
+	b, c, ok2 := strings.Cut(rest, ":")
+	start, err1 := strconv.ParseInt(a, 10, 64)
+	prev, err2 := strconv.ParseInt(b, 10, 64)
+	curr, err3 := strconv.ParseInt(c, 10, 64)
+	ok := ok1 && ok2 && err1 == nil && err2 == nil && err3 == nil
+	return floodgate.SlidingWindowState{Start: start, Prev: prev, Curr: curr}, ok
+}
+
+func badReply(format string, args ...any) error {
+	return unavailable(ErrReply, fmt.Errorf(format, args...))
+}
+
+// replyReader reads the elements of a script's reply, remembering the
+// first error; it never panics on an unexpected reply.
+type replyReader struct {
+	vals []any
+	err  error
+}
+
+func newReplyReader(reply any) (*replyReader, error) {
+	vals, ok := reply.([]any)
+	if !ok {
+		return nil, badReply("%T, want an array", reply)
+	}
+	return &replyReader{vals: vals}, nil
+}
+
+// str returns element i, a string.
+func (r *replyReader) str(i int) string {
+	if r.err != nil {
+		return ""
+	}
+	if i >= len(r.vals) {
+		r.err = badReply("%d elements, want more than %d", len(r.vals), i)
+		return ""
+	}
+	s, ok := r.vals[i].(string)
+	if !ok {
+		r.err = badReply("element %d is %T, want a string", i, r.vals[i])
+	}
+	return s
+}
+
+// int returns element i, an integer or a decimal string.
+func (r *replyReader) int(i int) int64 {
+	if r.err != nil {
+		return 0
+	}
+	if i >= len(r.vals) {
+		r.err = badReply("%d elements, want more than %d", len(r.vals), i)
+		return 0
+	}
+	switch v := r.vals[i].(type) {
+	case int64:
+		return v
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			r.err = badReply("element %d is %q, want an integer", i, v)
+		}
+		return n
+	}
+	r.err = badReply("element %d is %T, want an integer", i, r.vals[i])
+	return 0
+}

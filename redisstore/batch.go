@@ -1,0 +1,177 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// batcher sends concurrent decisions to Redis in pipelines: each of its
+// goroutines takes the decisions queued (waiting up to linger for more, at
+// most size), sends them as one pipeline of EVALSHAs, re-sends those that
+// met NOSCRIPT as EVALs, and hands each reply to its caller.
+type batcher struct {
+	client  redis.UniversalClient
+	size    int
+	linger  time.Duration
+	timeout time.Duration
+	in      chan *pending
+	quit    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// pending is one decision waiting for its reply.
+type pending struct {
+	ctx   context.Context
+	kind  floodgate.Kind
+	keys  []string
+	args  []any
+	reply any
+	err   error
+	done  chan struct{}
+}
+
+func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pipelines int, timeout time.Duration) *batcher {
+	b := &batcher{
+		client:  client,
+		size:    size,
+		linger:  linger,
+		timeout: timeout,
+		in:      make(chan *pending, size*pipelines),
+		quit:    make(chan struct{}),
+	}
+	b.wg.Add(pipelines)
+	for range pipelines {
+		go b.run()
+	}
+	return b
+}
+
+// do queues a decision and waits for its reply or for ctx's end.
+func (b *batcher) do(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error) {
+	p := &pending{ctx: ctx, kind: kind, keys: []string{rkey}, args: args, done: make(chan struct{})}
+	select {
+	case b.in <- p:
+	case <-b.quit:
+		return nil, unavailable(ErrClosed, nil)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-p.done:
+		return p.reply, p.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// stop ends the goroutines after their pipelines in flight, failing the
+// decisions still queued.
+func (b *batcher) stop() {
+	close(b.quit)
+	b.wg.Wait()
+	for {
+		select {
+		case p := <-b.in:
+			p.err = unavailable(ErrClosed, nil)
+			close(p.done)
+		default:
+			return
+		}
+	}
+}
+
+func (b *batcher) run() {
+	defer b.wg.Done()
+	batch := make([]*pending, 0, b.size)
+	var timer *time.Timer
+	if b.linger > 0 {
+		timer = time.NewTimer(b.linger)
+		timer.Stop()
+		defer timer.Stop()
+	}
+	for {
+		select {
+		case p := <-b.in:
+			batch = append(batch[:0], p)
+		case <-b.quit:
+			return
+		}
+		if timer != nil {
+			timer.Reset(b.linger)
+		}
+	fill:
+		for len(batch) < b.size {
+			if timer == nil {
+				select {
+				case p := <-b.in:
+					batch = append(batch, p)
+				default:
+					break fill
+				}
+				continue
+			}
+			select {
+			case p := <-b.in:
+				batch = append(batch, p)
+			case <-timer.C:
+				break fill
+			case <-b.quit:
+				break fill
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		b.exec(batch)
+		clear(batch)
+	}
+}
+
+// exec sends one batch and delivers its replies.
+func (b *batcher) exec(batch []*pending) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(batch))
+	pipe := b.client.Pipeline()
+	for i, p := range batch {
+		if p.ctx.Err() != nil {
+			continue // its caller is gone: do not spend its units
+		}
+		cmds[i] = programs[p.kind].EvalSha(ctx, pipe, p.keys, p.args...)
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	// A server that lacks a script (a new node, a restart, SCRIPT FLUSH)
+	// answers NOSCRIPT to each EVALSHA: send those again with the source.
+	var retry redis.Pipeliner
+	for i, c := range cmds {
+		if c != nil && isNoScript(c.Err()) {
+			if retry == nil {
+				retry = b.client.Pipeline()
+			}
+			p := batch[i]
+			cmds[i] = programs[p.kind].Eval(ctx, retry, p.keys, p.args...)
+		}
+	}
+	if retry != nil {
+		_, _ = retry.Exec(ctx)
+	}
+	for i, p := range batch {
+		if c := cmds[i]; c != nil {
+			p.reply, p.err = c.Result()
+		} else {
+			p.err = p.ctx.Err()
+		}
+		close(p.done)
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}

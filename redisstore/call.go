@@ -1,0 +1,157 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// call runs the script of kind on rkey within the store's timeout.
+func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if s.batch != nil {
+		return s.batch.do(ctx, kind, rkey, args)
+	}
+	script := programs[kind]
+	if !s.guard {
+		return script.Run(ctx, s.client, []string{rkey}, args...).Result()
+	}
+	// The client would not stop at ctx's deadline: run the call on its own
+	// goroutine and stop waiting at the deadline. The goroutine ends when
+	// go-redis gives up (its read, write and pool timeouts); Close waits
+	// for it.
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, unavailable(ErrClosed, nil)
+	}
+	s.inflight.Add(1)
+	s.mu.RUnlock()
+	type result struct {
+		v   any
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		defer s.inflight.Done()
+		v, err := script.Run(ctx, s.client, []string{rkey}, args...).Result()
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// classify says what a call's error tells of Redis, and returns the error
+// to report: nil, the caller's context error, or an error matching
+// floodgate.ErrUnavailable.
+func classify(ctx context.Context, err error) (outcome, error) {
+	if err == nil {
+		return succeeded, nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller gave up; that says nothing of Redis.
+		return ignored, cerr
+	}
+	if errors.Is(err, ErrClosed) {
+		return ignored, err
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return failed, unavailable(ErrTimeout, err)
+	}
+	if isDataError(err) {
+		// Redis answered; the same call would fail again, so this is not
+		// a failure of Redis for the breaker or the policy.
+		return succeeded, unavailable(ErrReply, err)
+	}
+	return failed, unavailable(ErrRedis, err)
+}
+
+// isDataError reports whether err is an error reply about the data or the
+// script rather than the server's availability: a key holding another type,
+// or an error raised by a script.
+func isDataError(err error) bool {
+	if errors.Is(err, redis.Nil) {
+		return true
+	}
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "WRONGTYPE") ||
+		strings.Contains(msg, "floodgate:") ||
+		strings.Contains(msg, "user_script") || // Lua errors on Redis 6 and 7
+		strings.Contains(msg, "Error running script")
+}
+
+// clock returns the time of a decision the store makes without Redis.
+func (s *Store) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
+}
+
+// fallback makes the decision Redis failed to make, as the failure policy
+// says. cause matches floodgate.ErrUnavailable.
+func (s *Store) fallback(ctx context.Context, key string, a algo, req floodgate.Request, cause error) (floodgate.Result, error) {
+	if s.policy == FailError {
+		s.observe(Event{Kind: EventError, Key: key, Err: cause})
+		return floodgate.Result{}, cause
+	}
+	var res floodgate.Result
+	switch s.policy {
+	case FailOpen:
+		res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: a.quota}}
+		if req.Op != floodgate.OpRefund {
+			res.Allowed, res.Granted = true, min(req.N, a.quota)
+			res.Remaining = a.quota - res.Granted
+		}
+	case FailClosed:
+		res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: a.quota}}
+		if req.Op != floodgate.OpRefund {
+			res.RetryAfter = s.cooldown
+		}
+	case FailLocal:
+		alg := a.scale(s.share)
+		var err error
+		res, err = s.local.Apply(ctx, key, alg, req)
+		switch {
+		case errors.Is(err, floodgate.ErrExceedsLimit):
+			// More than the local share can ever admit: deny until Redis
+			// can be asked again.
+			res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: alg.Policy().Quota, RetryAfter: s.cooldown}}
+		case err != nil:
+			err = unavailable(ErrRedis, errors.Join(cause, err))
+			s.observe(Event{Kind: EventError, Key: key, Err: err})
+			return floodgate.Result{}, err
+		}
+	}
+	s.observe(Event{Kind: EventFallback, Key: key, Err: cause, Policy: s.policy})
+	return res, nil
+}
+
+// report tells the observer of a breaker change.
+func (s *Store) report(c change) {
+	if !c.none() {
+		s.observe(Event{Kind: EventBreaker, From: c.from, To: c.to})
+	}
+}
+
+func (s *Store) observe(e Event) {
+	if s.observer != nil {
+		s.observer.Observe(e)
+	}
+}

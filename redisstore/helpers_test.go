@@ -1,0 +1,145 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// server is the Redis a test runs on: the one at REDIS_ADDR when set, else
+// an embedded miniredis of the test's own.
+type server struct {
+	addr string
+	mini *miniredis.Miniredis // nil on a real Redis
+}
+
+func newServer(t testing.TB) *server {
+	t.Helper()
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		return &server{addr: addr}
+	}
+	m := miniredis.RunT(t)
+	// TTLs run on miniredis' clock (the wall clock, or the time a test sets
+	// with SetTime), as they do on Redis.
+	m.ClockTTL(true)
+	return &server{addr: m.Addr(), mini: m}
+}
+
+func (s *server) real() bool { return s.mini == nil }
+
+// client returns a client the test closes at its end.
+func (s *server) client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// clock returns a Now function reading c that also moves miniredis' clock
+// (TIME and TTLs) along, so that keys expire on the test's virtual time.
+func (s *server) clock(c interface{ Now() time.Time }) func() time.Time {
+	if s.mini == nil {
+		return c.Now
+	}
+	var mu sync.Mutex
+	return func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		t := c.Now()
+		s.mini.SetTime(t)
+		return t
+	}
+}
+
+// testPrefix returns a key prefix unique to this run of the test, and
+// deletes the keys under it when the test ends: tests never flush a server
+// they did not start.
+func testPrefix(t testing.TB, c redis.UniversalClient) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.NewReplacer("/", ".", " ", "_", "{", "(", "}", ")").Replace(t.Name())
+	p := "fgtest:" + name + ":" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() { deleteKeys(t, c, p) })
+	return p
+}
+
+// scanKeys returns the keys under prefix (on every master of a cluster).
+func scanKeys(t testing.TB, c redis.UniversalClient, prefix string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		mu   sync.Mutex
+		keys []string
+	)
+	scan := func(ctx context.Context, n *redis.Client) error {
+		it := n.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	switch v := c.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, v.ForEachMaster(ctx, scan))
+	case *redis.Client:
+		require.NoError(t, scan(ctx, v))
+	default:
+		t.Fatalf("scanKeys: unsupported client %T", c)
+	}
+	return keys
+}
+
+func deleteKeys(t testing.TB, c redis.UniversalClient, prefix string) {
+	t.Helper()
+	for _, k := range scanKeys(t, c, prefix) {
+		_ = c.Del(context.Background(), k).Err()
+	}
+}
+
+// newStore returns a Store the test closes at its end, with a prefix of
+// the test's own unless opts sets one.
+func newStore(t testing.TB, c redis.UniversalClient, opts *Options) *Store {
+	t.Helper()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Prefix == "" {
+		o.Prefix = testPrefix(t, c)
+	}
+	if o.Timeout == 0 {
+		// Tests on a shared, loaded machine measure correctness, not latency.
+		o.Timeout = 5 * time.Second
+	}
+	s, err := New(c, &o)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// algs are one configuration of each algorithm, with long windows so that
+// tests on the server's clock see no refill.
+var algs = []floodgate.Algorithm{
+	floodgate.TokenBucket{Rate: 1, Per: 24 * time.Hour, Burst: 100},
+	floodgate.LeakyBucket{Rate: 1, Per: time.Hour, Capacity: 100},
+	floodgate.FixedWindow{Limit: 100, Window: 50 * 24 * time.Hour},
+	floodgate.SlidingWindow{Limit: 100, Window: 50 * 24 * time.Hour},
+	floodgate.SlidingLog{Limit: 100, Window: 24 * time.Hour},
+}
+
+// t0 is a fixed instant with nanoseconds, for virtual clocks.
+var t0 = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)

@@ -1,0 +1,152 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// model runs the reference Steps of one algorithm on a state of its own,
+// and knows how that state is stored in Redis.
+type model struct {
+	alg floodgate.Algorithm
+	tat int64 // token and leaky bucket
+	fw  floodgate.FixedWindowState
+	sw  floodgate.SlidingWindowState
+	sl  floodgate.SlidingLogState
+}
+
+func (m *model) step(now time.Time, req floodgate.Request) (floodgate.Result, error) {
+	var (
+		res floodgate.Result
+		err error
+	)
+	switch a := m.alg.(type) {
+	case floodgate.TokenBucket:
+		m.tat, res, err = a.Step(m.tat, now, req)
+	case floodgate.LeakyBucket:
+		m.tat, res, err = a.Step(m.tat, now, req)
+	case floodgate.FixedWindow:
+		m.fw, res, err = a.Step(m.fw, now, req)
+	case floodgate.SlidingWindow:
+		m.sw, res, err = a.Step(m.sw, now, req)
+	case floodgate.SlidingLog:
+		res, err = a.Step(&m.sl, now, req)
+	}
+	return res, err
+}
+
+// horizon returns the time from now until the model's state is equivalent
+// to a missing key (<= 0 when it already is): the TTL the script must set,
+// before its margin.
+func (m *model) horizon(now time.Time) int64 {
+	t := now.UnixNano()
+	w := int64(m.alg.Policy().Window)
+	switch m.alg.(type) {
+	case floodgate.TokenBucket, floodgate.LeakyBucket:
+		return m.tat - t
+	case floodgate.FixedWindow:
+		if m.fw.Count > 0 {
+			return m.fw.Start + w - t
+		}
+		return m.fw.Start - t
+	case floodgate.SlidingWindow:
+		switch {
+		case m.sw.Curr > 0:
+			return m.sw.Start + 2*w - t
+		case m.sw.Prev > 0:
+			return m.sw.Start + w - t
+		}
+		return m.sw.Start - t
+	default:
+		if last, ok := m.sl.Last(); ok {
+			return last + w - t
+		}
+		return -1
+	}
+}
+
+// stored returns the model's state in the script's format: a string, or
+// for the sliding log its entries "at:n" oldest first.
+func (m *model) stored() any {
+	switch m.alg.(type) {
+	case floodgate.TokenBucket, floodgate.LeakyBucket:
+		return strconv.FormatInt(m.tat, 10)
+	case floodgate.FixedWindow:
+		return fmt.Sprintf("%d:%d", m.fw.Start, m.fw.Count)
+	case floodgate.SlidingWindow:
+		return fmt.Sprintf("%d:%d:%d", m.sw.Start, m.sw.Prev, m.sw.Curr)
+	default:
+		entries := []string{}
+		for i := range m.sl.Len() {
+			e := m.sl.Entry(i)
+			entries = append(entries, fmt.Sprintf("%d:%d", e.At, e.N))
+		}
+		return entries
+	}
+}
+
+// readStored reads a key's state from Redis in the format of
+// model.stored, and reports whether the key exists.
+func readStored(t tb, c redis.UniversalClient, key string, kind floodgate.Kind) (any, bool) {
+	t.Helper()
+	ctx := context.Background()
+	if kind != floodgate.KindSlidingLog {
+		v, err := c.Get(ctx, key).Result()
+		if err == redis.Nil {
+			return nil, false
+		}
+		require.NoError(t, err)
+		return v, true
+	}
+	zs, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+	require.NoError(t, err)
+	if len(zs) == 0 {
+		return nil, false
+	}
+	require.Equal(t, "b", zs[0].Member, "the base is first")
+	entries := []string{}
+	prev := zs[0].Score
+	for _, z := range zs[1:] {
+		require.Greater(t, z.Score, prev, "scores grow strictly")
+		entries = append(entries, fmt.Sprintf("%v:%d", z.Member, int64(z.Score-prev)))
+		prev = z.Score
+	}
+	return entries, true
+}
+
+// checkStored checks that the key holds the model's state with a TTL no
+// longer than the model's horizon plus the margin, or is missing because
+// the state is equivalent to a missing key. ttl says whether the TTL is
+// checked (it is not when the step wrote nothing and TTLs run on another
+// clock than the test's).
+func checkStored(t tb, c redis.UniversalClient, key string, m *model, now time.Time, margin time.Duration, ttl bool) {
+	t.Helper()
+	got, ok := readStored(t, c, key, m.alg.Kind())
+	h := m.horizon(now)
+	if !ok {
+		require.LessOrEqualf(t, h, int64(0), "key %s is missing, but the reference state %v still matters for %v", key, m.stored(), time.Duration(h))
+		return
+	}
+	require.Equal(t, m.stored(), got, "stored state of %s", key)
+	if !ttl {
+		return
+	}
+	pttl, err := c.PTTL(context.Background(), key).Result()
+	require.NoError(t, err)
+	require.Greater(t, pttl, time.Duration(0), "key %s has no TTL", key)
+	bound := time.Duration(max(h, 0)).Round(time.Millisecond) + time.Millisecond + margin
+	require.LessOrEqualf(t, pttl, bound, "TTL of %s is %v; the state is restored in %v (+ margin %v)", key, pttl, time.Duration(h), margin)
+}
+
+// tb is what the checks need of a *testing.T or a *rapid.T.
+type tb interface {
+	require.TestingT
+	Helper()
+}

@@ -1,0 +1,325 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/scripts"
+)
+
+// Defaults of Options.
+const (
+	DefaultPrefix           = "fg:"
+	DefaultTimeout          = 5 * time.Millisecond
+	DefaultExpiryMargin     = time.Second
+	DefaultBreakerThreshold = 5
+	DefaultBreakerCooldown  = time.Second
+	DefaultBatchPipelines   = 4
+)
+
+// Options configures a Store. A nil *Options means the defaults; so does
+// the zero value of each field.
+type Options struct {
+	// Prefix starts every key the store writes: a limiter key k of algorithm
+	// kind "tb" lives at Prefix + "{" + k + "}:tb". The default is "fg:". It
+	// must not contain '{' or '}', which would change the Cluster hash tag.
+	Prefix string
+
+	// HashKeys replaces each key by the first 128 bits of its SHA-256, in
+	// base64url (22 bytes), so that long or untrusted keys cost a fixed
+	// size in Redis and cannot steer the hash tag. Two keys share a state
+	// only if their hashes collide: for a billion keys the odds that any two
+	// collide are about 1 in 7·10^20. The default is false: keys are used
+	// as they are (at most floodgate.MaxKeyLen bytes).
+	HashKeys bool
+
+	// Now is the clock of the decisions. The default (nil) is the Redis
+	// server's TIME, read inside each script: one clock for every process,
+	// immune to the skew of their clocks. Set it for deterministic tests.
+	// WARNING: with Now, every process must agree on the time, and a clock
+	// that runs slower than the server's lets state expire early (the TTLs
+	// run on the server's clock); Options.ExpiryMargin absorbs the
+	// difference.
+	Now func() time.Time
+
+	// Timeout bounds the time a decision waits for Redis, including the
+	// wait for a pooled connection; a decision that times out fails with
+	// ErrTimeout and goes to the failure policy. The default is 5ms. The
+	// bound holds whatever the client's ContextTimeoutEnabled; when it is
+	// false (go-redis' default, which ignores context deadlines), each
+	// unbatched call runs on a goroutine of its own that outlives a timed
+	// out decision until go-redis' own timeouts end it.
+	Timeout time.Duration
+
+	// ExpiryMargin is added to the TTL of every key written, which is
+	// otherwise the time until the key's quota is fully restored (rounded
+	// up to a millisecond). The default is 1s. It absorbs clock differences
+	// between the replicas of a failover and between a client clock (Now)
+	// and the server's; it also delays the reclaiming of idle keys. It is
+	// rounded up to a whole millisecond.
+	ExpiryMargin time.Duration
+
+	// OnFailure says what a decision does when Redis cannot make it. The
+	// default is FailError: the error is returned. See FailurePolicy.
+	OnFailure FailurePolicy
+
+	// LocalShare is the fraction of every quota, in (0, 1], that the local
+	// limiter of FailLocal enforces in this process: the burst or capacity
+	// (with the rate scaled alike) or the window's limit, rounded down and
+	// at least 1. Set it to 1/N when N processes share the quotas, so that
+	// together they admit about the quota while Redis is down. The default
+	// is 1. WARNING: with N processes and the default, up to N times the
+	// quota is admitted during an outage.
+	LocalShare float64
+
+	// BreakerThreshold is the number of consecutive failed calls (errors or
+	// timeouts) that open the circuit breaker. The default is 5.
+	BreakerThreshold int
+
+	// BreakerCooldown is how long the open breaker sends nothing to Redis
+	// before it lets one probe through. The default is 1s.
+	BreakerCooldown time.Duration
+
+	// Observer is told of every failed decision and breaker change. The
+	// default (nil) tells no one.
+	Observer Observer
+
+	// BatchSize enables batching when at least 2: concurrent decisions are
+	// sent to Redis together, up to BatchSize per pipeline, which multiplies
+	// throughput under concurrency at the price of a hop through the
+	// store's goroutines. The default (0) sends each decision on its own.
+	BatchSize int
+
+	// BatchLinger is how long a batch waits for more decisions once it has
+	// one. The default, 0, sends what is queued at once: batches form only
+	// while earlier pipelines are in flight, adding no latency.
+	BatchLinger time.Duration
+
+	// BatchPipelines is the number of pipelines in flight at once when
+	// batching. The default is 4.
+	BatchPipelines int
+}
+
+// Store is the Redis floodgate.Store. It is safe for concurrent use. Create
+// one with New and Close it when done; the zero value is not usable.
+//
+// Each decision is one script run (EVALSHA, and EVAL when the server lacks
+// the script); see the package documentation.
+type Store struct {
+	client   redis.UniversalClient
+	prefix   string
+	hashKeys bool
+	now      func() time.Time
+	timeout  time.Duration
+	marginMs int64
+	policy   FailurePolicy
+	share    float64
+	cooldown time.Duration
+	observer Observer
+	guard    bool // the client ignores context deadlines: call on goroutines
+	local    *memstore.Store
+	batch    *batcher
+	breaker  breaker
+
+	mu       sync.RWMutex // guards closed against inflight.Add
+	closed   bool
+	inflight sync.WaitGroup // guarded calls still running
+}
+
+var _ floodgate.Store = (*Store)(nil)
+
+// programs are the scripts, indexed by floodgate.Kind. A *redis.Script is
+// safe for concurrent use and immutable once made.
+var programs = [...]*redis.Script{
+	floodgate.KindTokenBucket:   redis.NewScript(scripts.Source(floodgate.KindTokenBucket)),
+	floodgate.KindLeakyBucket:   redis.NewScript(scripts.Source(floodgate.KindLeakyBucket)),
+	floodgate.KindFixedWindow:   redis.NewScript(scripts.Source(floodgate.KindFixedWindow)),
+	floodgate.KindSlidingWindow: redis.NewScript(scripts.Source(floodgate.KindSlidingWindow)),
+	floodgate.KindSlidingLog:    redis.NewScript(scripts.Source(floodgate.KindSlidingLog)),
+}
+
+// New returns a Store that keeps its state in client, which may be any
+// go-redis client: a Client, a ClusterClient (every key of one limiter key
+// shares a hash slot), a Ring or a failover client. A nil opts means the
+// defaults. The Store does not close client.
+func New(client redis.UniversalClient, opts *Options) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case strings.ContainsAny(o.Prefix, "{}"):
+		return nil, fmt.Errorf("%w: Prefix %q contains a brace", ErrInvalidOptions, o.Prefix)
+	case o.Timeout < 0:
+		return nil, fmt.Errorf("%w: negative Timeout %v", ErrInvalidOptions, o.Timeout)
+	case o.ExpiryMargin < 0:
+		return nil, fmt.Errorf("%w: negative ExpiryMargin %v", ErrInvalidOptions, o.ExpiryMargin)
+	case o.OnFailure > FailLocal:
+		return nil, fmt.Errorf("%w: unknown OnFailure %d", ErrInvalidOptions, o.OnFailure)
+	case math.IsNaN(o.LocalShare) || o.LocalShare < 0 || o.LocalShare > 1:
+		return nil, fmt.Errorf("%w: LocalShare must be in (0, 1], got %v", ErrInvalidOptions, o.LocalShare)
+	case o.BreakerThreshold < 0:
+		return nil, fmt.Errorf("%w: negative BreakerThreshold %d", ErrInvalidOptions, o.BreakerThreshold)
+	case o.BreakerCooldown < 0:
+		return nil, fmt.Errorf("%w: negative BreakerCooldown %v", ErrInvalidOptions, o.BreakerCooldown)
+	case o.BatchSize < 0 || o.BatchLinger < 0 || o.BatchPipelines < 0:
+		return nil, fmt.Errorf("%w: negative batch option", ErrInvalidOptions)
+	}
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.ExpiryMargin == 0 {
+		o.ExpiryMargin = DefaultExpiryMargin
+	}
+	if o.LocalShare == 0 {
+		o.LocalShare = 1
+	}
+	if o.BreakerThreshold == 0 {
+		o.BreakerThreshold = DefaultBreakerThreshold
+	}
+	if o.BreakerCooldown == 0 {
+		o.BreakerCooldown = DefaultBreakerCooldown
+	}
+	if o.BatchPipelines == 0 {
+		o.BatchPipelines = DefaultBatchPipelines
+	}
+	s := &Store{
+		client:   client,
+		prefix:   o.Prefix,
+		hashKeys: o.HashKeys,
+		now:      o.Now,
+		timeout:  o.Timeout,
+		marginMs: int64((o.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
+		policy:   o.OnFailure,
+		share:    o.LocalShare,
+		cooldown: o.BreakerCooldown,
+		observer: o.Observer,
+		guard:    !honoursContext(client),
+		breaker:  breaker{threshold: o.BreakerThreshold, cooldown: o.BreakerCooldown},
+	}
+	if o.OnFailure == FailLocal {
+		local, err := memstore.New(&memstore.Options{Now: o.Now})
+		if err != nil {
+			return nil, fmt.Errorf("%w: local store: %w", ErrInvalidOptions, err)
+		}
+		s.local = local
+	}
+	if o.BatchSize >= 2 {
+		s.batch = newBatcher(client, o.BatchSize, o.BatchLinger, o.BatchPipelines, o.Timeout)
+	}
+	return s, nil
+}
+
+// honoursContext reports whether the client bounds its calls by their
+// context's deadline.
+func honoursContext(c redis.UniversalClient) bool {
+	switch v := c.(type) {
+	case *redis.Client:
+		return v.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return v.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return v.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// Close stops the store's goroutines (the batching pipelines) and waits for
+// the calls still running on them; decisions after Close fail with
+// ErrClosed. It does not close the Redis client. Close is safe to call more
+// than once and always returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	was := s.closed
+	s.closed = true
+	s.mu.Unlock()
+	if was {
+		return nil
+	}
+	if s.batch != nil {
+		s.batch.stop()
+	}
+	s.inflight.Wait()
+	return nil
+}
+
+// BreakerState returns the state of the circuit breaker.
+func (s *Store) BreakerState() BreakerState { return s.breaker.current() }
+
+// Key returns the Redis key holding the state of key for the algorithm
+// kind, for operators and tests.
+func (s *Store) Key(key string, kind floodgate.Kind) string {
+	if s.hashKeys {
+		sum := sha256.Sum256([]byte(key))
+		key = base64.RawURLEncoding.EncodeToString(sum[:16])
+	}
+	return s.prefix + "{" + key + "}:" + kind.String()
+}
+
+// Apply executes one step; see floodgate.Store. It makes one round trip to
+// Redis (two when the server lacks the script). When Redis fails, the
+// failure policy (Options.OnFailure) decides.
+func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
+	}
+	a, err := resolve(alg)
+	if err != nil {
+		return floodgate.Result{}, err
+	}
+	if err := checkRequest(req, a.quota); err != nil {
+		return floodgate.Result{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return floodgate.Result{}, err
+	}
+	now := ""
+	if s.now != nil {
+		t := s.now()
+		if t.UnixNano() < 0 {
+			return floodgate.Result{}, unavailable(ErrInvalidOptions, fmt.Errorf("the clock (Options.Now) reads %v, before the Unix epoch", t))
+		}
+		now = strconv.FormatInt(t.UnixNano(), 10)
+	}
+
+	ok, probe, c := s.breaker.allow(time.Now())
+	s.report(c)
+	if !ok {
+		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
+	}
+	reply, err := s.call(ctx, a.kind, s.Key(key, a.kind), a.args(now, req, s.marginMs))
+	o, err := classify(ctx, err)
+	s.report(s.breaker.done(time.Now(), probe, o))
+	if err == nil {
+		res, derr := a.decode(reply, req)
+		if derr == nil {
+			return res, nil
+		}
+		err = derr
+	}
+	switch {
+	case o == ignored:
+		return floodgate.Result{}, err
+	case o == failed:
+		return s.fallback(ctx, key, a, req, err)
+	}
+	s.observe(Event{Kind: EventError, Key: key, Err: err})
+	return floodgate.Result{}, err
+}

@@ -1,0 +1,97 @@
+-- fixedwindow.lua: floodgate.FixedWindow.Step as one atomic script.
+--
+-- KEYS[1]  the key's state: a string "start:count", the start of the window
+--          the count belongs to (decimal nanoseconds since the Unix epoch)
+--          and the units admitted in it; missing means "0:0".
+-- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
+-- ARGV[2]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[3]  n, the units
+-- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[5]  the refund instant, in decimal ns
+-- ARGV[6]  the TTL margin, in ms
+-- ARGV[7]  the limit
+-- ARGV[8]  the window, in ns: a whole number of microseconds, at most 2^52
+--
+-- Reply: {now, old state, new state, allowed (0 or 1), granted}, the
+-- states as stored. The new state equals the old one when nothing was
+-- written. redisstore re-runs FixedWindow.Step on the old state and now to
+-- build the Result, and checks that it agrees with the reply.
+--
+-- Time: the client's clock when ARGV[1] is set, else Redis TIME. Windows
+-- are aligned to the Unix epoch; window starts are computed exactly from
+-- the instant in microseconds. The TTL is the time until the window ends
+-- (or, for an emptied window reserved ahead, until it starts) plus the
+-- margin.
+
+local key = KEYS[1]
+local ts, tns = clock(ARGV[1])
+local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+local limit, w = tonumber(ARGV[7]), tonumber(ARGV[8])
+local wu = w / 1000
+
+local old = redis.call('GET', key) or '0:0'
+local sstr, cstr = string.match(old, '^(%-?%d+):(%d+)$')
+if not sstr then
+  error('floodgate: corrupt fixed window state')
+end
+local ss, sns = parse(sstr)
+local so = sub(ss, sns, ts, tns) -- stored start - now
+
+-- cur is the stored window, or the current one with no count when the
+-- stored window has ended. Offsets are from now.
+local wo = -wmod(ts, tns, wu) -- current window start - now, in (-w, 0]
+local cs, cns, co, cc = ss, sns, so, tonumber(cstr)
+if so < wo then
+  cs, cns = add(ts, tns, wo)
+  co, cc = wo, 0
+end
+-- A window that starts after now was reserved ahead: the current one is
+-- closed.
+local open = co <= 0
+
+-- horizon is the time until a state starting at offset xo with count xc is
+-- equivalent to a missing key.
+local function horizon(xo, xc)
+  if xc > 0 then
+    return xo + w
+  end
+  return xo
+end
+
+local allowed, granted, new = 0, 0, old
+if op == 0 then
+  local xs, xns, xo, xc = cs, cns, co, cc + n
+  if xc > limit then
+    xs, xns = add(cs, cns, w)
+    xo, xc = co + w, n
+  end
+  if math.max(xo, 0) <= maxd then
+    allowed, granted = 1, n
+    new = fmt(xs, xns) .. ':' .. int(xc)
+    keep(key, new, horizon(xo, xc), margin)
+  end
+elseif op == 1 then
+  local m = 0
+  if open then
+    m = math.min(n, limit - cc)
+  end
+  if m > 0 then
+    allowed, granted = 1, m
+    new = fmt(cs, cns) .. ':' .. int(cc + m)
+    keep(key, new, horizon(co, cc + m), margin)
+  end
+else
+  -- Only into the window the units were counted in.
+  local as, ans = parse(ARGV[5])
+  local ws, wns = wstart(as, ans, wu)
+  if ws and same(ws, wns, cs, cns) then
+    local back = math.min(n, cc)
+    if back > 0 then
+      allowed, granted = 1, back
+      new = fmt(cs, cns) .. ':' .. int(cc - back)
+      keep(key, new, horizon(co, cc - back), margin)
+    end
+  end
+end
+
+return {fmt(ts, tns), old, new, allowed, granted}

@@ -1,0 +1,155 @@
+-- lib.lua: helpers shared by every floodgate script. scripts.Source
+-- prepends this file to each algorithm's file; it is not a script alone.
+--
+-- Numbers. Lua numbers are IEEE doubles, so integers are exact only up to
+-- 2^53, and an instant in nanoseconds since the Unix epoch (about 1.8e18
+-- today) is not. Instants therefore travel as decimal strings and are held
+-- as pairs (s, ns): whole seconds and 0 <= ns < 1e9, each exact. Only
+-- differences of instants are single numbers, and floodgate bounds every
+-- difference a decision depends on (windows, restore times, delays) by
+-- 2^52 ns (floodgate.MaxWindow, floodgate.MaxDelay), so they are exact. New
+-- instants are always an exact pair plus a bounded offset.
+--
+-- Writes. Every key written gets a TTL: the time until its state is
+-- equivalent to a missing key (the quota fully restored), rounded up to a
+-- millisecond, plus a margin in whole milliseconds (ARGV[6]). A denial
+-- writes nothing.
+
+local E9 = 1000000000
+
+-- fdiv returns floor(a/b) and a - b*floor(a/b) for integers a and b > 0,
+-- exactly: math.fmod is exact, and so is the division of an exact multiple.
+local function fdiv(a, b)
+  local r = math.fmod(a, b)
+  if r < 0 then
+    r = r + b
+  end
+  return (a - r) / b, r
+end
+
+-- ceildiv returns ceil(a/b) for integers a and b > 0.
+local function ceildiv(a, b)
+  local q, r = fdiv(a, b)
+  if r > 0 then
+    q = q + 1
+  end
+  return q
+end
+
+-- parse returns the pair of an instant given as a decimal int64 string.
+local function parse(str)
+  local neg = string.sub(str, 1, 1) == '-'
+  if neg then
+    str = string.sub(str, 2)
+  end
+  if #str == 0 or #str > 19 or not string.find(str, '^%d+$') then
+    error('floodgate: not an instant: ' .. str)
+  end
+  local s, ns = 0, tonumber(str)
+  if #str > 9 then
+    s = tonumber(string.sub(str, 1, -10))
+    ns = tonumber(string.sub(str, -9))
+  end
+  if neg then
+    if ns > 0 then
+      return -s - 1, E9 - ns
+    end
+    return -s, 0
+  end
+  return s, ns
+end
+
+-- fmt returns the canonical decimal string of the instant (s, ns).
+local function fmt(s, ns)
+  if s < 0 then
+    if ns > 0 then
+      s, ns = -s - 1, E9 - ns
+    else
+      s = -s
+    end
+    if s == 0 then
+      return string.format('-%d', ns)
+    end
+    return string.format('-%d%09d', s, ns)
+  end
+  if s == 0 then
+    return string.format('%d', ns)
+  end
+  return string.format('%d%09d', s, ns)
+end
+
+-- sub returns the instant a minus the instant b in nanoseconds. It is exact
+-- when |a - b| <= 2^53; beyond that it is rounded, but never to a number
+-- of magnitude below 2^53, so it still compares correctly with every
+-- offset a decision uses.
+local function sub(as, ans, bs, bns)
+  return (as - bs) * E9 + (ans - bns)
+end
+
+-- add returns the instant (s, ns) plus d nanoseconds, exactly for
+-- |d| <= 2^53.
+local function add(s, ns, d)
+  local q, r = fdiv(d, E9)
+  ns = ns + r
+  if ns >= E9 then
+    return s + q + 1, ns - E9
+  end
+  return s + q, ns
+end
+
+-- same reports whether two pairs are the same instant.
+local function same(as, ans, bs, bns)
+  return as == bs and ans == bns
+end
+
+-- clock returns the decision's instant: the client's clock when ARGV[1]
+-- holds one, else the Redis server's TIME (microseconds).
+local function clock(arg)
+  if arg ~= '' then
+    return parse(arg)
+  end
+  -- Redis before 5 replicates scripts verbatim unless told to replicate
+  -- their effects, and refuses writes after TIME; later versions always
+  -- replicate effects, and 7 keeps the function as a no-op.
+  if redis.replicate_commands then
+    redis.replicate_commands()
+  end
+  local t = redis.call('TIME')
+  local s = tonumber(t[1])
+  if s >= 9000000000 then
+    error('floodgate: server clock beyond 2255')
+  end
+  return s, tonumber(t[2]) * 1000
+end
+
+-- wmod returns the offset of the instant (s, ns) into its epoch-aligned
+-- window of wu microseconds, in ns. The instant in microseconds is exact
+-- for |s| < 9e9 (years 1685 to 2255), and windows are whole microseconds.
+local function wmod(s, ns, wu)
+  local us, nsr = fdiv(ns, 1000)
+  local _, r = fdiv(s * 1000000 + us, wu)
+  return r * 1000 + nsr
+end
+
+-- wstart returns the start of the epoch-aligned window of wu microseconds
+-- holding the instant (s, ns), or nil when the instant is too far from the
+-- present for any window a decision looks at.
+local function wstart(s, ns, wu)
+  if s >= 9000000000 or s <= -9000000000 then
+    return nil
+  end
+  return add(s, ns, -wmod(s, ns, wu))
+end
+
+-- int formats an integer exactly (tostring would use %.14g).
+local function int(x)
+  return string.format('%d', x)
+end
+
+-- keep writes value to key with a TTL of d ns (rounded up to a whole
+-- millisecond) plus the margin. A state with d <= 0 is equivalent to a
+-- missing key from now on, but it is still written, for the margin: a clock
+-- that steps back a little must find it, as the reference would.
+local function keep(key, value, d, margin)
+  redis.call('SET', key, value, 'PX', int(ceildiv(math.max(d, 0), 1000000) + margin))
+end

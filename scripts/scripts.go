@@ -1,0 +1,66 @@
+// Package scripts holds the Lua twins of floodgate's reference transitions:
+// one script per algorithm, which redisstore runs on Redis as one atomic
+// step per decision. Each script makes the same admission decision and
+// writes the same new state as the algorithm's Step method in package
+// floodgate; redisstore checks every reply against Step, and the store
+// conformance suite holds them together.
+//
+// The files are tokenbucket.lua, leakybucket.lua, fixedwindow.lua,
+// slidingwindow.lua and slidinglog.lua, each starting with a header that
+// gives its KEYS, ARGV, reply and time source, and lib.lua, the helpers they
+// share (exact instants as (seconds, nanoseconds) pairs, since Lua numbers
+// are doubles). Source returns lib.lua followed by an algorithm's file,
+// which is the script to run.
+//
+// Every script takes the same arguments: one key, and
+//
+//	ARGV[1] now in decimal nanoseconds since the Unix epoch, or "" to use
+//	        the Redis server's TIME
+//	ARGV[2] the floodgate.Op (0 take, 1 take up to n, 2 refund)
+//	ARGV[3] n
+//	ARGV[4] the maximum delay of a take, in nanoseconds
+//	ARGV[5] the refund instant, in decimal nanoseconds
+//	ARGV[6] the TTL margin, in milliseconds
+//	ARGV[7] the quota (burst, capacity or limit)
+//	ARGV[8] the emission interval (buckets) or the window (windows), in ns
+//	ARGV[9] tau, the time to restore the full quota (buckets), in ns
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+var (
+	//go:embed lib.lua
+	lib string
+	//go:embed tokenbucket.lua
+	tokenBucket string
+	//go:embed leakybucket.lua
+	leakyBucket string
+	//go:embed fixedwindow.lua
+	fixedWindow string
+	//go:embed slidingwindow.lua
+	slidingWindow string
+	//go:embed slidinglog.lua
+	slidingLog string
+)
+
+// sources are the complete scripts, indexed by floodgate.Kind.
+var sources = [...]string{
+	floodgate.KindTokenBucket:   lib + "\n" + tokenBucket,
+	floodgate.KindLeakyBucket:   lib + "\n" + leakyBucket,
+	floodgate.KindFixedWindow:   lib + "\n" + fixedWindow,
+	floodgate.KindSlidingWindow: lib + "\n" + slidingWindow,
+	floodgate.KindSlidingLog:    lib + "\n" + slidingLog,
+}
+
+// Source returns the complete Lua script of the algorithm kind (lib.lua
+// followed by the algorithm's file), or "" for a Kind without a script.
+func Source(kind floodgate.Kind) string {
+	if int(kind) >= len(sources) {
+		return ""
+	}
+	return sources[kind]
+}

@@ -1,0 +1,199 @@
+-- slidinglog.lua: floodgate.SlidingLog.Step (the exact sliding window) as
+-- one atomic script.
+--
+-- KEYS[1]  the key's log: a sorted set. Member "b" holds the base B as its
+--          score. Every other member is an admission instant in decimal
+--          nanoseconds since the Unix epoch, one per instant, whose score is
+--          B plus the units admitted up to and including it. Scores grow
+--          strictly with time, so "b" is always first, the units in the log
+--          are the newest score minus B, and the entry at which k units have
+--          left the window is found with one ZRANGEBYSCORE. The log holds at
+--          most limit entries (each holds at least one unit). A missing key
+--          is an empty log.
+-- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
+-- ARGV[2]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[3]  n, the units
+-- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[5]  the refund instant, in decimal ns
+-- ARGV[6]  the TTL margin, in ms
+-- ARGV[7]  the limit
+-- ARGV[8]  the window, in ns: a whole number of microseconds, at most 2^52
+--
+-- Reply: {now, allowed (0 or 1), granted, from, at, before, after, last}:
+--   from    max(now, the newest instant) before the step
+--   at      take: the admission instant, also when denied; take up to n,
+--           denied: the oldest instant in the window; otherwise ""
+--   before  the units in the window ending at from, before the step
+--   after   the units in the log after the step
+--   last    the newest instant after the step, "" for an empty log
+-- The log is too large to return; redisstore builds the Result from these
+-- facts with the formulas of SlidingLog.Step.
+--
+-- Cost: O(log n) for a take and a take up to n, plus O(log n) for each
+-- entry that has left the window and is dropped (each entry is dropped
+-- once); a refund also moves the score of every entry admitted after the
+-- refunded instant.
+--
+-- Time: the client's clock when ARGV[1] is set, else Redis TIME. As in
+-- SlidingLog.Step, a denial drops the entries that have left the window,
+-- which no decision can observe; it changes nothing else, not the TTL. The
+-- TTL is the time until the newest entry leaves the window plus the margin.
+
+local key = KEYS[1]
+local ts, tns = clock(ARGV[1])
+local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+local limit, w = tonumber(ARGV[7]), tonumber(ARGV[8])
+
+-- B is the base, C the newest score: the log holds C - B units.
+local B, C = 0, 0
+local last = nil -- the newest instant, as stored
+local card = redis.call('ZCARD', key)
+if card > 0 then
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if card < 2 or first[1] ~= 'b' then
+    error('floodgate: corrupt sliding log')
+  end
+  B, C = tonumber(first[2]), tonumber(newest[2])
+  last = newest[1]
+end
+
+-- Scores are exact below 2^53. They only grow while the log is never empty;
+-- past 2^52 units, move the base back to 0 (once per 2^52 units admitted).
+if C >= 4503599627370496 then
+  local rows = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  for i = 1, #rows, 2 do
+    redis.call('ZADD', key, int(tonumber(rows[i + 1]) - B), rows[i])
+  end
+  C, B = C - B, 0
+end
+
+-- from = max(now, newest): nothing is ever admitted before the newest entry.
+local fs, fns, fo = ts, tns, 0
+if last then
+  local ls, lns = parse(last)
+  local lo = sub(ls, lns, ts, tns)
+  if lo > 0 then
+    fs, fns, fo = ls, lns, lo
+  end
+end
+
+-- trim drops the entries at or before the instant (ps, pns) minus the
+-- window, oldest first, and the key with the last of them.
+local function trim(ps, pns)
+  while card > 1 do
+    local rows = redis.call('ZRANGE', key, 1, 32, 'WITHSCORES')
+    local k, nb = 0, nil
+    for i = 1, #rows, 2 do
+      local es, ens = parse(rows[i])
+      if sub(es, ens, ps, pns) > -w then
+        break
+      end
+      k, nb = k + 1, rows[i + 1]
+    end
+    if k == card - 1 then
+      redis.call('DEL', key)
+      card, B, C, last = 0, 0, 0, nil
+      return
+    end
+    if k > 0 then
+      redis.call('ZREMRANGEBYRANK', key, 1, k)
+      card = card - k
+      B = tonumber(nb)
+      redis.call('ZADD', key, int(B), 'b')
+    end
+    if k < 32 then
+      return
+    end
+  end
+end
+
+-- push appends k units at the instant (ps, pns), which is not before the
+-- newest entry, merging with it when the instants are equal.
+local function push(ps, pns, k)
+  local member = fmt(ps, pns)
+  if card == 0 then
+    redis.call('ZADD', key, '0', 'b')
+    card = 1
+  end
+  if member ~= last then
+    card = card + 1
+  end
+  C = C + k
+  redis.call('ZADD', key, int(C), member)
+  last = member
+end
+
+-- expire sets the TTL: until the newest entry leaves the window.
+local function expire()
+  local ls, lns = parse(last)
+  redis.call('PEXPIRE', key, int(ceildiv(math.max(sub(ls, lns, ts, tns) + w, 0), 1000000) + margin))
+end
+
+trim(fs, fns)
+local before = C - B
+local allowed, granted, at = 0, 0, ''
+
+if op == 0 then
+  local as, ans, ao = fs, fns, fo
+  local excess = before + n - limit
+  if excess > 0 then
+    -- Wait until the oldest entries holding excess units have left.
+    local row = redis.call('ZRANGEBYSCORE', key, int(B + excess), '+inf', 'LIMIT', 0, 1)
+    local es, ens = parse(row[1])
+    local xs, xns = add(es, ens, w)
+    local xo = sub(xs, xns, ts, tns)
+    if xo > ao then
+      as, ans, ao = xs, xns, xo
+    end
+  end
+  at = fmt(as, ans)
+  if ao <= maxd then
+    allowed, granted = 1, n
+    trim(as, ans)
+    push(as, ans, n)
+    expire()
+  end
+elseif op == 1 then
+  local m = 0
+  if fo <= 0 then
+    m = math.min(n, limit - before)
+  end
+  if m > 0 then
+    allowed, granted = 1, m
+    push(ts, tns, m)
+    expire()
+  elseif last then
+    at = redis.call('ZRANGE', key, 1, 1)[1]
+  end
+elseif last then
+  -- Refund: take units back from the entry admitted at the instant given.
+  local member = fmt(parse(ARGV[5]))
+  local score = redis.call('ZSCORE', key, member)
+  if score then
+    local r = redis.call('ZRANK', key, member)
+    local prev = redis.call('ZRANGE', key, r - 1, r - 1, 'WITHSCORES')
+    local units = tonumber(score) - tonumber(prev[2])
+    local back = math.min(n, units)
+    -- Every entry from this one on holds back fewer units before it.
+    local rows = redis.call('ZRANGE', key, r, -1, 'WITHSCORES')
+    for i = 1, #rows, 2 do
+      redis.call('ZADD', key, int(tonumber(rows[i + 1]) - back), rows[i])
+    end
+    if back == units then
+      redis.call('ZREM', key, member)
+      card = card - 1
+    end
+    C = C - back
+    allowed, granted = 1, back
+    if C == B then
+      redis.call('DEL', key)
+      last = nil
+    else
+      last = redis.call('ZRANGE', key, -1, -1)[1]
+      expire()
+    end
+  end
+end
+
+return {fmt(ts, tns), allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}

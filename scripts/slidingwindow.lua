@@ -1,0 +1,166 @@
+-- slidingwindow.lua: floodgate.SlidingWindow.Step (the weighted two-counter
+-- estimate) as one atomic script.
+--
+-- KEYS[1]  the key's state: a string "start:prev:curr", the start of the
+--          current fixed window (decimal nanoseconds since the Unix epoch)
+--          and the units admitted in the window before it and in it;
+--          missing means "0:0:0".
+-- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
+-- ARGV[2]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[3]  n, the units
+-- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[5]  the refund instant, in decimal ns
+-- ARGV[6]  the TTL margin, in ms
+-- ARGV[7]  the limit
+-- ARGV[8]  the window, in ns: a whole number of microseconds, at most 2^52
+--
+-- Reply: {now, old state, new state, allowed (0 or 1), granted}, the
+-- states as stored. The new state equals the old one when nothing was
+-- written. redisstore re-runs SlidingWindow.Step on the old state and now
+-- to build the Result, and checks that it agrees with the reply.
+--
+-- The estimate is a double computed in the order of operations of
+-- SlidingWindow.avail, (L - curr) - prev*(W - e)/W, and the earliest
+-- admission instant is solved and settled exactly as SlidingWindow.earliest
+-- does, so both make the same decision bit for bit.
+--
+-- Time: the client's clock when ARGV[1] is set, else Redis TIME. Windows
+-- are aligned to the Unix epoch. The TTL is the time until the state rolls
+-- to empty (two windows after the start with a current count, one with
+-- only a previous count) plus the margin.
+
+local key = KEYS[1]
+local ts, tns = clock(ARGV[1])
+local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+local limit, w = tonumber(ARGV[7]), tonumber(ARGV[8])
+local wu = w / 1000
+
+local old = redis.call('GET', key) or '0:0:0'
+local sstr, pstr, cstr = string.match(old, '^(%-?%d+):(%d+):(%d+)$')
+if not sstr then
+  error('floodgate: corrupt sliding window state')
+end
+local ss, sns = parse(sstr)
+local so = sub(ss, sns, ts, tns) -- stored start - now
+
+-- cur is the stored state rolled forward to the current window (offsets
+-- from now): kept when it is current or ahead, its curr becomes prev when
+-- it is the window just before, and it empties when it is older.
+local wo = -wmod(ts, tns, wu) -- current window start - now, in (-w, 0]
+local cs, cns, co, cp, cc = ss, sns, so, tonumber(pstr), tonumber(cstr)
+if so < wo then
+  cs, cns = add(ts, tns, wo)
+  if so == wo - w then
+    cp, cc = cc, 0
+  else
+    cp, cc = 0, 0
+  end
+  co = wo
+end
+-- The offset of now into cur's window, or 0 for a window reserved ahead.
+local from = math.max(-co, 0)
+
+-- avail returns limit - est at offset e into a window with counts p, c.
+local function avail(p, c, e)
+  return (limit - c) - p * (w - e) / w
+end
+
+-- earliest returns the smallest offset e in [f, w] into a window with
+-- counts p, c at which k units fit, or -1 when they do not fit in it.
+local function earliest(p, c, f, k)
+  local room = limit - c - k
+  if room < 0 then
+    return -1
+  end
+  if k <= avail(p, c, f) then
+    return f
+  end
+  local e = math.ceil(w * (p - room) / p)
+  e = math.min(math.max(e, f), w)
+  while e < w and k > avail(p, c, e) do
+    e = e + 1
+  end
+  while e > f and k <= avail(p, c, e - 1) do
+    e = e - 1
+  end
+  return e
+end
+
+-- admit returns the offset into cur's window (0 to 2w) of the earliest
+-- instant, at from or later, at which k units fit: in cur's window, or
+-- else in the next one, whose previous count is cur's current count.
+local function admit(k)
+  local e = earliest(cp, cc, from, k)
+  if e >= 0 then
+    return e
+  end
+  return w + earliest(cc, 0, 0, k)
+end
+
+-- remaining is what SlidingWindow.Step reports for cur.
+local function remaining()
+  if co > 0 then
+    return 0
+  end
+  return math.max(math.floor(avail(cp, cc, -co)), 0)
+end
+
+-- horizon is the time until a state starting at offset xo with counts
+-- p, c rolls to an empty one.
+local function horizon(xo, p, c)
+  if c > 0 then
+    return xo + 2 * w
+  elseif p > 0 then
+    return xo + w
+  end
+  return xo
+end
+
+local function state(s, ns, p, c)
+  return fmt(s, ns) .. ':' .. int(p) .. ':' .. int(c)
+end
+
+local allowed, granted, new = 0, 0, old
+if op == 0 then
+  local e = admit(n)
+  if math.max(co + e, 0) <= maxd then
+    allowed, granted = 1, n
+    -- The admission's window is cur's, the next or the one after.
+    local xs, xns, xo, xp, xc = cs, cns, co, cp, cc + n
+    if e >= 2 * w then
+      xs, xns = add(cs, cns, 2 * w)
+      xo, xp, xc = co + 2 * w, 0, n
+    elseif e >= w then
+      xs, xns = add(cs, cns, w)
+      xo, xp, xc = co + w, cc, n
+    end
+    new = state(xs, xns, xp, xc)
+    keep(key, new, horizon(xo, xp, xc), margin)
+  end
+elseif op == 1 then
+  local m = math.min(n, remaining())
+  if m > 0 then
+    allowed, granted = 1, m
+    new = state(cs, cns, cp, cc + m)
+    keep(key, new, horizon(co, cp, cc + m), margin)
+  end
+else
+  -- Into the counter the units were counted in.
+  local as, ans = parse(ARGV[5])
+  local ws, wns = wstart(as, ans, wu)
+  local xp, xc = cp, cc
+  if ws and same(ws, wns, cs, cns) then
+    granted = math.min(n, cc)
+    xc = cc - granted
+  elseif ws and same(ws, wns, add(cs, cns, -w)) then
+    granted = math.min(n, cp)
+    xp = cp - granted
+  end
+  if granted > 0 then
+    allowed = 1
+    new = state(cs, cns, xp, xc)
+    keep(key, new, horizon(co, xp, xc), margin)
+  end
+end
+
+return {fmt(ts, tns), old, new, allowed, granted}

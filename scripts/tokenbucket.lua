@@ -1,0 +1,74 @@
+-- tokenbucket.lua: floodgate.TokenBucket.Step (GCRA) as one atomic script.
+--
+-- KEYS[1]  the key's state: a string, the theoretical arrival time (TAT),
+--          in decimal nanoseconds since the Unix epoch; missing means 0.
+-- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
+-- ARGV[2]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[3]  n, the units
+-- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[5]  the refund instant (unused)
+-- ARGV[6]  the TTL margin, in ms
+-- ARGV[7]  the burst
+-- ARGV[8]  the emission interval Per/Rate, in ns (rounded up)
+-- ARGV[9]  tau = burst * interval, in ns (at most 2^52)
+--
+-- Reply: {now, old TAT, new TAT, allowed (0 or 1), granted}, instants as
+-- decimal strings. The new TAT equals the old one when nothing was written.
+-- redisstore re-runs TokenBucket.Step on the old TAT and now to build the
+-- Result, and checks that it agrees with allowed, granted and the new TAT.
+--
+-- Time: the client's clock when ARGV[1] is set, else Redis TIME. The TTL is
+-- the time until the TAT (when the bucket is full again) plus the margin.
+
+local key = KEYS[1]
+local ts, tns = clock(ARGV[1])
+local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
+local interval, tau = tonumber(ARGV[8]), tonumber(ARGV[9])
+
+local old = redis.call('GET', key) or '0'
+local as, ans = parse(old)
+local o = sub(as, ans, ts, tns) -- tat - now
+
+-- base = max(tat, now), as a pair and as an offset from now.
+local bs, bns, b = ts, tns, 0
+if o > 0 then
+  bs, bns, b = as, ans, o
+end
+
+local allowed, granted, new = 0, 0, old
+if op == 0 then
+  local d = n * interval
+  -- The wait (base + d - tau - now), grouped so that every partial sum of
+  -- an admissible request stays within 2^53.
+  if (b - tau) + d <= maxd then
+    allowed, granted = 1, n
+    new = fmt(add(bs, bns, d))
+    keep(key, new, b + d, margin)
+  end
+elseif op == 1 then
+  -- Whole tokens in the bucket: floor((now + tau - base) / interval).
+  local m = math.min(n, math.max(fdiv(tau - b, interval), 0))
+  if m > 0 then
+    local d = m * interval
+    allowed, granted = 1, m
+    new = fmt(add(bs, bns, d))
+    keep(key, new, b + d, margin)
+  end
+else
+  -- Only units whose tokens have not refilled yet come back.
+  local back = math.min(n, math.max(ceildiv(o, interval), 0))
+  if back > 0 then
+    allowed, granted = 1, back
+    local d = o - back * interval
+    local xs, xns = ts, tns
+    if d > 0 then
+      xs, xns = add(as, ans, -back * interval)
+    else
+      d = 0
+    end
+    new = fmt(xs, xns)
+    keep(key, new, d, margin)
+  end
+end
+
+return {fmt(ts, tns), old, new, allowed, granted}
