@@ -1,0 +1,26 @@
+// Package client is the calling side of rate limiting: an http.RoundTripper
+// that keeps a client within its quotas and behaves well when it is not.
+//
+// [NewTransport] wraps a base transport. Its [Transport]:
+//
+//   - waits on an optional floodgate.Limiter before each attempt, so the
+//     client throttles itself before the server has to;
+//   - retries 429 Too Many Requests and 503 Service Unavailable (and broken
+//     connections) for requests it can replay, with exponential backoff and
+//     full jitter, U(0, min(MaxDelay, BaseDelay·2^n)) before retry n, as
+//     Marc Brooker's "Exponential Backoff and Jitter" recommends;
+//   - never retries sooner than the server asked: Retry-After, in seconds or
+//     as an HTTP-date, takes precedence over the t of the RateLimit field,
+//     and a wait beyond its budget (MaxWait, the context's deadline) ends
+//     the retries instead of hanging;
+//   - optionally throttles adaptively ([ThrottleOptions]): it rejects
+//     requests locally, with a [ThrottledError], in proportion to how many
+//     the backend has been rejecting, following the client-side throttling
+//     of Google's SRE book;
+//   - keeps the rate-limit state of the last response ([Transport.State]),
+//     parsed by package headers, for callers that pace themselves.
+//
+// Every random draw comes from Options.Rand and the throttling window reads
+// Options.Now, so tests can fix both; waits use timers and run under
+// testing/synctest.
+package client
