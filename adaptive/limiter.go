@@ -62,9 +62,9 @@ type LimiterOptions struct {
 //
 // The zero value is not usable; create one with NewLimiter. A Limiter is
 // safe for concurrent use. One mutex guards its counters and its Limit: each
-// Acquire and each end of a token takes it once, and no Observer or other
-// user callback runs while it is held (the Limit's Update and the waiters'
-// hand-off aside).
+// Acquire and each end of a token takes it once. Of the code it is given,
+// only the Limit's Update runs under that mutex: the clock is read before
+// taking it and the Observer is called after releasing it.
 type Limiter struct {
 	limit      Limit
 	now        func() time.Time // nil: monotonic time since base
@@ -126,7 +126,6 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 	l := &Limiter{
 		limit:      limit,
 		now:        o.Now,
-		base:       time.Now(),
 		wait:       o.Wait,
 		maxWaiters: o.MaxWaiters,
 		maxWait:    o.MaxWait,
@@ -138,6 +137,8 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 	}
 	if o.Now != nil {
 		l.base = o.Now()
+	} else {
+		l.base = time.Now()
 	}
 	l.setLimit(max(1, limit.Current()))
 	return l, nil
