@@ -1,0 +1,33 @@
+// Package bench compares floodgate with the Go rate limiters users would
+// otherwise choose, side by side in one `go test -bench` run. It is a module
+// of its own so that the peers and the plotting library never enter
+// floodgate's dependency graph.
+//
+// Every benchmark is named Benchmark<Scenario>/<library>:
+//
+//	InProcessOneKeyAllowed     one key, serial, a quota that admits every call
+//	InProcessOneKeyDenied      one key, serial, a spent quota that denies every call
+//	InProcess100kKeysParallel  100,000 keys, RunParallel, admitting quota
+//	RedisSerial                one decision at a time against Redis (latency)
+//	Redis64Goroutines          64 goroutines against Redis (throughput)
+//	Lease64Goroutines          the lease layer against plain Redis, 64 goroutines
+//	AdaptiveSerial, AdaptiveParallel   adaptive Acquire followed by Success
+//	MemoryPerKey               heap bytes per tracked key (metric B/key)
+//	RedisMemoryPerKey          Redis MEMORY USAGE per key (metric B/key)
+//	Accuracy                   4 limiter instances on one Redis, 1,000
+//	                           concurrent requests, quota 100 (metric admitted)
+//
+// The Redis scenarios need REDIS_ADDR (host:port of a server they may write
+// to; they use a key prefix of their own and never flush anything) and skip
+// with "skipped: REDIS_ADDR not set" without it.
+//
+// The runner in cmd/report runs them several times, writes RESULTS.md and
+// renders the charts:
+//
+//	cd bench && go run ./cmd/report          # full mode, for the README
+//	cd bench && go run ./cmd/report -short   # under two minutes, run by CI
+//
+// Components that are missing or do not build are compiled out by build
+// tags (nopeer_<name>, nofg_<package>) that the runner sets after probing
+// them; their scenarios then skip with a line saying why.
+package bench
