@@ -239,6 +239,8 @@ type userID int
 
 func (u userID) String() string { return fmt.Sprintf("user-%d", int(u)) }
 
+type accountID string
+
 type nilStringer struct{ name string }
 
 func (n *nilStringer) String() string { return n.name }
@@ -262,6 +264,7 @@ func TestKeyBySubjectAndChain(t *testing.T) {
 	}{
 		{"string subject", withSubject("alice"), "sub:alice"},
 		{"stringer subject", withSubject(userID(7)), "sub:user-7"},
+		{"named string subject", withSubject(accountID("acct_9")), "sub:acct_9"},
 		{"long subject hashed", withSubject(long), ""},
 		{"empty subject falls through to the address", withSubject(""), "ip:192.0.2.1"},
 		{"typed nil falls through", withSubject((*nilStringer)(nil)), "ip:192.0.2.1"},

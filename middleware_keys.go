@@ -73,14 +73,15 @@ const maxSubjectLen = 128
 
 // KeyBySubject returns a KeyFunc that keys requests by the authenticated
 // subject an earlier middleware stored in the request's context under
-// ctxKey: r.Context().Value(ctxKey) must be a non-empty string or a
-// fmt.Stringer. The key is "sub:" followed by the subject; a subject longer
-// than 128 bytes is replaced by its digest ("sub#" and 22 characters), as
-// KeyByAPIKey does.
+// ctxKey: r.Context().Value(ctxKey) must be a non-empty string (or a type
+// whose underlying type is string) or a fmt.Stringer. The key is "sub:"
+// followed by the subject; a subject longer than 128 bytes is replaced by
+// its digest ("sub#" and 22 characters), as KeyByAPIKey does.
 func KeyBySubject(ctxKey any) KeyFunc {
 	return func(r *http.Request) (string, bool) {
 		var s string
 		switch v := r.Context().Value(ctxKey).(type) {
+		case nil:
 		case string:
 			s = v
 		case fmt.Stringer:
@@ -88,6 +89,10 @@ func KeyBySubject(ctxKey any) KeyFunc {
 				return "", false // a typed nil: calling String could panic
 			}
 			s = v.String()
+		default:
+			if rv := reflect.ValueOf(v); rv.Kind() == reflect.String {
+				s = rv.String() // a named string type, such as type UserID string
+			}
 		}
 		if s == "" {
 			return "", false
