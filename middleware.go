@@ -21,8 +21,10 @@ const DefaultPolicyName = "default"
 
 // MiddlewareOptions configures Middleware. A nil *MiddlewareOptions means
 // the defaults: every request costs 1 unit of its client address's quota,
-// denials get 429 with the IETF fields, Retry-After and a JSON body. Do not
-// modify the options after passing them.
+// denials get 429 with the IETF fields, Retry-After and a JSON body. The zero
+// value means the same. Middleware copies the options: later changes to them
+// have no effect, but the functions they hold are called concurrently and
+// must be safe for concurrent use.
 type MiddlewareOptions struct {
 	// Key names the quota a request draws from. The default is
 	// KeyByIP(nil): the peer address, IPv6 grouped by /64, no proxy

@@ -8,8 +8,8 @@ import (
 
 // IPKeyOptions configures KeyByIP and ClientIP. A nil *IPKeyOptions means the
 // defaults: the peer address only, IPv4 addresses whole, IPv6 addresses by
-// /64. The zero value is the same. Safe for concurrent use once built; do not
-// modify it while in use.
+// /64. The zero value is the same. KeyByIP copies the options, so they may be
+// reused or changed afterwards.
 type IPKeyOptions struct {
 	// TrustedProxies are the networks of the reverse proxies and load
 	// balancers in front of the server. Only when the peer of a request

@@ -12,13 +12,15 @@ import (
 var ErrThrottled = errors.New("client: request throttled locally")
 
 // ThrottledError is the error of a request rejected locally by adaptive
-// throttling. It matches ErrThrottled with errors.Is.
+// throttling. It matches ErrThrottled with errors.Is. It is a plain value,
+// safe to copy and share.
 type ThrottledError struct {
 	// Probability is the rejection probability in force when the request
 	// was rejected.
 	Probability float64
 }
 
+// Error describes the rejection.
 func (e *ThrottledError) Error() string {
 	return fmt.Sprintf("client: request throttled locally (rejecting %.0f%% of requests: the backend is rejecting most of them)", e.Probability*100)
 }
@@ -38,7 +40,8 @@ func (e *ThrottledError) Unwrap() error { return ErrThrottled }
 // before it arrives, and traffic recovers as soon as it accepts again.
 // Responses other than 429 and 503 count as accepted; 429, 503 and
 // connection errors do not; requests the caller cancels are not counted.
-// Locally rejected requests count as requests, and so do retries: each
+// The zero value means the defaults. Locally rejected requests count as
+// requests, and so do retries: each
 // attempt is a request to the backend.
 //
 // The formula is meant for clients that send many requests per window: with

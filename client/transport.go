@@ -18,9 +18,10 @@ import (
 	"github.com/floodgate-go/floodgate/headers"
 )
 
-// Options configures a Transport. A nil *Options means the defaults: up to 4
-// attempts with full-jitter backoff from 100ms, capped at 10s per wait and
-// 30s in all, no client-side limiter, no adaptive throttling.
+// Options configures a Transport. A nil *Options, like the zero value, means
+// the defaults: up to 4 attempts with full-jitter backoff from 100ms, capped
+// at 10s per wait and 30s in all, no client-side limiter, no adaptive
+// throttling. NewTransport copies what it needs; the Options may be reused.
 type Options struct {
 	// Limiter, when set, throttles the client before the server has to:
 	// each attempt, retries included, waits on Limiter.Wait(ctx, key, 1)

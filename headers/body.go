@@ -30,13 +30,14 @@ const (
 //	  "remaining":0,"reset":17,"retry_after":17}}
 //
 // Marshal it with encoding/json; unmarshal into it to read one. The zero
-// value is an empty body. Safe to copy.
+// value is an empty body. It is a plain value, safe to copy and share.
 type ErrorBody struct {
 	Error ErrorDetail `json:"error"`
 }
 
 // ErrorDetail is the content of an ErrorBody. Times are whole seconds,
-// rounded up, equal to the fields Write sends for the same Report.
+// rounded up, equal to the fields Write sends for the same Report. The zero
+// value is empty; it is a plain value, safe to copy and share.
 type ErrorDetail struct {
 	Code       string `json:"code"`        // ErrorCode
 	Message    string `json:"message"`     // for people, not programs
@@ -61,7 +62,7 @@ func NewErrorBody(rep Report) ErrorBody {
 
 // Problem is an RFC 9457 problem details object with the extension member
 // the RateLimit draft defines, violated-policies. The zero value is empty.
-// Safe to copy; ViolatedPolicies is shared by copies.
+// It is safe to copy and share; ViolatedPolicies is shared by copies.
 type Problem struct {
 	Type             string   `json:"type"`
 	Title            string   `json:"title,omitempty"`

@@ -13,7 +13,8 @@ import (
 // park a request on its word.
 const DefaultMaxRetryAfter = 24 * time.Hour
 
-// ParseOptions tunes Parse. A nil *ParseOptions means the defaults.
+// ParseOptions tunes Parse. A nil *ParseOptions, like the zero value, means
+// the defaults.
 type ParseOptions struct {
 	// Now returns the time the response was received. An HTTP-date in
 	// Retry-After and an epoch reset are measured from the response's Date

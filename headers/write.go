@@ -136,7 +136,8 @@ func (r Report) RetryAfterSeconds() int64 {
 	return retryAfterSeconds(r.RetryAfter)
 }
 
-// WriteOptions tunes Write. A nil *WriteOptions means the defaults.
+// WriteOptions tunes Write. A nil *WriteOptions, like the zero value, means
+// the defaults.
 type WriteOptions struct {
 	// XReset is how StyleX writes X-RateLimit-Reset. The default,
 	// ResetAuto, writes delta seconds.
