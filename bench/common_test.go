@@ -2,8 +2,8 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -91,7 +91,8 @@ func spread(seq *atomic.Uint64) uint64 {
 
 // runID makes the keys of this process unique on a shared Redis.
 var runID = sync.OnceValue(func() string {
-	return fmt.Sprintf("fgbench-%d-%d", os.Getpid(), time.Now().UnixNano())
+	// Short, so that it weighs little in the per-key memory of Redis.
+	return "fgb" + strconv.FormatInt(int64(os.Getpid()), 36) + strconv.FormatInt(time.Now().UnixNano()%(1<<40), 36)
 })
 
 // redisAddr returns REDIS_ADDR or skips the benchmark with the line the
@@ -172,3 +173,7 @@ func checkRegime(b *testing.B, calls, unexpected int64, want string) {
 		b.Fatalf("%d of %d calls were not %s: the quota does not hold this library in the scenario's regime", unexpected, calls, want)
 	}
 }
+
+// gomaxprocs is the number of goroutines RunParallel starts per unit of
+// parallelism.
+func gomaxprocs() int { return runtime.GOMAXPROCS(0) }

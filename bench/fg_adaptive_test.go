@@ -1,0 +1,46 @@
+//go:build !nofg_adaptive
+
+package bench
+
+import (
+	"context"
+
+	"github.com/floodgate-go/floodgate/adaptive"
+)
+
+// floodgateAdaptive is floodgate's adaptive concurrency Limiter with each
+// of its latency- and loss-based limits, at their defaults (an initial
+// limit of 20, which the benchmark's goroutines never reach).
+func floodgateAdaptive() []concLib {
+	lib := func(name string, newLimit func() (adaptive.Limit, error)) concLib {
+		return concLib{name: name, open: func() (func(context.Context) error, error) {
+			limit, err := newLimit()
+			if err != nil {
+				return nil, err
+			}
+			l, err := adaptive.NewLimiter(limit, nil)
+			if err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error {
+				tok, err := l.Acquire(ctx)
+				if err != nil {
+					return err
+				}
+				tok.Success()
+				return nil
+			}, nil
+		}}
+	}
+	return []concLib{
+		lib("floodgate-vegas", func() (adaptive.Limit, error) { return adaptive.NewVegas(nil) }),
+		lib("floodgate-gradient2", func() (adaptive.Limit, error) {
+			g, err := adaptive.NewGradient2(nil)
+			if err != nil {
+				return nil, err
+			}
+			return adaptive.NewWindowed(g, nil)
+		}),
+		lib("floodgate-aimd", func() (adaptive.Limit, error) { return adaptive.NewAIMD(nil) }),
+	}
+}

@@ -1,0 +1,96 @@
+//go:build !nofg_redisstore
+
+package bench
+
+import (
+	"context"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/redisstore"
+)
+
+// fgRedisTimeout replaces redisstore's default timeout (5ms), which a
+// loaded two-core machine running 64 goroutines exceeds now and then; the
+// peers have none.
+const fgRedisTimeout = time.Second
+
+// openFloodgateRedis returns a floodgate Limiter running alg on a
+// redisstore.Store over c, and the function closing the store.
+func openFloodgateRedis(c redis.UniversalClient, alg floodgate.Algorithm, opts redisstore.Options) (floodgate.Limiter, func(), error) {
+	opts.Timeout = fgRedisTimeout
+	s, err := redisstore.New(c, &opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	lim, err := floodgate.New(s, alg)
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return lim, func() { s.Close() }, nil
+}
+
+// fgRedis returns a remoteLib for floodgate's Redis store running the
+// algorithm alg makes of the quota. With reserve, a call is a Reserve with
+// the algorithm's whole window as its maximum delay (the leaky bucket is a
+// shaper: Allow admits only what departs at once).
+func fgRedis(name string, opts redisstore.Options, reserve bool, alg func(q quota) floodgate.Algorithm) remoteLib {
+	return remoteLib{name: name, open: func(c redis.UniversalClient, q quota) (func(context.Context, string) (bool, error), func(), error) {
+		a := alg(q)
+		lim, closeFn, err := openFloodgateRedis(c, a, opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		maxDelay := time.Duration(0)
+		if reserve {
+			maxDelay = a.Policy().Window
+		}
+		allow := func(ctx context.Context, key string) (bool, error) {
+			d, err := lim.Reserve(ctx, key, 1, maxDelay)
+			return err == nil && d.Allowed, err
+		}
+		return allow, closeFn, nil
+	}}
+}
+
+func tokenBucket(q quota) floodgate.Algorithm {
+	return floodgate.TokenBucket{Rate: q.Limit, Per: q.Period, Burst: q.Limit}
+}
+func leakyBucket(q quota) floodgate.Algorithm {
+	return floodgate.LeakyBucket{Rate: q.Limit, Per: q.Period, Capacity: q.Limit}
+}
+func fixedWindow(q quota) floodgate.Algorithm {
+	return floodgate.FixedWindow{Limit: q.Limit, Window: q.Period}
+}
+func slidingWindow(q quota) floodgate.Algorithm {
+	return floodgate.SlidingWindow{Limit: q.Limit, Window: q.Period}
+}
+func slidingLog(q quota) floodgate.Algorithm {
+	return floodgate.SlidingLog{Limit: q.Limit, Window: q.Period}
+}
+
+// floodgateRedis is floodgate's Redis store in the latency and throughput
+// scenarios: the token bucket (GCRA, like redis_rate), the same with
+// batching, and the fixed window (ulule's algorithm).
+func floodgateRedis() []remoteLib {
+	return []remoteLib{
+		fgRedis("floodgate", redisstore.Options{}, false, tokenBucket),
+		fgRedis("floodgate-batched", redisstore.Options{BatchSize: 64}, false, tokenBucket),
+		fgRedis("floodgate-fixedwindow", redisstore.Options{}, false, fixedWindow),
+	}
+}
+
+// floodgateRedisAlgorithms is every algorithm on floodgate's Redis store,
+// for the accuracy and memory scenarios.
+func floodgateRedisAlgorithms() []remoteLib {
+	return []remoteLib{
+		fgRedis("floodgate", redisstore.Options{}, false, tokenBucket),
+		fgRedis("floodgate-leakybucket", redisstore.Options{}, true, leakyBucket),
+		fgRedis("floodgate-fixedwindow", redisstore.Options{}, false, fixedWindow),
+		fgRedis("floodgate-slidingwindow", redisstore.Options{}, false, slidingWindow),
+		fgRedis("floodgate-slidinglog", redisstore.Options{}, false, slidingLog),
+	}
+}
