@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/floodgate-go/floodgate/headers"
@@ -26,10 +27,18 @@ const DefaultPolicyName = "default"
 // have no effect, but the functions they hold are called concurrently and
 // must be safe for concurrent use.
 type MiddlewareOptions struct {
-	// Key names the quota a request draws from. The default is
-	// KeyByIP(nil): the peer address, IPv6 grouped by /64, no proxy
-	// trusted. Combine key functions with KeyChain.
+	// Key names the quota a request draws from. The default is KeyByIP
+	// with the four options below: the client address, IPv6 grouped by
+	// /64, no proxy trusted. Combine key functions with KeyChain.
 	Key KeyFunc
+
+	// TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure
+	// the default key, as the IPKeyOptions fields of the same names do.
+	// They are an error when Key is set: configure KeyByIP there instead.
+	TrustedProxies  []netip.Prefix
+	ForwardedHeader string
+	IPv4Prefix      int
+	IPv6Prefix      int
 
 	// KeyPrefix is prepended to every key, so that routes sharing a
 	// limiter's store keep separate quotas ("search:", "upload:"). The
@@ -173,8 +182,15 @@ func newMiddleware(lim Limiter, opts *MiddlewareOptions) (*middleware, error) {
 		m.o = *opts
 	}
 	o := &m.o
-	if o.Key == nil {
-		o.Key = KeyByIP(nil)
+	ipOpts := IPKeyOptions{
+		TrustedProxies: o.TrustedProxies, ForwardedHeader: o.ForwardedHeader,
+		IPv4Prefix: o.IPv4Prefix, IPv6Prefix: o.IPv6Prefix,
+	}
+	switch {
+	case o.Key == nil:
+		o.Key = KeyByIP(&ipOpts)
+	case ipOpts.TrustedProxies != nil || ipOpts.ForwardedHeader != "" || ipOpts.IPv4Prefix != 0 || ipOpts.IPv6Prefix != 0:
+		return nil, fmt.Errorf("%w: TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure the default key; with Key set, pass them to KeyByIP", ErrInvalidConfig)
 	}
 	if o.PolicyName == "" {
 		o.PolicyName = DefaultPolicyName

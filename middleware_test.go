@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -476,4 +477,59 @@ func TestMiddlewareLeakyBucketShapesBursts(t *testing.T) {
 		assert.ElementsMatch(t, []int{200, 200, 200, 200, 429, 429}, codes)
 		assert.Equal(t, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond}, served)
 	})
+}
+
+func TestMiddlewareDefaultKeyOptions(t *testing.T) {
+	lim := always(allowed42, nil)
+	h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		IPv6Prefix:     48,
+	})(&okHandler{})
+	do(t, h, "10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 203.0.113.9")
+	do(t, h, "192.0.2.1:1", "X-Forwarded-For", "203.0.113.9")
+	do(t, h, "[2001:db8:1:2::1]:1")
+	assert.Equal(t, []string{"ip:203.0.113.9", "ip:192.0.2.1", "ip:2001:db8:1::/48"}, keys(lim.Calls()))
+
+	_, err := floodgate.NewMiddleware(lim, &floodgate.MiddlewareOptions{
+		Key:            floodgate.KeyByAPIKey("X-API-Key"),
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+	})
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "IP options beside a custom Key would be ignored silently")
+}
+
+func keys(calls []call) []string {
+	var k []string
+	for _, c := range calls {
+		k = append(k, c.key)
+	}
+	return k
+}
+
+// TestMiddlewareDoesNotOutwaitTheRequest stands in for a dead store without a
+// timeout of its own: the limiter blocks until its context ends. The
+// middleware passes the request's context, so the request ends at its
+// deadline with 503 rather than hanging.
+func TestMiddlewareDoesNotOutwaitTheRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lim := &blockingLimiter{}
+		next := &okHandler{}
+		h := floodgate.Middleware(lim, nil)(next)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+		req.RemoteAddr = "192.0.2.1:1"
+		rec := httptest.NewRecorder()
+		start := time.Now()
+		h.ServeHTTP(rec, req)
+		assert.Equal(t, 3*time.Second, time.Since(start))
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		assert.Equal(t, 0, next.served())
+	})
+}
+
+type blockingLimiter struct{ fakeLimiter }
+
+func (b *blockingLimiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	<-ctx.Done()
+	return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrUnavailable, ctx.Err())
 }
