@@ -1,0 +1,179 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/memstore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const ms = time.Millisecond
+
+// remote wraps a floodgate.Leaser: it counts the calls the lease layer
+// makes, and can hold lease round trips at a gate or fail them.
+type remote struct {
+	floodgate.Leaser
+	alg floodgate.Algorithm
+
+	upTo, refunds, allowN, reserves, waits atomic.Int64
+	asked, granted, refunded            atomic.Int64
+
+	// gate, when set, holds every AllowUpTo until a value is sent or its
+	// context ends.
+	gate chan struct{}
+	// fail, when set, makes AllowUpTo fail with it.
+	fail atomic.Pointer[error]
+	// fake, when set, replaces AllowUpTo's result (a store's fail-open).
+	fake func(n int64) floodgate.Result
+
+	mu      sync.Mutex
+	askLog  []int64
+	refLogs []refundCall
+}
+
+type refundCall struct {
+	n  int64
+	at time.Time
+}
+
+// newRemote returns a limiter running alg on a fresh memstore. Inside a
+// synctest bubble, the store's clock is the bubble's.
+func newRemote(t *testing.T, alg floodgate.Algorithm) *remote {
+	t.Helper()
+	store, err := memstore.New(nil)
+	require.NoError(t, err)
+	return wrap(t, store, alg)
+}
+
+// wrap returns a limiter running alg on store.
+func wrap(t *testing.T, store floodgate.Store, alg floodgate.Algorithm) *remote {
+	t.Helper()
+	lim, err := floodgate.New(store, alg)
+	require.NoError(t, err)
+	return &remote{Leaser: lim.(floodgate.Leaser), alg: alg}
+}
+
+func (r *remote) AllowUpTo(ctx context.Context, key string, n int64) (floodgate.Result, error) {
+	r.upTo.Add(1)
+	r.asked.Add(n)
+	r.mu.Lock()
+	r.askLog = append(r.askLog, n)
+	r.mu.Unlock()
+	if r.gate != nil {
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return floodgate.Result{}, ctx.Err()
+		}
+	}
+	if err := r.fail.Load(); err != nil {
+		return floodgate.Result{}, *err
+	}
+	if r.fake != nil {
+		return r.fake(n), nil
+	}
+	res, err := r.Leaser.AllowUpTo(ctx, key, n)
+	r.granted.Add(res.Granted)
+	return res, err
+}
+
+func (r *remote) Refund(ctx context.Context, key string, n int64, at time.Time) (floodgate.Result, error) {
+	r.refunds.Add(1)
+	r.mu.Lock()
+	r.refLogs = append(r.refLogs, refundCall{n: n, at: at})
+	r.mu.Unlock()
+	res, err := r.Leaser.Refund(ctx, key, n, at)
+	r.refunded.Add(res.Granted)
+	return res, err
+}
+
+func (r *remote) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	r.allowN.Add(1)
+	return r.Leaser.AllowN(ctx, key, n)
+}
+
+func (r *remote) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
+	r.reserves.Add(1)
+	return r.Leaser.Reserve(ctx, key, n, maxDelay)
+}
+
+func (r *remote) Wait(ctx context.Context, key string, n int64) error {
+	r.waits.Add(1)
+	return r.Leaser.Wait(ctx, key, n)
+}
+
+func (r *remote) setFail(err error) {
+	if err == nil {
+		r.fail.Store(nil)
+		return
+	}
+	r.fail.Store(&err)
+}
+
+func (r *remote) asks() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.askLog...)
+}
+
+// newLease returns a lease Limiter over r; o.Algorithm defaults to r's.
+func newLease(t *testing.T, r *remote, o *lease.Options) *lease.Limiter {
+	t.Helper()
+	var opts lease.Options
+	if o != nil {
+		opts = *o
+	}
+	if opts.Algorithm == nil {
+		opts.Algorithm = r.alg
+	}
+	l, err := lease.New(r, &opts)
+	require.NoError(t, err)
+	return l
+}
+
+// remoteLeft returns how many units the remote can admit for key now,
+// taking them: the remote's view of what was consumed.
+func remoteLeft(t *testing.T, r floodgate.Leaser, key string, quota int64) int64 {
+	t.Helper()
+	res, err := r.AllowUpTo(context.Background(), key, quota)
+	require.NoError(t, err)
+	return res.Granted
+}
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []lease.Event
+}
+
+func (rec *recorder) Observe(e lease.Event) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.events = append(rec.events, e)
+}
+
+func (rec *recorder) of(kind lease.EventKind) []lease.Event {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out []lease.Event
+	for _, e := range rec.events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// errDown is a store failure.
+var errDown = errors.Join(floodgate.ErrUnavailable, errors.New("test: remote down"))

@@ -1,0 +1,381 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v4"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Limiter serves decisions from per-key pools of units leased in batches
+// from a remote floodgate.Limiter; see the package doc for what it
+// guarantees. It is safe for concurrent use. Create one with New and Close
+// it when done: it owns goroutines and holds units of the remote's quota.
+// The zero value is not usable.
+type Limiter struct {
+	remote floodgate.Leaser
+	kind   floodgate.Kind
+	policy floodgate.Policy
+	// window is the remote window whose end bounds a lease, in ns: the
+	// window of a fixed or sliding window; 0 for the other kinds.
+	window int64
+	cfg    config
+
+	entries *xsync.Map[string, *entry]
+	jan     *janitor
+
+	mu        sync.RWMutex   // guards closed against wg.Add
+	closed    atomic.Bool    // set under mu; read without it
+	wg        sync.WaitGroup // the janitor and the refills in flight
+	closeDone chan struct{}  // closed when the first Close returns
+
+	// Totals for Stats. local holds the hits of pools once moved out of
+	// them (at each refill and when a pool is retired).
+	local     atomic.Int64
+	waited    atomic.Int64
+	forwarded atomic.Int64
+	leases    atomic.Int64
+	leased    atomic.Int64
+	returned  atomic.Int64
+}
+
+var _ floodgate.Limiter = (*Limiter)(nil)
+
+// algorithmReporter is implemented by remotes that report the algorithm
+// they run.
+type algorithmReporter interface {
+	Algorithm() floodgate.Algorithm
+}
+
+// New returns a Limiter that leases units from remote, configured by opts
+// (nil means the defaults). It starts a goroutine that Close stops.
+//
+// remote must implement floodgate.Leaser (the Limiters of floodgate.New
+// do), and its algorithm must be known: reported by remote (a method
+// Algorithm() floodgate.Algorithm) or given as Options.Algorithm. New
+// returns an error matching floodgate.ErrInvalidConfig when remote is nil,
+// is not a Leaser, its algorithm is unknown, invalid or disagrees with
+// Options.Algorithm, or it runs a leaky bucket, whose shaping leases would
+// defeat; and an error matching ErrInvalidOptions for unusable Options.
+func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
+	if remote == nil {
+		return nil, fmt.Errorf("%w: lease: nil remote limiter", floodgate.ErrInvalidConfig)
+	}
+	leaser, ok := remote.(floodgate.Leaser)
+	if !ok {
+		return nil, fmt.Errorf("%w: lease: %T does not implement floodgate.Leaser (AllowUpTo and Refund)", floodgate.ErrInvalidConfig, remote)
+	}
+	policy := remote.Policy()
+	alg, err := remoteAlgorithm(remote, opts, policy)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{
+		remote:    leaser,
+		kind:      alg.Kind(),
+		policy:    policy,
+		entries:   xsync.NewMap[string, *entry](),
+		jan:       newJanitor(),
+		closeDone: make(chan struct{}),
+	}
+	switch l.kind {
+	case floodgate.KindTokenBucket, floodgate.KindSlidingLog:
+	case floodgate.KindFixedWindow, floodgate.KindSlidingWindow:
+		l.window = int64(policy.Window)
+	case floodgate.KindLeakyBucket:
+		return nil, fmt.Errorf("%w: lease: the remote runs a leaky bucket, whose shaping leases would defeat (a pool admits its units at once); use the remote directly", floodgate.ErrInvalidConfig)
+	default:
+		return nil, fmt.Errorf("%w: lease: unknown algorithm kind %v", floodgate.ErrInvalidConfig, l.kind)
+	}
+	if l.cfg, err = opts.resolve(policy.Quota); err != nil {
+		return nil, err
+	}
+	l.wg.Add(1)
+	go l.runJanitor()
+	return l, nil
+}
+
+// remoteAlgorithm returns the algorithm remote runs, from remote itself or
+// from opts, checked against each other and against remote's policy.
+func remoteAlgorithm(remote floodgate.Limiter, opts *Options, policy floodgate.Policy) (floodgate.Algorithm, error) {
+	var reported, given floodgate.Algorithm
+	if r, ok := remote.(algorithmReporter); ok {
+		reported = r.Algorithm()
+	}
+	if opts != nil {
+		given = opts.Algorithm
+	}
+	alg := reported
+	switch {
+	case reported == nil && given == nil:
+		return nil, fmt.Errorf("%w: lease: %T does not report its algorithm; set Options.Algorithm", floodgate.ErrInvalidConfig, remote)
+	case reported == nil:
+		alg = given
+	case given != nil && (given.Kind() != reported.Kind() || given.Policy() != reported.Policy()):
+		return nil, fmt.Errorf("%w: lease: Options.Algorithm %v disagrees with the remote's %v", floodgate.ErrInvalidConfig, given, reported)
+	}
+	if err := alg.Validate(); err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	if alg.Policy() != policy {
+		return nil, fmt.Errorf("%w: lease: algorithm %v has policy %+v, the remote %+v", floodgate.ErrInvalidConfig, alg, alg.Policy(), policy)
+	}
+	if policy.Quota < 1 || policy.Window <= 0 {
+		return nil, fmt.Errorf("%w: lease: the remote's policy %+v has no quota", floodgate.ErrInvalidConfig, policy)
+	}
+	return alg, nil
+}
+
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN admits n units now or denies them. When the key's pool holds n
+// units it admits them without a lock, an allocation or a round trip, and
+// ignores ctx. Otherwise it waits, bounded by ctx, for the key's refill in
+// flight or one it starts, and serves n units from the refilled pool; when
+// the remote has no units left it denies with the remote's Decision. A
+// request the pool cannot serve after that (more units than MaxBatch, or a
+// pool drained by concurrent callers while the remote still had units) goes
+// to the remote's AllowN. A denial changes no state.
+//
+// An admitted Decision reports the remote's Limit, Delay 0, and an estimate
+// in Remaining and ResetAfter: the units left in this process's pool plus
+// the remote's Remaining at the key's last lease, and the remote's
+// ResetAfter at that lease counted down on the local clock. Other processes
+// consuming the same key since are not seen.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	// A key in the map passed CheckKey when it was added.
+	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {
+		if d, ok := l.take(e, n, true); ok {
+			return d, nil
+		}
+	}
+	if err := l.check(key, n); err != nil {
+		return floodgate.Decision{}, err
+	}
+	d, decided, err := l.acquire(ctx, key, n, true)
+	if err != nil || decided {
+		return d, err
+	}
+	l.forwarded.Add(1)
+	return l.remote.AllowN(ctx, key, n)
+}
+
+// Reserve admits n units to proceed after Decision.Delay, at most maxDelay.
+// A pool admits only at once (Delay 0), as AllowN does; when it cannot
+// serve n units, even after waiting for a refill, Reserve goes to the
+// remote's Reserve, which may admit with a delay. Reserve(ctx, key, n, 0)
+// is AllowN.
+func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
+	if maxDelay < 0 {
+		return floodgate.Decision{}, fmt.Errorf("%w: got %v", floodgate.ErrInvalidDelay, maxDelay)
+	}
+	if maxDelay == 0 {
+		return l.AllowN(ctx, key, n)
+	}
+	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {
+		if d, ok := l.take(e, n, true); ok {
+			return d, nil
+		}
+	}
+	if err := l.check(key, n); err != nil {
+		return floodgate.Decision{}, err
+	}
+	d, decided, err := l.acquire(ctx, key, n, false)
+	if err != nil || decided {
+		return d, err
+	}
+	l.forwarded.Add(1)
+	return l.remote.Reserve(ctx, key, n, maxDelay)
+}
+
+// Wait admits n units, waiting if needed. A pool admits at once; when it
+// cannot serve n units, even after waiting for a refill, Wait is the
+// remote's Wait (which sleeps until the units may proceed and gives them
+// back if ctx ends first, where the algorithm allows).
+func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {
+		if _, ok := l.take(e, n, true); ok {
+			return nil
+		}
+	}
+	if err := l.check(key, n); err != nil {
+		return err
+	}
+	_, decided, err := l.acquire(ctx, key, n, false)
+	if err != nil || decided {
+		return err
+	}
+	l.forwarded.Add(1)
+	return l.remote.Wait(ctx, key, n)
+}
+
+// Policy returns the remote's policy.
+func (l *Limiter) Policy() floodgate.Policy { return l.policy }
+
+// check returns the error of arguments no decision accepts, or ErrClosed.
+func (l *Limiter) check(key string, n int64) error {
+	if err := floodgate.CheckKey(key); err != nil {
+		return err
+	}
+	if n < 1 {
+		return fmt.Errorf("%w: got %d", floodgate.ErrInvalidN, n)
+	}
+	if n > l.policy.Quota {
+		return fmt.Errorf("%w: n=%d, limit %d", floodgate.ErrExceedsLimit, n, l.policy.Quota)
+	}
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// acquire serves n units from key's pool after waiting for a refill. It
+// returns decided == false when the remote must decide: n is above
+// MaxBatch, the remote had fewer units than the refill asked for (or none,
+// unless final and n == 1, when the refill's denial is the decision), or
+// concurrent callers drained two refills in a row.
+func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) (floodgate.Decision, bool, error) {
+	if n > l.cfg.maxBatch {
+		return floodgate.Decision{}, false, nil
+	}
+	e := l.lookup(key)
+	for round, retired := 0, 0; round < 2; round++ {
+		if round == 0 {
+			// The key may have units already: a new entry another caller
+			// filled, or a refill that landed since the fast path.
+			if d, ok := l.take(e, n, true); ok {
+				return d, true, nil
+			}
+		}
+		r, err := l.startRefill(e, n)
+		switch {
+		case err == errDead && l.closed.Load():
+			return floodgate.Decision{}, true, ErrClosed
+		case err == errDead && retired < 8:
+			// The janitor forgot the key between lookup and now.
+			e = l.lookup(key)
+			retired++
+			round--
+			continue
+		case err == errDead:
+			return floodgate.Decision{}, false, nil
+		case err != nil:
+			return floodgate.Decision{}, true, err
+		case r == nil:
+			// The pool held enough when the refill was sized.
+			if d, ok := l.take(e, n, true); ok {
+				return d, true, nil
+			}
+			continue
+		}
+		r.waiters.Add(1)
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return floodgate.Decision{}, true, ctx.Err()
+		}
+		if r.err != nil {
+			l.waited.Add(1)
+			return floodgate.Decision{}, true, r.err
+		}
+		if d, ok := l.take(e, n, false); ok {
+			l.waited.Add(1)
+			return d, true, nil
+		}
+		if r.granted == 0 && final && n == 1 && r.res.RetryAfter > 0 {
+			// The remote had no unit: that is the decision for one unit.
+			// For more units its RetryAfter (for one) would be too short.
+			l.waited.Add(1)
+			return floodgate.Decision{
+				Limit:      l.policy.Quota,
+				Remaining:  max(r.res.Remaining, 0),
+				RetryAfter: r.res.RetryAfter,
+				ResetAfter: r.res.ResetAfter,
+			}, true, nil
+		}
+		if r.granted < r.asked {
+			break
+		}
+	}
+	return floodgate.Decision{}, false, nil
+}
+
+// lookup returns key's entry, adding one if needed.
+func (l *Limiter) lookup(key string) *entry {
+	e, _ := l.entries.LoadOrCompute(key, func() (*entry, bool) { return newEntry(key), false })
+	return e
+}
+
+// enter registers a goroutine with wg unless the Limiter is closed.
+func (l *Limiter) enter() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed.Load() {
+		return false
+	}
+	l.wg.Add(1)
+	return true
+}
+
+// Stats returns the Limiter's cumulative counts. It visits every key, and
+// counts a decision that races with a pool's retirement at most once but
+// possibly not at all.
+func (l *Limiter) Stats() Stats {
+	s := Stats{
+		Waited:    l.waited.Load(),
+		Forwarded: l.forwarded.Load(),
+		Leases:    l.leases.Load(),
+		Leased:    l.leased.Load(),
+		Returned:  l.returned.Load(),
+	}
+	local := l.local.Load()
+	for _, e := range l.entries.AllRelaxed() {
+		if p := e.pool.Load(); p != nil {
+			local += p.hits.Load()
+		}
+	}
+	s.Local = local
+	return s
+}
+
+// Close gives the units held in pools back to the remote, where its
+// algorithm allows (see the package doc), and stops the Limiter's
+// goroutines after the refills in flight end, whose units it gives back
+// too. Decisions after Close fail with ErrClosed. Close returns the
+// refunds' errors; the units of a failed refund stay consumed at the
+// remote. It is safe to call more than once: later calls wait for the
+// first and return nil.
+func (l *Limiter) Close() error {
+	l.mu.Lock()
+	if l.closed.Load() {
+		l.mu.Unlock()
+		<-l.closeDone
+		return nil
+	}
+	l.closed.Store(true)
+	l.mu.Unlock()
+	defer close(l.closeDone)
+	close(l.jan.stop)
+	l.wg.Wait() // no refill runs or starts after this
+	now := l.cfg.now()
+	var jobs []returnJob
+	for _, e := range l.entries.All() {
+		e.mu.Lock()
+		e.dead = true
+		if p := e.pool.Load(); p != nil {
+			e.pool.Store(nil)
+			jobs = append(jobs, l.retireLocked(e, p, ReturnClosed, now)...)
+		}
+		e.mu.Unlock()
+	}
+	l.entries.Clear()
+	return l.giveBack(jobs)
+}

@@ -1,0 +1,177 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMinBatch is the default of Options.MinBatch.
+	DefaultMinBatch = 1
+	// DefaultMaxBatchDivisor sets the default of Options.MaxBatch: the
+	// remote's quota divided by 16, rounded up, so that 16 processes holding
+	// full pools of one key hold at most one quota between them.
+	DefaultMaxBatchDivisor = 16
+	// DefaultLowWater is the default of Options.LowWater.
+	DefaultLowWater = 0.5
+	// DefaultTargetInterval is the default of Options.TargetInterval.
+	DefaultTargetInterval = 100 * time.Millisecond
+	// DefaultTTL is the default of Options.TTL.
+	DefaultTTL = time.Second
+	// DefaultTimeout is the default of Options.Timeout.
+	DefaultTimeout = time.Second
+)
+
+// ErrInvalidOptions reports unusable Options.
+var ErrInvalidOptions = errors.New("lease: invalid options")
+
+// ErrClosed reports a decision asked of a closed Limiter.
+var ErrClosed = errors.New("lease: limiter closed")
+
+// Options configures a Limiter. A nil *Options means the defaults; so does
+// the zero value of each field.
+type Options struct {
+	// Algorithm is the algorithm the remote limiter runs. The Limiter needs
+	// it to know how long leased units stay valid and whether they can be
+	// given back. Leave it nil when the remote reports its algorithm with a
+	// method Algorithm() floodgate.Algorithm; otherwise it is required.
+	// When both are present they must agree, or New fails. New also checks
+	// that its Policy equals the remote's. WARNING: an Algorithm that names
+	// another kind than the remote runs with the same quota and window
+	// cannot be detected and breaks the bound of the package doc: a token
+	// bucket declared for a remote fixed window lets units of one window be
+	// used in the next.
+	Algorithm floodgate.Algorithm
+
+	// MinBatch is the fewest units a refill asks for. The default is 1.
+	MinBatch int64
+
+	// MaxBatch is the most units a pool of one key holds, leased or in
+	// flight, in units; it bounds both the quota one idle process can hoard
+	// and the under-admission it can cause. The default is the remote's
+	// quota divided by 16, rounded up. Values above the quota are treated as
+	// the quota. Requests of more than MaxBatch units go to the remote.
+	MaxBatch int64
+
+	// LowWater is the fraction of the current batch size, in (0, 1], below
+	// which a decision that takes units from a pool starts a refill in the
+	// background. The default is 0.5: a refill starts when half the batch
+	// is left, which hides round trips up to half of TargetInterval.
+	LowWater float64
+
+	// TargetInterval sets the adaptive batch size: a refill asks for about
+	// the units this process consumed for the key in the last
+	// TargetInterval, within MinBatch and MaxBatch. The default is 100ms.
+	// Longer intervals mean fewer round trips and more units held locally.
+	TargetInterval time.Duration
+
+	// TTL is how long leased units stay usable after the round trip that
+	// leased them, so that an idle process does not hoard quota; a refill
+	// extends the life of the units still in the pool. Unused units are
+	// given back when it ends, where the algorithm allows. The fixed and
+	// sliding window also end leases at the end of the remote's window (see
+	// the package doc). The default is 1s.
+	TTL time.Duration
+
+	// Timeout bounds each round trip the Limiter makes on its own behalf:
+	// refills and the refunds of expired or closed pools. A caller waiting
+	// for a refill is bounded by its own context as well. The default is
+	// 1s; the remote store's own timeout (redisstore's is 5ms) is usually
+	// shorter.
+	Timeout time.Duration
+
+	// Now is the local clock of lease expiry, read once per decision. It
+	// must not go backwards; a reading before the round trip that leased a
+	// pool expires that pool. The default is a monotonic clock (the wall
+	// clock at New plus the monotonic time elapsed since), immune to steps
+	// of the wall clock. Only durations measured on this clock matter: the
+	// remote's clock (Redis' TIME) need not agree with it. The background
+	// expiry sleeps on real timers, so with a virtual Now it runs on real
+	// time; tests use testing/synctest instead.
+	Now func() time.Time
+
+	// Observer is told of every lease round trip and every return of
+	// unused units. The default (nil) tells no one.
+	Observer Observer
+}
+
+// config is Options resolved against the remote's policy.
+type config struct {
+	minBatch       int64
+	maxBatch       int64
+	lowWater       float64
+	targetInterval int64 // ns
+	ttl            int64 // ns
+	timeout        time.Duration
+	now            func() int64 // ns on the local clock
+	observer       Observer
+}
+
+// resolve validates o and fills in the defaults for a remote with quota.
+func (o *Options) resolve(quota int64) (config, error) {
+	var v Options
+	if o != nil {
+		v = *o
+	}
+	switch {
+	case v.MinBatch < 0:
+		return config{}, fmt.Errorf("%w: MinBatch must not be negative, got %d", ErrInvalidOptions, v.MinBatch)
+	case v.MaxBatch < 0:
+		return config{}, fmt.Errorf("%w: MaxBatch must not be negative, got %d", ErrInvalidOptions, v.MaxBatch)
+	case math.IsNaN(v.LowWater) || v.LowWater < 0 || v.LowWater > 1:
+		return config{}, fmt.Errorf("%w: LowWater must be in (0, 1], got %v", ErrInvalidOptions, v.LowWater)
+	case v.TargetInterval < 0:
+		return config{}, fmt.Errorf("%w: TargetInterval must not be negative, got %v", ErrInvalidOptions, v.TargetInterval)
+	case v.TTL < 0:
+		return config{}, fmt.Errorf("%w: TTL must not be negative, got %v", ErrInvalidOptions, v.TTL)
+	case v.Timeout < 0:
+		return config{}, fmt.Errorf("%w: Timeout must not be negative, got %v", ErrInvalidOptions, v.Timeout)
+	}
+	c := config{
+		minBatch:       v.MinBatch,
+		maxBatch:       v.MaxBatch,
+		lowWater:       v.LowWater,
+		targetInterval: int64(v.TargetInterval),
+		ttl:            int64(v.TTL),
+		timeout:        v.Timeout,
+		observer:       v.Observer,
+	}
+	if c.minBatch == 0 {
+		c.minBatch = DefaultMinBatch
+	}
+	if c.maxBatch == 0 {
+		c.maxBatch = max((quota+DefaultMaxBatchDivisor-1)/DefaultMaxBatchDivisor, 1)
+	}
+	c.maxBatch = min(c.maxBatch, quota)
+	if c.minBatch > c.maxBatch {
+		return config{}, fmt.Errorf("%w: MinBatch %d is above MaxBatch %d (or the quota)", ErrInvalidOptions, c.minBatch, c.maxBatch)
+	}
+	if c.lowWater == 0 {
+		c.lowWater = DefaultLowWater
+	}
+	if c.targetInterval == 0 {
+		c.targetInterval = int64(DefaultTargetInterval)
+	}
+	if c.ttl == 0 {
+		c.ttl = int64(DefaultTTL)
+	}
+	if c.timeout == 0 {
+		c.timeout = DefaultTimeout
+	}
+	if v.Now != nil {
+		now := v.Now
+		c.now = func() int64 { return now().UnixNano() }
+	} else {
+		// time.Since reads only the monotonic clock, which costs about half
+		// of time.Now, and never steps.
+		base := time.Now()
+		baseNs := base.UnixNano()
+		c.now = func() int64 { return baseNs + int64(time.Since(base)) }
+	}
+	return c, nil
+}
