@@ -27,7 +27,7 @@ type remote struct {
 	alg floodgate.Algorithm
 
 	upTo, refunds, allowN, reserves, waits atomic.Int64
-	asked, granted, refunded            atomic.Int64
+	asked, granted, refunded               atomic.Int64
 
 	// gate, when set, holds every AllowUpTo until a value is sent or its
 	// context ends.
