@@ -36,33 +36,38 @@ func resolve(alg floodgate.Algorithm) (algo, error) {
 	case floodgate.TokenBucket:
 		a.tb = v
 	case *floodgate.TokenBucket:
-		if v != nil {
-			a.tb, alg = *v, *v
+		if v == nil {
+			return a, fmt.Errorf("%w: nil *TokenBucket", floodgate.ErrInvalidConfig)
 		}
+		a.tb, alg = *v, *v
 	case floodgate.LeakyBucket:
 		a.lb = v
 	case *floodgate.LeakyBucket:
-		if v != nil {
-			a.lb, alg = *v, *v
+		if v == nil {
+			return a, fmt.Errorf("%w: nil *LeakyBucket", floodgate.ErrInvalidConfig)
 		}
+		a.lb, alg = *v, *v
 	case floodgate.FixedWindow:
 		a.fw = v
 	case *floodgate.FixedWindow:
-		if v != nil {
-			a.fw, alg = *v, *v
+		if v == nil {
+			return a, fmt.Errorf("%w: nil *FixedWindow", floodgate.ErrInvalidConfig)
 		}
+		a.fw, alg = *v, *v
 	case floodgate.SlidingWindow:
 		a.sw = v
 	case *floodgate.SlidingWindow:
-		if v != nil {
-			a.sw, alg = *v, *v
+		if v == nil {
+			return a, fmt.Errorf("%w: nil *SlidingWindow", floodgate.ErrInvalidConfig)
 		}
+		a.sw, alg = *v, *v
 	case floodgate.SlidingLog:
 		a.sl = v
 	case *floodgate.SlidingLog:
-		if v != nil {
-			a.sl, alg = *v, *v
+		if v == nil {
+			return a, fmt.Errorf("%w: nil *SlidingLog", floodgate.ErrInvalidConfig)
 		}
+		a.sl, alg = *v, *v
 	default:
 		return a, fmt.Errorf("%w: redisstore does not support %T", floodgate.ErrInvalidConfig, alg)
 	}
@@ -260,6 +265,9 @@ func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result
 		}
 		if granted != req.N || !hasLast || last != at {
 			return mismatch("the admission is not the newest entry")
+		}
+		if after < req.N || after > before+req.N || after > limit {
+			return mismatch("the units after the admission are out of range")
 		}
 		res.Allowed, res.Granted = true, req.N
 		res.Delay = time.Duration(wait)

@@ -1,0 +1,209 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/scripts"
+)
+
+func TestNewValidatesOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	for name, o := range map[string]Options{
+		"prefix with a brace":   {Prefix: "a{b"},
+		"negative timeout":      {Timeout: -1},
+		"negative margin":       {ExpiryMargin: -1},
+		"unknown policy":        {OnFailure: FailLocal + 1},
+		"NaN share":             {LocalShare: math.NaN()},
+		"share above 1":         {LocalShare: 1.5},
+		"negative share":        {LocalShare: -0.5},
+		"negative threshold":    {BreakerThreshold: -1},
+		"negative cooldown":     {BreakerCooldown: -1},
+		"negative batch size":   {BatchSize: -1},
+		"negative linger":       {BatchLinger: -1},
+		"negative pipelines":    {BatchPipelines: -1},
+		"negative batch option": {BatchSize: 4, BatchPipelines: -2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(c, &o)
+			require.ErrorIs(t, err, ErrInvalidOptions)
+		})
+	}
+	_, err := New(nil, nil)
+	require.ErrorIs(t, err, ErrInvalidOptions)
+
+	s, err := New(c, nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close twice")
+}
+
+func TestKeys(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	s, err := New(c, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Equal(t, "fg:{user:42}:tb", s.Key("user:42", floodgate.KindTokenBucket))
+	assert.Equal(t, "fg:{user:42}:sl", s.Key("user:42", floodgate.KindSlidingLog))
+
+	h, err := New(c, &Options{Prefix: "rl:", HashKeys: true})
+	require.NoError(t, err)
+	defer h.Close()
+	long := strings.Repeat("x", floodgate.MaxKeyLen)
+	k := h.Key(long, floodgate.KindFixedWindow)
+	assert.Len(t, k, len("rl:{}:fw")+22)
+	assert.True(t, strings.HasPrefix(k, "rl:{") && strings.HasSuffix(k, "}:fw"), k)
+	assert.Equal(t, k, h.Key(long, floodgate.KindFixedWindow), "hashing is deterministic")
+	assert.NotEqual(t, k, h.Key(long[1:], floodgate.KindFixedWindow))
+	assert.NotContains(t, h.Key("a}b{c", floodgate.KindFixedWindow)[4:26], "}", "a hashed key cannot end the hash tag")
+}
+
+// TestApplyRejectsBadInput checks the errors Apply returns before calling
+// Redis; the store points at a closed port, so any call would fail.
+func TestApplyRejectsBadInput(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	s, err := New(c, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	ctx := context.Background()
+	tb := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 5}
+	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	for name, tc := range map[string]struct {
+		key  string
+		alg  floodgate.Algorithm
+		req  floodgate.Request
+		want error
+	}{
+		"empty key":        {"", tb, take, floodgate.ErrEmptyKey},
+		"long key":         {strings.Repeat("k", floodgate.MaxKeyLen+1), tb, take, floodgate.ErrKeyTooLong},
+		"nil algorithm":    {"k", nil, take, floodgate.ErrInvalidConfig},
+		"nil pointer":      {"k", (*floodgate.TokenBucket)(nil), take, floodgate.ErrInvalidConfig},
+		"invalid config":   {"k", floodgate.TokenBucket{Rate: 0, Per: time.Second, Burst: 1}, take, floodgate.ErrInvalidConfig},
+		"foreign algo":     {"k", fakeAlg{}, take, floodgate.ErrInvalidConfig},
+		"huge quota":       {"k", floodgate.FixedWindow{Limit: 1 << 53, Window: time.Second}, take, floodgate.ErrInvalidConfig},
+		"zero n":           {"k", tb, floodgate.Request{Op: floodgate.OpTake}, floodgate.ErrInvalidN},
+		"n above quota":    {"k", tb, floodgate.Request{Op: floodgate.OpTake, N: 6}, floodgate.ErrExceedsLimit},
+		"negative delay":   {"k", tb, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: -1}, floodgate.ErrInvalidDelay},
+		"unknown op":       {"k", tb, floodgate.Request{Op: 9, N: 1}, floodgate.ErrInvalidConfig},
+		"window not in µs": {"k", floodgate.SlidingLog{Limit: 1, Window: time.Microsecond + 1}, take, floodgate.ErrInvalidConfig},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := s.Apply(ctx, tc.key, tc.alg, tc.req)
+			require.ErrorIs(t, err, tc.want)
+			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
+		})
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s.Apply(canceled, "k", tb, take)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+type fakeAlg struct{}
+
+func (fakeAlg) Validate() error          { return nil }
+func (fakeAlg) Policy() floodgate.Policy { return floodgate.Policy{Quota: 1, Window: time.Second} }
+func (fakeAlg) Kind() floodgate.Kind     { return floodgate.KindTokenBucket }
+
+// TestPointerConfigs checks that *TokenBucket and friends work like the
+// values they point to.
+func TestPointerConfigs(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	clock := conformance.NewClock(t0)
+	s := newStore(t, c, &Options{Now: srv.clock(clock)})
+	ctx := context.Background()
+	for _, alg := range []floodgate.Algorithm{
+		&floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 2},
+		&floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 2},
+		&floodgate.FixedWindow{Limit: 2, Window: time.Second},
+		&floodgate.SlidingWindow{Limit: 2, Window: time.Second},
+		&floodgate.SlidingLog{Limit: 2, Window: time.Second},
+	} {
+		res, err := s.Apply(ctx, "p", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		require.NoError(t, err, "%T", alg)
+		assert.True(t, res.Allowed, "%T", alg)
+		assert.Equal(t, int64(2), res.Limit, "%T", alg)
+	}
+}
+
+// TestMismatchIsAnError runs scripts that disagree with the reference
+// (a decision flipped, a state written wrong, a malformed reply) and checks
+// that Apply fails with ErrMismatch or ErrReply instead of trusting either
+// side, and that the failure policy does not hide it.
+func TestMismatchIsAnError(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	tb := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 5}
+	sl := floodgate.SlidingLog{Limit: 5, Window: time.Second}
+	for name, tc := range map[string]struct {
+		alg      floodgate.Algorithm
+		maxDelay time.Duration // of the step checked, once the quota is spent
+		from     string        // script text replaced
+		to       string
+		want     error
+	}{
+		"decision flipped":  {tb, time.Second, "if (b - tau) + d <= maxd then", "if (b - tau) + d > maxd then", ErrMismatch},
+		"state off by 1ns":  {tb, time.Second, "new = fmt(add(bs, bns, d))", "new = fmt(add(bs, bns, d + 1))", ErrMismatch},
+		"granted wrong":     {tb, time.Second, "allowed, granted = 1, n", "allowed, granted = 1, n + 1", ErrMismatch},
+		"short reply":       {tb, time.Second, "return {fmt(ts, tns), old, new, allowed, granted}", "return {fmt(ts, tns), old}", ErrReply},
+		"not an array":      {tb, time.Second, "return {fmt(ts, tns), old, new, allowed, granted}", "return 7", ErrReply},
+		"state not decimal": {tb, time.Second, "return {fmt(ts, tns), old, new, allowed, granted}", "return {fmt(ts, tns), 'x', new, allowed, granted}", ErrReply},
+		"script error":      {tb, time.Second, "local key = KEYS[1]", "error('floodgate: boom')", ErrReply},
+		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch},
+		"log total wrong":   {sl, time.Second - 1, "return {fmt(ts, tns), allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {fmt(ts, tns), allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kind := tc.alg.Kind()
+			src := scripts.Source(kind)
+			require.Contains(t, src, tc.from)
+			saved := programs[kind]
+			programs[kind] = redis.NewScript(strings.Replace(src, tc.from, tc.to, 1))
+			defer func() { programs[kind] = saved }()
+
+			// Spend the quota, then reserve with exactly the delay needed
+			// (or 1ns less), where the mutants go wrong.
+			ctx := context.Background()
+			clock := conformance.NewClock(t0)
+			var events []Event
+			s := newStore(t, c, &Options{
+				Now:       srv.clock(clock),
+				OnFailure: FailOpen,
+				Observer:  ObserverFunc(func(e Event) { events = append(events, e) }),
+			})
+			programs[kind] = saved
+			for range 5 {
+				_, err := s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+				require.NoError(t, err)
+			}
+			programs[kind] = redis.NewScript(strings.Replace(src, tc.from, tc.to, 1))
+			_, err := s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorIs(t, err, floodgate.ErrUnavailable)
+			require.Len(t, events, 1)
+			assert.Equal(t, EventError, events[0].Kind)
+			assert.Equal(t, BreakerClosed, s.BreakerState(), "Redis answered: not a breaker failure")
+		})
+	}
+}
+
+func TestErrorsAreTyped(t *testing.T) {
+	err := unavailable(ErrTimeout, context.DeadlineExceeded)
+	assert.ErrorIs(t, err, floodgate.ErrUnavailable)
+	assert.ErrorIs(t, err, ErrTimeout)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.False(t, errors.Is(err, ErrRedis))
+}
