@@ -13,16 +13,18 @@ import (
 	"github.com/floodgate-go/floodgate/redisstore"
 )
 
-// floodgateLease is the lease layer with its defaults in front of
+// floodgateLease is the lease layer with its defaults (the algorithm
+// aside, which it must be told) in front of
 // floodgate's token bucket on Redis: units are taken from Redis in batches
 // and handed out locally.
 func floodgateLease() remoteLib {
 	return remoteLib{name: "floodgate-lease", open: func(c redis.UniversalClient, q quota) (func(context.Context, string) (bool, error), func(), error) {
-		remote, closeRemote, err := openFloodgateRedis(c, tokenBucket(q), redisstore.Options{})
+		alg := tokenBucket(q)
+		remote, closeRemote, err := openFloodgateRedis(c, alg, redisstore.Options{})
 		if err != nil {
 			return nil, nil, err
 		}
-		p, err := lease.New(remote, nil)
+		p, err := lease.New(remote, &lease.Options{Algorithm: alg})
 		if err != nil {
 			closeRemote()
 			return nil, nil, err

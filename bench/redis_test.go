@@ -4,12 +4,25 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // redisLibs are the libraries of the latency and throughput scenarios,
 // floodgate first.
 func redisLibs() []remoteLib {
-	return append(floodgateRedis(), redisrateLib(), ululeRedisLib())
+	return append(floodgateRedis(), redisrateLib(), ululeRedisLib(), baselinePing())
+}
+
+// baselinePing is not a limiter: a PING on the same client, the round-trip
+// floor of any decision.
+func baselinePing() remoteLib {
+	return remoteLib{name: "baseline-ping", open: func(c redis.UniversalClient, _ quota) (func(context.Context, string) (bool, error), func(), error) {
+		allow := func(ctx context.Context, _ string) (bool, error) {
+			return true, c.Ping(ctx).Err()
+		}
+		return allow, func() {}, nil
+	}}
 }
 
 // goroutines64 is the concurrency of the throughput scenarios.
