@@ -227,6 +227,24 @@ func barPlot(pn panel) (*plot.Plot, error) {
 		texts = append(texts, b.text)
 		maxV = max(maxV, b.value)
 	}
+	// A bar far longer than the others (a peer 20 times slower) would
+	// flatten them: the axis stops at four times the median bar and the
+	// longer bars are cut there, their label saying so.
+	vals := make([]float64, 0, n)
+	for _, b := range pn.bars {
+		vals = append(vals, b.value)
+	}
+	if limit := 4 * median(vals); limit > 0 && maxV > limit && pn.refX == 0 {
+		for i := range xys {
+			if xys[i].X > limit {
+				xys[i].X = limit
+				texts[i] += " (off the scale)"
+				j := int(xys[i].Y)
+				fg[j], other[j] = min(fg[j], limit), min(other[j], limit)
+			}
+		}
+		maxV = limit
+	}
 	for _, vs := range []struct {
 		v plotter.Values
 		c color.Color
@@ -262,6 +280,7 @@ func barPlot(pn panel) (*plot.Plot, error) {
 		maxV = max(maxV, pn.refX)
 	}
 	p.NominalY(names...)
+	p.X.Tick.Marker = humanTicks{}
 	p.X.Max = maxV * 1.45
 	if maxV == 0 {
 		p.X.Max = 1
@@ -436,6 +455,11 @@ func quickstartChart(csvPath, path string) error {
 		h.LineStyle.Width = 0
 		p.Add(h)
 		p.X.Min, p.X.Max = ts[0], ts[len(ts)-1]+tick
+		var xt []plot.Tick
+		for x := math.Ceil(p.X.Min); x <= p.X.Max; x++ {
+			xt = append(xt, plot.Tick{Value: x, Label: strconv.FormatFloat(x, 'f', -1, 64)})
+		}
+		p.X.Tick.Marker = plot.ConstantTicks(xt)
 		p.Y.Min = 0
 		p.Y.Max = ymax
 		if i == 0 {
@@ -503,13 +527,16 @@ func adaptiveChart(csvPath, path string) error {
 		p.Title.TextStyle.Font.Size = vg.Points(10)
 		p.Y.Label.Text = ylabel
 		p.Legend.Top = true
+		p.Legend.Left = true
+		p.Legend.XOffs = vg.Points(8)
 		p.Legend.TextStyle.Font.Size = vg.Points(8)
+		p.Y.Tick.Marker = humanTicks{}
 		return p
 	}
 	good := newPlot("Goodput (completed within the deadline) against the offered load", "requests/s")
 	limit := newPlot("Concurrency limit", "requests in flight")
 	lat := newPlot("p99 latency of completed requests (clipped at 200 ms)", "ms")
-	lat.X.Label.Text = "simulated seconds (load steps 0.5x, 1x, 3x, 0.5x of capacity)"
+	lat.X.Label.Text = "simulated time; each tick starts a phase of offered load, as a multiple of the server's capacity"
 	addLine := func(p *plot.Plot, xys plotter.XYs, c color.Color, name string, dashed bool) error {
 		if len(xys) == 0 {
 			return nil
@@ -524,7 +551,9 @@ func adaptiveChart(csvPath, path string) error {
 			l.Dashes = []vg.Length{vg.Points(3), vg.Points(2)}
 		}
 		p.Add(l)
-		p.Legend.Add(name, l)
+		if p == good {
+			p.Legend.Add(name, l)
+		}
 		return nil
 	}
 	if err := addLine(good, data[labels[0]].offered, color.Black, "offered", true); err != nil {
@@ -546,10 +575,59 @@ func adaptiveChart(csvPath, path string) error {
 			return err
 		}
 	}
+	// The phases' boundaries as the time axis' ticks.
+	var bounds []plot.Tick
+	phaseCol, hasPhase := col["phase"]
+	last := ""
+	for _, row := range rows[1:] {
+		if row[col["label"]] != labels[0] {
+			break
+		}
+		if hasPhase && row[phaseCol] != last {
+			last = row[phaseCol]
+			t := num(row, "t_s") - tickOf(rows, col)
+			bounds = append(bounds, plot.Tick{Value: t, Label: strconv.FormatFloat(math.Round(t), 'f', -1, 64) + "s " + last})
+		}
+	}
 	for _, p := range []*plot.Plot{good, limit, lat} {
 		p.Y.Min = 0
+		p.X.Min = 0
+		if len(bounds) > 0 {
+			p.X.Tick.Marker = plot.ConstantTicks(bounds)
+		}
 	}
 	return drawStacked(path, 7.5*vg.Inch, []vg.Length{vg.Points(190), vg.Points(160), vg.Points(180)}, []*plot.Plot{good, limit, lat})
+}
+
+// humanTicks are gonum's default ticks labelled without trailing zeros,
+// thousands and millions abbreviated.
+type humanTicks struct{}
+
+func (humanTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = human(ts[i].Value)
+		}
+	}
+	return ts
+}
+
+func human(v float64) string {
+	switch a := math.Abs(v); {
+	case a >= 1e6:
+		return strconv.FormatFloat(v/1e6, 'f', -1, 64) + "M"
+	case a >= 1e4:
+		return strconv.FormatFloat(v/1e3, 'f', -1, 64) + "k"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// tickOf returns the series interval of the adaptive CSV: the time of its
+// first row.
+func tickOf(rows [][]string, col map[string]int) float64 {
+	v, _ := strconv.ParseFloat(rows[1][col["t_s"]], 64)
+	return v
 }
 
 // fmtNum formats a median for a chart label: integers as such, small

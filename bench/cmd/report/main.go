@@ -104,6 +104,7 @@ func run(o options) error {
 		}
 		rep.raw = raw
 		rep.fromFile = o.from
+		rep.machine.redis = "as when " + o.from + " was recorded (this page was rendered from it)"
 	} else {
 		if err := rep.runBenchmarks(); err != nil {
 			return err
@@ -128,8 +129,11 @@ func run(o options) error {
 		return err
 	}
 	rep.printSummary(os.Stdout)
-	fmt.Printf("\nwrote %s, README-section.md, bench.txt and charts/ in %s (%v)\n",
-		"RESULTS.md", o.out, rep.elapsed.Round(time.Second))
+	wrote := "RESULTS.md, README-section.md, bench.txt, data/ and charts/"
+	if o.from != "" {
+		wrote = "RESULTS.md, README-section.md, data/ and charts/"
+	}
+	fmt.Printf("\nwrote %s in %s (%v)\n", wrote, o.out, rep.elapsed.Round(time.Second))
 
 	var problems []string
 	if n := len(rep.parsed.failed); n > 0 {

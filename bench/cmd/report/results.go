@@ -246,7 +246,11 @@ func (r *report) resultsMarkdown() string {
 	fmt.Fprintf(&b, "```sh\neval \"$(bash .ci/redis.sh start)\"   # from the repository root: a loopback Redis, REDIS_ADDR\ncd bench && go run ./cmd/report      # full mode (-short: under two minutes)\n```\n\n")
 	fmt.Fprintf(&b, "## Machine\n\n| | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| Go | %s |\n", r.machine.goVersion)
-	fmt.Fprintf(&b, "| CPU | %s (%s), %d logical CPUs, GOMAXPROCS %d |\n", orDash(r.machine.cpu), orDash(p.cpu), r.machine.cpus, r.machine.maxprocs)
+	cpu := orDash(r.machine.cpu)
+	if p.cpu != "" && p.cpu != r.machine.cpu {
+		cpu += " (go test: " + p.cpu + ")"
+	}
+	fmt.Fprintf(&b, "| CPU | %s, %d logical CPUs, GOMAXPROCS %d |\n", cpu, r.machine.cpus, r.machine.maxprocs)
 	fmt.Fprintf(&b, "| Memory | %s |\n", orDash(r.machine.memory))
 	fmt.Fprintf(&b, "| OS | %s |\n", r.machine.kernel)
 	fmt.Fprintf(&b, "| Redis | %s |\n", r.machine.redis)
@@ -583,4 +587,3 @@ func orDash(s string) string {
 	}
 	return s
 }
-
