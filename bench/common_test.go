@@ -131,7 +131,7 @@ func newClient(b *testing.B, addr string) *redis.Client {
 	return c
 }
 
-// redisKeys returns the pattern matching every key this process wrote for
+// redisPattern returns the pattern matching every key this process wrote for
 // the named scenario, under any library's prefix.
 func redisPattern(scenario string) string {
 	return "*" + runID() + ":" + scenario + ":*"

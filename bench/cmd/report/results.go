@@ -535,16 +535,24 @@ func (r *report) printSummary(w io.Writer) {
 			fmt.Fprintf(w, "             %s\n", d)
 		}
 	}
-	var skips []string
+	byReason := map[string][]string{}
 	for name, why := range r.parsed.skipped {
-		skips = append(skips, fmt.Sprintf("%s: %s", name, why))
-	}
-	sort.Strings(skips)
-	if len(skips) > 0 {
-		fmt.Fprintf(w, "\n== skipped\n")
-		for _, s := range skips {
-			fmt.Fprintf(w, "%s\n", s)
+		if strings.Contains(name, "/") {
+			byReason[why] = append(byReason[why], name)
 		}
+	}
+	reasons := make([]string, 0, len(byReason))
+	for why := range byReason {
+		reasons = append(reasons, why)
+	}
+	sort.Strings(reasons)
+	if len(reasons) > 0 {
+		fmt.Fprintf(w, "\n== skipped\n")
+	}
+	for _, why := range reasons {
+		names := byReason[why]
+		sort.Strings(names)
+		fmt.Fprintf(w, "%s (%d): %s\n", why, len(names), strings.Join(names, ", "))
 	}
 	for name, why := range r.parsed.failed {
 		fmt.Fprintf(w, "FAILED %s: %s\n", name, why)
