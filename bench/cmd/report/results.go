@@ -79,7 +79,7 @@ var libraryNotes = []struct{ lib, note string }{
 	{"xtimerate", "golang.org/x/time/rate: one token-bucket `*rate.Limiter` (a mutex, float tokens) per key, keyed through a `sync.Map` (Load, then LoadOrStore) as users key it; it never forgets a key."},
 	{"sethvargo", "github.com/sethvargo/go-limiter memorystore (defaults): called a token bucket, but it hands out Tokens per Interval and refills them all at once at each tick anchored at the key's creation, in effect a per-key fixed window; map behind an RWMutex plus a lock per bucket; a sweeper every 6 h; reads the clock through a linkname to runtime time.now. Code reading of v0.7.1: a refill adds elapsed ticks × Interval/Tokens tokens (capped at Tokens), which is less than Tokens when Tokens exceeds √(Interval in ns), e.g. one token per tick at 10⁹ per second; the quotas here never need a refill, so it does not bite."},
 	{"ulule", "github.com/ulule/limiter/v3: fixed window counter. Memory store (defaults): a sync.Map-based cache with a cleaner goroutine; it builds `prefix:key` per call. Redis store: INCRBY and PEXPIRE in one Lua script (EVALSHA)."},
-	{"httprate", "github.com/go-chi/httprate: sliding window counter over two windows, in maps behind one limiter-wide mutex, keys hashed with xxh3. Its decision is `OnLimit(w, r, key)`, which also writes response headers; the headers are turned off (`WithResponseHeaders(ResponseHeaders{})`) and one request and recorder are reused, so it is compared on the decision."},
+	{"httprate", "github.com/go-chi/httprate: sliding window counter over two windows, in maps behind one limiter-wide mutex; it keeps a 64-bit xxh3 hash of each key, not the key (colliding keys would share a counter), hence its small memory per key. Its decision is `OnLimit(w, r, key)`, which also writes response headers; the headers are turned off (`WithResponseHeaders(ResponseHeaders{})`) and one request and recorder are reused, so it is compared on the decision."},
 	{"uber", "go.uber.org/ratelimit: pacing (virtual scheduling, atomic CAS) whose only call, Take, sleeps until the next slot: it cannot deny and has no burst (a slack of 10) and no keys (a `sync.Map` of limiters here). It paces at one slot per nanosecond, where Take never sleeps, and runs only in the scenarios where every call is admitted."},
 	{"redis_rate", "github.com/go-redis/redis_rate/v10: GCRA in one Lua script on one key, Redis TIME, run by go-redis' Script (EVALSHA, EVAL on NOSCRIPT); a `*Result` per call."},
 	{"baseline-ping", "not a limiter: a Redis PING on the same client, the round-trip floor of any Redis-backed decision."},
@@ -448,7 +448,7 @@ func (r *report) readmeSection() string {
 
 	rids := []string{"RedisSerial", "Redis64Goroutines"}
 	if libs := unionLibraries(p, rids); len(libs) > 0 && anyMeasured(p, rids, libs) {
-		fmt.Fprintf(&b, "### Redis\n\n| library | latency, one at a time | throughput, 64 goroutines |\n|---|---:|---:|\n")
+		fmt.Fprintf(&b, "### Redis (baseline-ping is a PING, the floor, not a limiter)\n\n| library | latency, one at a time | throughput, 64 goroutines |\n|---|---:|---:|\n")
 		for _, lib := range libs {
 			fmt.Fprintf(&b, "| %s |", lib)
 			if res, ok := p.get("RedisSerial", lib, "ns/op"); ok {
@@ -468,6 +468,40 @@ func (r *report) readmeSection() string {
 		fmt.Fprintf(&b, "\n")
 	} else {
 		fmt.Fprintf(&b, "### Redis\n\nNot measured in this run (REDIS_ADDR not set).\n\n")
+	}
+	lids := []string{"Lease64GoroutinesOneKey", "Lease64Goroutines1000Keys"}
+	if libs := unionLibraries(p, lids); anyMeasured(p, lids, libs) {
+		fmt.Fprintf(&b, "### Lease layer against plain Redis, 64 goroutines: decisions per second\n\n| library | one hot key | 1,000 keys |\n|---|---:|---:|\n")
+		for _, lib := range libs {
+			fmt.Fprintf(&b, "| %s |", lib)
+			for _, id := range lids {
+				if res, ok := p.get(id, lib, "ns/op"); ok {
+					ns, _, _, _ := res.median("ns/op")
+					fmt.Fprintf(&b, " %s |", fmtRate(1e9/ns))
+				} else {
+					fmt.Fprintf(&b, " – |")
+				}
+			}
+			fmt.Fprintf(&b, "\n")
+		}
+		fmt.Fprintf(&b, "\n")
+	}
+	mids := []string{"MemoryPerKey", "RedisMemoryPerKey"}
+	if libs := unionLibraries(p, mids); anyMeasured(p, mids, libs) {
+		fmt.Fprintf(&b, "### Memory per key, bytes\n\n| library | in-process heap | Redis MEMORY USAGE |\n|---|---:|---:|\n")
+		for _, lib := range libs {
+			fmt.Fprintf(&b, "| %s |", lib)
+			for _, id := range mids {
+				if res, ok := p.get(id, lib, "B/key"); ok {
+					v, _, _, _ := res.median("B/key")
+					fmt.Fprintf(&b, " %.0f |", v)
+				} else {
+					fmt.Fprintf(&b, " – |")
+				}
+			}
+			fmt.Fprintf(&b, "\n")
+		}
+		fmt.Fprintf(&b, "\n")
 	}
 	if libs := p.libraries("Accuracy"); anyMeasured(p, []string{"Accuracy"}, libs) {
 		fmt.Fprintf(&b, "### Accuracy: 4 instances on one Redis, 1,000 concurrent requests, quota 100\n\n| library | most admitted in a round |\n|---|---:|\n")
@@ -519,6 +553,9 @@ func anyMeasured(p *parsed, ids, libs []string) bool {
 				return true
 			}
 			if _, ok := p.get(id, l, "admitted"); ok {
+				return true
+			}
+			if _, ok := p.get(id, l, "B/key"); ok {
 				return true
 			}
 		}
