@@ -74,6 +74,9 @@ func notBuilt(component string) string {
 	return "skipped: " + component + " not built (package not present or does not build; see bench/RESULTS.md)"
 }
 
+// Only the stub files, built with a no* tag, call notBuilt.
+var _ = notBuilt
+
 // makeKeys returns n distinct keys "user:<i>".
 func makeKeys(prefix string, n int) []string {
 	keys := make([]string, n)
