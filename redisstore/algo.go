@@ -280,13 +280,12 @@ func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result
 			if allowed || granted != 0 || after != before {
 				return mismatch("a denial changed the log")
 			}
-			at := from
-			if from == t {
-				oldest, err := strconv.ParseInt(atStr, 10, 64)
-				if err != nil {
-					return res, badReply("oldest instant %q", atStr)
-				}
-				at = oldest + w
+			at, err := strconv.ParseInt(atStr, 10, 64)
+			if err != nil {
+				return res, badReply("retry instant %q", atStr)
+			}
+			if at < from || at <= t {
+				return mismatch("a denial with room now")
 			}
 			res.RetryAfter = time.Duration(at - t)
 			res.ResetAfter = resetAfter()

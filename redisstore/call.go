@@ -68,6 +68,11 @@ func classify(ctx context.Context, err error) (outcome, error) {
 	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+			// The caller's deadline passed (a socket deadline may fire
+			// before the context's timer does): the caller gave up.
+			return ignored, context.DeadlineExceeded
+		}
 		return failed, unavailable(ErrTimeout, err)
 	}
 	if isDataError(err) {

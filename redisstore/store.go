@@ -131,6 +131,7 @@ type Store struct {
 	local    *memstore.Store
 	batch    *batcher
 	breaker  breaker
+	wall     func() time.Time // the breaker's clock; tests replace it
 
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
@@ -213,6 +214,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		observer: o.Observer,
 		guard:    !honoursContext(client),
 		breaker:  breaker{threshold: o.BreakerThreshold, cooldown: o.BreakerCooldown},
+		wall:     time.Now,
 	}
 	if o.OnFailure == FailLocal {
 		local, err := memstore.New(&memstore.Options{Now: o.Now})
@@ -299,14 +301,14 @@ func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, 
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 
-	ok, probe, c := s.breaker.allow(time.Now())
+	ok, probe, c := s.breaker.allow(s.wall())
 	s.report(c)
 	if !ok {
 		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
 	}
 	reply, err := s.call(ctx, a.kind, s.Key(key, a.kind), a.args(now, req, s.marginMs))
 	o, err := classify(ctx, err)
-	s.report(s.breaker.done(time.Now(), probe, o))
+	s.report(s.breaker.done(s.wall(), probe, o))
 	if err == nil {
 		res, derr := a.decode(reply, req)
 		if derr == nil {

@@ -22,7 +22,7 @@
 -- Reply: {now, allowed (0 or 1), granted, from, at, before, after, last}:
 --   from    max(now, the newest instant) before the step
 --   at      take: the admission instant, also when denied; take up to n,
---           denied: the oldest instant in the window; otherwise ""
+--           denied: when one unit fits; otherwise ""
 --   before  the units in the window ending at from, before the step
 --   after   the units in the log after the step
 --   last    the newest instant after the step, "" for an empty log
@@ -134,11 +134,13 @@ trim(fs, fns)
 local before = C - B
 local allowed, granted, at = 0, 0, ''
 
-if op == 0 then
+-- admit returns the earliest instant, not before from, at which k more
+-- units fit (k <= limit), as a pair and as an offset from now: once the
+-- oldest entries holding the excess units have left the window.
+local function admit(k)
   local as, ans, ao = fs, fns, fo
-  local excess = before + n - limit
+  local excess = before + k - limit
   if excess > 0 then
-    -- Wait until the oldest entries holding excess units have left.
     local row = redis.call('ZRANGEBYSCORE', key, int(B + excess), '+inf', 'LIMIT', 0, 1)
     local es, ens = parse(row[1])
     local xs, xns = add(es, ens, w)
@@ -147,6 +149,11 @@ if op == 0 then
       as, ans, ao = xs, xns, xo
     end
   end
+  return as, ans, ao
+end
+
+if op == 0 then
+  local as, ans, ao = admit(n)
   at = fmt(as, ans)
   if ao <= maxd then
     allowed, granted = 1, n
@@ -163,8 +170,8 @@ elseif op == 1 then
     allowed, granted = 1, m
     push(ts, tns, m)
     expire()
-  elseif last then
-    at = redis.call('ZRANGE', key, 1, 1)[1]
+  else
+    at = fmt(admit(1))
   end
 elseif last then
   -- Refund: take units back from the entry admitted at the instant given.
