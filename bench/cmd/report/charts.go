@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
@@ -34,6 +35,13 @@ var (
 		color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff},
 	}
 )
+
+// useSans makes gonum draw with Liberation Sans instead of its default
+// serif, and the SVG files name Arial and sans-serif after it.
+func useSans() {
+	plot.DefaultFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
+	plotter.DefaultFont = plot.DefaultFont
+}
 
 // bar is one bar of a panel.
 type bar struct {
@@ -441,7 +449,7 @@ func quickstartChart(csvPath, path string) error {
 			most = max(most, sum)
 		}
 		if i == 0 {
-			p.Title.Text = fmt.Sprintf("offered: %.0f requests (a steady 10/s, a burst of 30 at 2.2 s, 10 + 10 around the window boundary at 4 s)", total)
+			p.Title.Text = fmt.Sprintf("offered: %.0f requests (steady 10/s, a burst of 30, 10 + 10 across the 4 s boundary)", total)
 		} else {
 			p.Title.Text = fmt.Sprintf("%s: %.0f admitted, at most %.0f in any 1 s (the limit is 10)", r.name, total, most)
 		}

@@ -55,6 +55,7 @@ func main() {
 	flag.BoolVar(&o.strict, "strict", false, "exit non-zero when a performance bar does not hold")
 	flag.StringVar(&o.format, "format", "svg", "chart format: svg or png")
 	flag.Parse()
+	useSans()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
