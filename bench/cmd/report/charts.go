@@ -326,7 +326,7 @@ func drawStacked(path string, width vg.Length, heights []vg.Length, plots []*plo
 	}
 	var canvas vg.CanvasWriterTo
 	if strings.HasSuffix(path, ".png") {
-		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, total), vgimg.UseDPI(110))}
+		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, total), vgimg.UseDPI(144))}
 	} else {
 		canvas = vgsvg.New(width, total)
 	}

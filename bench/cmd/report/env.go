@@ -15,33 +15,33 @@ import (
 
 // machine describes where the numbers come from.
 type machine struct {
-	goVersion string
-	cpu       string
-	cpus      int
-	maxprocs  int
-	memory    string
-	kernel    string
-	redis     string
-	commit    string
-	loadStart string
-	loadEnd   string
+	GoVersion string
+	CPU       string
+	CPUs      int
+	Maxprocs  int
+	Memory    string
+	Kernel    string
+	Redis     string
+	Commit    string
+	LoadStart string
+	LoadEnd   string
 }
 
 func describeMachine(repoDir string) machine {
 	m := machine{
-		cpus:      runtime.NumCPU(),
-		maxprocs:  runtime.GOMAXPROCS(0),
-		loadStart: loadAverage(),
+		CPUs:      runtime.NumCPU(),
+		Maxprocs:  runtime.GOMAXPROCS(0),
+		LoadStart: loadAverage(),
 	}
 	if out, err := exec.Command("go", "version").Output(); err == nil {
-		m.goVersion = strings.TrimPrefix(strings.TrimSpace(string(out)), "go version ")
+		m.GoVersion = strings.TrimPrefix(strings.TrimSpace(string(out)), "go version ")
 	} else {
-		m.goVersion = runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+		m.GoVersion = runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
 	}
 	if data, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, l := range strings.Split(string(data), "\n") {
 			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.cpu = strings.TrimSpace(v)
+				m.CPU = strings.TrimSpace(v)
 				break
 			}
 		}
@@ -50,23 +50,23 @@ func describeMachine(repoDir string) machine {
 		for _, l := range strings.Split(string(data), "\n") {
 			if f := strings.Fields(l); len(f) >= 2 && f[0] == "MemTotal:" {
 				if kb, err := strconv.ParseFloat(f[1], 64); err == nil {
-					m.memory = fmt.Sprintf("%.0f GiB", kb/(1<<20))
+					m.Memory = fmt.Sprintf("%.0f GiB", kb/(1<<20))
 				}
 			}
 		}
 	}
 	if data, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.kernel = runtime.GOOS + " " + strings.TrimSpace(string(data))
+		m.Kernel = runtime.GOOS + " " + strings.TrimSpace(string(data))
 	} else {
-		m.kernel = runtime.GOOS
+		m.Kernel = runtime.GOOS
 	}
 	if out, err := exec.Command("git", "-C", repoDir, "rev-parse", "--short", "HEAD").Output(); err == nil {
-		m.commit = strings.TrimSpace(string(out))
+		m.Commit = strings.TrimSpace(string(out))
 		if st, err := exec.Command("git", "-C", repoDir, "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
-			m.commit += " (with uncommitted changes)"
+			m.Commit += " (with uncommitted changes)"
 		}
 	}
-	m.redis = redisVersion()
+	m.Redis = redisVersion()
 	return m
 }
 

@@ -53,7 +53,7 @@ func main() {
 	flag.StringVar(&o.bench, "bench", ".", "regexp selecting scenarios (matched against Benchmark<Scenario>)")
 	flag.StringVar(&o.from, "from", "", "render from this saved go test output (a bench.txt) instead of running")
 	flag.BoolVar(&o.strict, "strict", false, "exit non-zero when a performance bar does not hold")
-	flag.StringVar(&o.format, "format", "svg", "chart format: svg or png")
+	flag.StringVar(&o.format, "format", "png", "chart format: png (the same pixels everywhere) or svg (crisper, but text falls back to the reader's fonts)")
 	flag.Parse()
 	useSans()
 	if err := run(o); err != nil {
@@ -105,7 +105,9 @@ func run(o options) error {
 		}
 		rep.raw = raw
 		rep.fromFile = o.from
-		rep.machine.redis = "as when " + o.from + " was recorded (this page was rendered from it)"
+		if !rep.loadMeta(o.from) {
+			rep.machine.Redis = "as when " + o.from + " was recorded (this page was rendered from it)"
+		}
 	} else {
 		if err := rep.runBenchmarks(); err != nil {
 			return err
@@ -116,8 +118,15 @@ func run(o options) error {
 	}
 	rep.parsed = parseOutput(rep.raw)
 	rep.runExamples()
-	rep.machine.loadEnd = loadAverage()
-	rep.elapsed = time.Since(start)
+	if rep.fromFile == "" {
+		rep.machine.LoadEnd = loadAverage()
+		rep.elapsed = time.Since(start)
+		if err := rep.saveMeta(); err != nil {
+			return err
+		}
+	} else {
+		rep.elapsed = rep.recordedElapsed
+	}
 
 	if err := rep.renderCharts(); err != nil {
 		return fmt.Errorf("charts: %w", err)

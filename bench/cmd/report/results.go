@@ -24,7 +24,9 @@ type report struct {
 	rounds     int
 	raw        []byte
 	fromFile   string
-	parsed     *parsed
+	// recordedElapsed is the duration of the run -from renders.
+	recordedElapsed time.Duration
+	parsed          *parsed
 
 	quickstartCSV, quickstartErr string
 	adaptiveCSV, adaptiveErr     string
@@ -239,23 +241,23 @@ func (r *report) resultsMarkdown() string {
 		mode = fmt.Sprintf("-short: %d round(s), -benchtime %s, fewer keys in the memory scenarios (a smoke test, not numbers to quote)", r.rounds, r.opts.benchtime)
 	}
 	if r.fromFile != "" {
-		mode = "rendered from " + r.fromFile
+		mode += "; this page rendered again from " + filepath.Base(r.fromFile)
 	}
 	fmt.Fprintf(&b, "# floodgate against its peers: benchmark results\n\n")
 	fmt.Fprintf(&b, "Written by `bench/cmd/report` on %s; do not edit by hand, re-run it:\n\n", r.started.Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "```sh\neval \"$(bash .ci/redis.sh start)\"   # from the repository root: a loopback Redis, REDIS_ADDR\ncd bench && go run ./cmd/report      # full mode (-short: under two minutes)\n```\n\n")
 	fmt.Fprintf(&b, "## Machine\n\n| | |\n|---|---|\n")
-	fmt.Fprintf(&b, "| Go | %s |\n", r.machine.goVersion)
-	cpu := orDash(r.machine.cpu)
-	if p.cpu != "" && p.cpu != r.machine.cpu {
+	fmt.Fprintf(&b, "| Go | %s |\n", r.machine.GoVersion)
+	cpu := orDash(r.machine.CPU)
+	if p.cpu != "" && p.cpu != r.machine.CPU {
 		cpu += " (go test: " + p.cpu + ")"
 	}
-	fmt.Fprintf(&b, "| CPU | %s, %d logical CPUs, GOMAXPROCS %d |\n", cpu, r.machine.cpus, r.machine.maxprocs)
-	fmt.Fprintf(&b, "| Memory | %s |\n", orDash(r.machine.memory))
-	fmt.Fprintf(&b, "| OS | %s |\n", r.machine.kernel)
-	fmt.Fprintf(&b, "| Redis | %s |\n", r.machine.redis)
-	fmt.Fprintf(&b, "| floodgate | commit %s |\n", orDash(r.machine.commit))
-	fmt.Fprintf(&b, "| Load average (1, 5, 15 min) | %s at the start, %s at the end |\n", r.machine.loadStart, r.machine.loadEnd)
+	fmt.Fprintf(&b, "| CPU | %s, %d logical CPUs, GOMAXPROCS %d |\n", cpu, r.machine.CPUs, r.machine.Maxprocs)
+	fmt.Fprintf(&b, "| Memory | %s |\n", orDash(r.machine.Memory))
+	fmt.Fprintf(&b, "| OS | %s |\n", r.machine.Kernel)
+	fmt.Fprintf(&b, "| Redis | %s |\n", r.machine.Redis)
+	fmt.Fprintf(&b, "| floodgate | commit %s |\n", orDash(r.machine.Commit))
+	fmt.Fprintf(&b, "| Load average (1, 5, 15 min) | %s at the start, %s at the end |\n", r.machine.LoadStart, r.machine.LoadEnd)
 	fmt.Fprintf(&b, "| Mode | %s; %v in all |\n\n", mode, r.elapsed.Round(time.Second))
 	fmt.Fprintf(&b, "Numbers are medians over the rounds; ± is the largest deviation of a round from the median. Each round runs every scenario once, so a change in the machine's load spreads over all libraries. A two-core machine shared with other work is noisy: compare libraries within one run, not across runs.\n\n")
 
@@ -427,7 +429,7 @@ func (r *report) readmeSection() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Performance\n\n")
 	fmt.Fprintf(&b, "floodgate against the Go rate limiters you would otherwise use, in one `go test -bench` run of the [`bench/`](bench) module (its own module, so the peers never enter floodgate's dependency graph). Medians of %d round(s) on %s, %d CPUs, %s, Redis on loopback; the machine was shared, so read the ratios rather than the absolute numbers. All numbers, the semantics of each library and the commands: [`bench/RESULTS.md`](bench/RESULTS.md).\n\n",
-		r.rounds, orDash(r.machine.cpu), r.machine.cpus, r.machine.goVersion)
+		r.rounds, orDash(r.machine.CPU), r.machine.CPUs, r.machine.GoVersion)
 
 	fmt.Fprintf(&b, "### In-process: ns per decision (allocs)\n\n| library | one key, admitted | one key, denied | 100,000 keys, parallel |\n|---|---:|---:|---:|\n")
 	ids := []string{"InProcessOneKeyAllowed", "InProcessOneKeyDenied", "InProcess100kKeysParallel"}
@@ -526,7 +528,7 @@ func (r *report) readmeSection() string {
 
 // estimateFull is how long a full run takes, from this run.
 func estimateFull(r *report) string {
-	if r.opts.short || r.fromFile != "" {
+	if r.opts.short || r.elapsed == 0 {
 		return "15 minutes"
 	}
 	return r.elapsed.Round(time.Minute).String()
