@@ -224,12 +224,12 @@ func (l *Limiter) sizeLocked(e *entry, now, need int64) int64 {
 	if want := math.Ceil(e.rate * float64(l.cfg.targetInterval)); want < b {
 		b = want
 	}
-	batch := int64(b)
-	if need > 0 && have < need {
-		// A caller waits: the pool ran dry before the refill came, or it
-		// never had one. Grow faster than the rate estimate, and by the
-		// callers that waited last time.
-		batch = max(batch, 2*e.batch, e.waiters)
+	batch := max(int64(b), e.waiters) // room for the callers that waited last time
+	if float64(now-e.lastLease) < (1-l.cfg.lowWater)*float64(l.cfg.targetInterval)/4 {
+		// The last lease fell to its low-water mark four times faster
+		// than a batch is meant to: a burst, which the rate estimate lags
+		// (and does not see on a clock that has not moved). Double.
+		batch = max(batch, 2*e.batch)
 	}
 	batch = min(max(batch, l.cfg.minBatch), l.cfg.maxBatch)
 	e.batch = batch

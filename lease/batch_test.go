@@ -1,0 +1,85 @@
+package lease_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/lease"
+)
+
+// TestBatchAdaptsToRate drives one key at several steady rates and checks
+// that the batch follows the units consumed per TargetInterval, within
+// MinBatch and MaxBatch, and that at steady state almost every decision is
+// local.
+func TestBatchAdaptsToRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		r := newRemote(t, floodgate.FixedWindow{Limit: 1 << 40, Window: 24 * time.Hour})
+		l := newLease(t, r, &lease.Options{MinBatch: 5, MaxBatch: 2000, TargetInterval: 100 * ms, TTL: time.Second})
+		// run makes perMs decisions every millisecond for d and returns the
+		// fraction of them served locally.
+		run := func(perMs int, every time.Duration, d time.Duration) float64 {
+			t.Helper()
+			before := l.Stats()
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				for range perMs {
+					dec, err := l.Allow(ctx, "k")
+					require.NoError(t, err)
+					require.True(t, dec.Allowed)
+				}
+				time.Sleep(every)
+			}
+			after := l.Stats()
+			local := after.Local - before.Local
+			return float64(local) / float64(local+after.Waited-before.Waited+after.Forwarded-before.Forwarded)
+		}
+		for _, tc := range []struct {
+			name      string
+			perMs     int
+			every     time.Duration
+			want      int64 // units per 100 ms, clamped to [5, 2000]
+			wantLocal float64
+			tolerance float64
+		}{
+			{"1000/s", 1, ms, 100, 0.99, 0.2},
+			{"10000/s", 10, ms, 1000, 0.99, 0.2},
+			{"100/s", 1, 10 * ms, 10, 0.95, 0.3},
+			{"40000/s: MaxBatch", 40, ms, 2000, 0.99, 0},
+			{"10/s: MinBatch", 1, 100 * ms, 5, 0.95, 0},
+		} {
+			run(tc.perMs, tc.every, 2*time.Second) // settle
+			local := run(tc.perMs, tc.every, 2*time.Second)
+			b := l.Batch("k")
+			t.Logf("%s: batch %d, local %.4f", tc.name, b, local)
+			assert.InDelta(t, tc.want, b, tc.tolerance*float64(tc.want), "%s: batch %d, want about %d", tc.name, b, tc.want)
+			assert.GreaterOrEqual(t, local, tc.wantLocal, "%s: local ratio", tc.name)
+		}
+		require.NoError(t, l.Close())
+	})
+}
+
+// TestBatchGrowsWhenCallersWait: a pool that runs dry before its refill
+// lands doubles its batch, so bursts stop waiting quickly.
+func TestBatchGrowsWhenCallersWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		r := newRemote(t, floodgate.FixedWindow{Limit: 1 << 40, Window: 24 * time.Hour})
+		l := newLease(t, r, &lease.Options{MinBatch: 1, MaxBatch: 1000, TTL: time.Hour})
+		// A burst at one instant: every refill is drained by the burst
+		// before the next, so callers wait, and the batch doubles each time.
+		for range 1000 {
+			_, err := l.Allow(ctx, "k")
+			require.NoError(t, err)
+		}
+		s := l.Stats()
+		assert.LessOrEqual(t, s.Waited, int64(12), "waits: about log2(1000)")
+		assert.Zero(t, s.Forwarded)
+		require.NoError(t, l.Close())
+	})
+}
