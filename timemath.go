@@ -40,7 +40,12 @@ func emission(rate int64, per time.Duration, size int64, sizeName string) (inter
 	}
 	interval = int64(per)
 	if rate != 1 { // a store may normalize configs to Rate 1 to skip this division
-		interval = (interval + rate - 1) / rate
+		// ⌈per/rate⌉ without forming per+rate−1, which overflows for
+		// periods and rates near MaxInt64.
+		interval = interval / rate
+		if int64(per)%rate != 0 {
+			interval++
+		}
 	}
 	if hi, lo := bits.Mul64(uint64(size), uint64(interval)); hi != 0 || lo > uint64(MaxWindow) {
 		return 0, 0, fmt.Errorf("%w: %s %d at %d per %v takes longer than MaxWindow (%v) to restore",
