@@ -85,9 +85,11 @@ func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (Fixe
 	}
 	switch req.Op {
 	case OpTake:
-		next := FixedWindowState{Start: cur.Start, Count: cur.Count + req.N}
-		if next.Count > a.Limit {
-			next = FixedWindowState{Start: cur.Start + w, Count: req.N}
+		// Compared as req.N > Limit − Count: Count + N overflows for limits
+		// near MaxInt64.
+		next := FixedWindowState{Start: cur.Start + w, Count: req.N}
+		if req.N <= a.Limit-cur.Count {
+			next = FixedWindowState{Start: cur.Start, Count: cur.Count + req.N}
 		}
 		wait := max(next.Start-t, 0)
 		if wait > maxDelayNs(req) {
