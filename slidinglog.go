@@ -156,17 +156,7 @@ func (a SlidingLog) Step(st *SlidingLogState, now time.Time, req Request) (Resul
 	}
 	switch req.Op {
 	case OpTake:
-		at := from
-		if excess := st.total + req.N - a.Limit; excess > 0 {
-			// Wait until the oldest entries holding excess units have left.
-			for i := range st.size {
-				e := st.Entry(i)
-				if excess -= e.N; excess <= 0 {
-					at = max(at, e.At+w)
-					break
-				}
-			}
-		}
+		at := a.admitAt(st, from, req.N)
 		wait := at - t
 		if wait > maxDelayNs(req) {
 			res.Remaining = remaining()
@@ -185,11 +175,9 @@ func (a SlidingLog) Step(st *SlidingLogState, now time.Time, req Request) (Resul
 	case OpTakeUpTo:
 		m := min(req.N, remaining())
 		if m == 0 {
-			at := from
-			if from == t {
-				at = st.Entry(0).At + w // full: when the oldest entry leaves
-			}
-			res.RetryAfter = time.Duration(at - t)
+			// When one unit fits: after the newest entry, once enough old
+			// ones have left (a reservation ahead may hold the whole quota).
+			res.RetryAfter = time.Duration(a.admitAt(st, from, 1) - t)
 			res.ResetAfter = resetAfter()
 			return res, nil
 		}
@@ -220,6 +208,23 @@ func (a SlidingLog) Step(st *SlidingLogState, now time.Time, req Request) (Resul
 		res.ResetAfter = resetAfter()
 		return res, nil
 	}
+}
+
+// admitAt returns the earliest instant, not before from, at which n more
+// units fit in the window of the log st, trimmed to from − Window.
+func (a SlidingLog) admitAt(st *SlidingLogState, from, n int64) int64 {
+	at := from
+	if excess := st.total + n - a.Limit; excess > 0 {
+		// Wait until the oldest entries holding excess units have left.
+		for i := range st.size {
+			e := st.Entry(i)
+			if excess -= e.N; excess <= 0 {
+				at = max(at, e.At+int64(a.Window))
+				break
+			}
+		}
+	}
+	return at
 }
 
 // compact removes entries left empty by a refund, keeping the order.
