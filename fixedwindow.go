@@ -79,7 +79,9 @@ func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (Fixe
 	}
 	resetAfter := func(s FixedWindowState) time.Duration {
 		if s.Count == 0 {
-			return 0
+			// Empty, but a window reserved ahead (emptied by refunds) keeps
+			// the current one closed until it starts.
+			return nsDur(s.Start - t)
 		}
 		return time.Duration(s.Start + w - t)
 	}

@@ -150,7 +150,9 @@ func (a SlidingWindow) Step(st SlidingWindowState, now time.Time, req Request) (
 		case s.Prev > 0:
 			return time.Duration(s.Start + w - t)
 		}
-		return 0
+		// Empty, but a window reserved ahead (emptied by refunds) keeps the
+		// current one closed until it starts.
+		return nsDur(s.Start - t)
 	}
 	switch req.Op {
 	case OpTake:

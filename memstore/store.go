@@ -206,7 +206,9 @@ func (s *Store) newTable(alg floodgate.Algorithm) boundTable {
 				case st.Prev > 0:
 					return st.Start + w
 				}
-				return math.MinInt64
+				// An empty window reserved ahead keeps the windows before it
+				// closed: forgetting it early would reopen them.
+				return st.Start
 			})
 	case floodgate.SlidingLog:
 		w := int64(a.Window)
@@ -244,10 +246,11 @@ func (s *Store) Sweep() {
 }
 
 // fwRestoreAt returns the instant a fixed window state carries no
-// information: the end of its window, or never-mattered for an empty one.
+// information: the end of its window or, for an empty one, its start (an
+// empty window reserved ahead keeps the windows before it closed).
 func fwRestoreAt(st floodgate.FixedWindowState, w int64) int64 {
 	if st.Count == 0 {
-		return math.MinInt64
+		return st.Start
 	}
 	return st.Start + w
 }

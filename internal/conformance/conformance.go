@@ -156,6 +156,44 @@ var stepCases = []struct {
 			{5 * time.Second, upTo(5), admit(3, 3, 0, 0, time.Second)},
 		},
 	},
+	{
+		// A reservation into the next window, refunded, leaves the current
+		// window closed until the next one starts: ResetAfter says so, and
+		// a store must not forget the empty reserved window early.
+		name: "FixedWindow/refunded reservation",
+		alg:  floodgate.FixedWindow{Limit: 3, Window: time.Second},
+		steps: []step{
+			{0, take(3), admit(3, 3, 0, 0, time.Second)},
+			{0, reserve(2, time.Second), admit(3, 2, 0, time.Second, 2*time.Second)},
+			{500 * ms, refund(2, time.Second), admit(3, 2, 0, 0, 500*ms)},
+			{500 * ms, take(1), deny(3, 0, 500*ms, 500*ms)},
+			{time.Second, take(3), admit(3, 3, 0, 0, time.Second)},
+		},
+	},
+	{
+		name: "SlidingWindow/refunded reservation",
+		alg:  floodgate.SlidingWindow{Limit: 1, Window: time.Second},
+		steps: []step{
+			{0, take(1), admit(1, 1, 0, 0, 2*time.Second)},
+			// est at 1 s is 1: the unit fits at 2 s, in the window after.
+			{0, reserve(1, 3*time.Second), admit(1, 1, 0, 2*time.Second, 4*time.Second)},
+			{500 * ms, refund(1, 2*time.Second), admit(1, 1, 0, 0, 1500*ms)}, // closed until 2 s
+			{1500 * ms, take(1), deny(1, 0, 500*ms, 500*ms)},
+			{2 * time.Second, take(1), admit(1, 1, 0, 0, 2*time.Second)},
+		},
+	},
+	{
+		// AllowUpTo's RetryAfter counts a reservation ahead that holds the
+		// whole quota: one unit fits when it leaves, not when it departs.
+		name: "SlidingLog/take up to behind a reservation",
+		alg:  floodgate.SlidingLog{Limit: 3, Window: time.Second},
+		steps: []step{
+			{0, take(3), admit(3, 3, 0, 0, time.Second)},
+			{0, reserve(3, time.Second), admit(3, 3, 0, time.Second, 2*time.Second)},
+			{500 * ms, upTo(1), deny(3, 0, 1500*ms, 1500*ms)},
+			{2 * time.Second, upTo(1), admit(3, 1, 2, 0, time.Second)},
+		},
+	},
 }
 
 // RunSteps runs the hand-computed cases. They pin down the reference Steps
