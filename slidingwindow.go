@@ -32,7 +32,8 @@ import (
 // The zero value is not usable; SlidingWindow is a plain value, safe to copy
 // and to share.
 type SlidingWindow struct {
-	// Limit is the number of units admitted per sliding window; at least 1.
+	// Limit is the number of units admitted per sliding window; at least 1
+	// and at most 2^53, so that the float64 estimate counts units exactly.
 	Limit int64
 	// Window is the window length: positive, a whole number of microseconds
 	// and at most MaxWindow.
@@ -53,7 +54,18 @@ var _ Algorithm = SlidingWindow{}
 
 // Validate reports whether the configuration is usable; errors match
 // ErrInvalidConfig.
-func (a SlidingWindow) Validate() error { return checkWindow(a.Limit, a.Window) }
+func (a SlidingWindow) Validate() error {
+	if a.Limit > maxFloatLimit {
+		// Above 2^53 the estimate, in float64, no longer tells units apart:
+		// Remaining overflowed and denials came with RetryAfter 0.
+		return fmt.Errorf("%w: Limit %d is above 2^53, which the float64 estimate cannot count exactly", ErrInvalidConfig, a.Limit)
+	}
+	return checkWindow(a.Limit, a.Window)
+}
+
+// maxFloatLimit is the largest Limit of a SlidingWindow: every integer up to
+// it is exact in float64.
+const maxFloatLimit = 1 << 53
 
 // Policy returns Limit units per Window.
 func (a SlidingWindow) Policy() Policy {
