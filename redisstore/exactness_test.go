@@ -1,0 +1,205 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// gateways returns n stores, each on its own client (separate connection
+// pools, like n gateway processes), sharing one prefix.
+func gateways(t *testing.T, n int, newClient func() redis.UniversalClient, opts Options) []*Store {
+	t.Helper()
+	stores := make([]*Store, n)
+	for i := range stores {
+		c := newClient()
+		t.Cleanup(func() { _ = c.Close() })
+		if opts.Prefix == "" {
+			opts.Prefix = testPrefix(t, c)
+		}
+		stores[i] = newStore(t, c, &opts)
+	}
+	return stores
+}
+
+// hammer runs goroutines per store, each making attempts decisions on the
+// keys (together they visit the keys in turn, each about the same number of
+// times), alternating a take of one unit and a take of up to two, and
+// returns the units granted per key.
+func hammer(t *testing.T, stores []*Store, keys []string, alg floodgate.Algorithm, goroutines, attempts int) map[string]int64 {
+	t.Helper()
+	granted := make([]atomic.Int64, len(keys))
+	var (
+		wg   sync.WaitGroup
+		errs atomic.Int64
+		msg  atomic.Value
+	)
+	for si, s := range stores {
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range attempts {
+					k := ((si*goroutines+g)*attempts + i) % len(keys)
+					req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+					if i%2 == 1 {
+						req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: 2}
+					}
+					res, err := s.Apply(context.Background(), keys[k], alg, req)
+					if err != nil {
+						errs.Add(1)
+						msg.Store(err.Error())
+						continue
+					}
+					granted[k].Add(res.Granted)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	require.Zero(t, errs.Load(), "errors, the last: %v", msg.Load())
+	out := make(map[string]int64, len(keys))
+	for i, k := range keys {
+		out[k] = granted[i].Load()
+	}
+	return out
+}
+
+// sameWindow runs f and reports whether the server's clock stayed in one
+// window of length w, so that a window algorithm's quota did not renew.
+func sameWindow(t *testing.T, c redis.UniversalClient, w time.Duration, f func()) bool {
+	t.Helper()
+	before, err := c.Time(context.Background()).Result()
+	require.NoError(t, err)
+	f()
+	after, err := c.Time(context.Background()).Result()
+	require.NoError(t, err)
+	return before.UnixNano()/int64(w) == after.UnixNano()/int64(w)
+}
+
+// TestDistributedExactness is the distributed contract: 8 independent
+// clients (8 gateways) × 64 goroutines hammer one key on the server's
+// clock; the token bucket, the fixed window and the sliding log admit
+// exactly their quota, the sliding counter at most its quota (with an
+// empty previous window, exactly), the leaky bucket exactly one request
+// that departs at once.
+func TestDistributedExactness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	const (
+		clients  = 8
+		attempts = 6
+	)
+	goroutines, quota := 64, int64(1000)
+	srv := newServer(t)
+	if !srv.real() {
+		// miniredis runs scripts in an interpreter written in Go: keep
+		// its share of the test time small; the real server takes it all.
+		goroutines, quota = 8, 200
+	}
+	for _, batch := range []int{0, 32} {
+		for _, alg := range []floodgate.Algorithm{
+			floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: quota},
+			floodgate.LeakyBucket{Rate: 1, Per: time.Hour, Capacity: quota},
+			floodgate.FixedWindow{Limit: quota, Window: 50 * 24 * time.Hour},
+			floodgate.SlidingWindow{Limit: quota, Window: 50 * 24 * time.Hour},
+			floodgate.SlidingLog{Limit: quota, Window: 24 * time.Hour},
+		} {
+			t.Run(fmt.Sprintf("%v/batch=%d", alg, batch), func(t *testing.T) {
+				stores := gateways(t, clients, func() redis.UniversalClient {
+					return redis.NewClient(&redis.Options{Addr: srv.addr, ContextTimeoutEnabled: true, PoolSize: goroutines})
+				}, Options{BatchSize: batch})
+				var got map[string]int64
+				ok := sameWindow(t, srv.client(t), 50*24*time.Hour, func() {
+					got = hammer(t, stores, []string{"hot"}, alg, goroutines, attempts)
+				})
+				if !ok {
+					t.Skip("the server's clock crossed a window boundary; the quota renewed")
+				}
+				want := quota
+				if alg.Kind() == floodgate.KindLeakyBucket {
+					// A shaper without delay admits one request, then a
+					// queue is waiting: the others would need a delay.
+					want = 1
+				}
+				require.Equal(t, want, got["hot"], "admitted")
+			})
+		}
+	}
+}
+
+// clusterAddrs returns REDIS_CLUSTER_ADDRS, or skips.
+func clusterAddrs(t *testing.T) []string {
+	t.Helper()
+	v := os.Getenv("REDIS_CLUSTER_ADDRS")
+	if v == "" {
+		t.Skip("set REDIS_CLUSTER_ADDRS (comma-separated seed nodes of a Redis Cluster) to run the cluster tests")
+	}
+	return strings.Split(v, ",")
+}
+
+// TestClusterExactness runs the distributed contract on a real Redis
+// Cluster over 1,000 keys spread across slots and masters: every key admits
+// exactly its quota, through ClusterClients that route each script by the
+// key's hash tag (a CROSSSLOT error would show up as an error here).
+func TestClusterExactness(t *testing.T) {
+	addrs := clusterAddrs(t)
+	const (
+		clients    = 8
+		goroutines = 64
+		keys       = 1000
+		quota      = 3
+	)
+	newClient := func() redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: goroutines})
+	}
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("user:%d", i)
+	}
+	probe := newClient()
+	t.Cleanup(func() { _ = probe.Close() })
+	for _, batch := range []int{0, 32} {
+		for _, alg := range []floodgate.Algorithm{
+			floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: quota},
+			floodgate.FixedWindow{Limit: quota, Window: 50 * 24 * time.Hour},
+			floodgate.SlidingWindow{Limit: quota, Window: 50 * 24 * time.Hour},
+			floodgate.SlidingLog{Limit: quota, Window: 24 * time.Hour},
+		} {
+			t.Run(fmt.Sprintf("%v/batch=%d", alg, batch), func(t *testing.T) {
+				stores := gateways(t, clients, newClient, Options{BatchSize: batch, Prefix: testPrefix(t, probe)})
+				var got map[string]int64
+				ok := sameWindow(t, probe, 50*24*time.Hour, func() {
+					got = hammer(t, stores, names, alg, goroutines, 2*keys*quota/(clients*goroutines)+2)
+				})
+				if !ok {
+					t.Skip("the server's clock crossed a window boundary; the quota renewed")
+				}
+				for _, k := range names {
+					require.Equal(t, int64(quota), got[k], "admitted for %s", k)
+				}
+				// The keys landed on every master.
+				masters := map[string]bool{}
+				cc := probe.(*redis.ClusterClient)
+				for _, k := range names[:50] {
+					slot, err := cc.ClusterKeySlot(context.Background(), stores[0].Key(k, alg.Kind())).Result()
+					require.NoError(t, err)
+					masters[fmt.Sprint(slot*3/16384)] = true
+				}
+				assert.Len(t, masters, 3, "keys spread over the slot ranges")
+			})
+		}
+	}
+}
