@@ -53,9 +53,12 @@ func BenchmarkAccuracy(b *testing.B) {
 			var most, errs int64
 			trial := 0
 			for b.Loop() {
-				admitted, failed := accuracyTrial(instances, userKey(scenario, l.name, trial))
+				admitted, failed, first := accuracyTrial(instances, userKey(scenario, l.name, trial))
 				most = max(most, admitted)
 				errs += failed
+				if first != nil {
+					b.Logf("trial %d: %d calls failed, the first with: %v", trial, failed, first)
+				}
 				trial++
 			}
 			b.ReportMetric(float64(most), "admitted")
@@ -66,10 +69,11 @@ func BenchmarkAccuracy(b *testing.B) {
 
 // accuracyTrial releases accuracyRequests goroutines at once, goroutine g
 // deciding through instance g mod accuracyInstances, and counts the
-// admitted requests and the failed calls.
-func accuracyTrial(instances []func(context.Context, string) (bool, error), key string) (admitted, failed int64) {
+// admitted requests and the failed calls, and returns the first error.
+func accuracyTrial(instances []func(context.Context, string) (bool, error), key string) (admitted, failed int64, first error) {
 	ctx := context.Background()
 	var ok, bad atomic.Int64
+	var once sync.Once
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range accuracyRequests {
@@ -80,6 +84,7 @@ func accuracyTrial(instances []func(context.Context, string) (bool, error), key 
 			switch {
 			case err != nil:
 				bad.Add(1)
+				once.Do(func() { first = err })
 			case yes:
 				ok.Add(1)
 			}
@@ -87,5 +92,5 @@ func accuracyTrial(instances []func(context.Context, string) (bool, error), key 
 	}
 	close(start)
 	wg.Wait()
-	return ok.Load(), bad.Load()
+	return ok.Load(), bad.Load(), first
 }

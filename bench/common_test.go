@@ -31,18 +31,19 @@ var (
 	// trackedQuota refills 10 units per second with a burst of a million,
 	// as memstore's own benchmark does: every call of the 100,000-key
 	// scenarios is admitted, and no key's quota is ever fully restored
-	// during a run, so no store may drop the state of a key it tracks (an
-	// admitAll-like quota refilling faster than the calls would restore a key
-	// between its calls, and a store
-	// that reclaims restored keys would measure insertions instead).
+	// during a run, so no store may drop the state of a key it tracks. (A
+	// quota refilling faster than each key is called would restore keys
+	// between their calls, and a store that reclaims restored keys, as
+	// memstore does, would measure insertions instead.)
 	trackedQuota = quota{Limit: 1_000_000, Period: 100_000 * time.Second}
 	// denyAll is one unit per hour: the warm-up call spends it and every
 	// timed call is denied, so the benchmarks measure the denying path.
 	denyAll = quota{Limit: 1, Period: time.Hour}
-	// memQuota is the quota of the memory scenarios: 100 per minute, so that
-	// no entry is fully restored (and reclaimable) while the keys are
-	// inserted.
-	memQuota = quota{Limit: 100, Period: time.Minute}
+	// memQuota is the quota of the memory scenarios: 100 per hour, so that
+	// the unit each key spends takes 36 s to refill: no entry is fully
+	// restored (and reclaimable, or expired in Redis) while the keys are
+	// inserted and measured.
+	memQuota = quota{Limit: 100, Period: time.Hour}
 	// accuracyQuota is the quota of the accuracy scenario: nothing refills
 	// during a trial.
 	accuracyQuota = quota{Limit: 100, Period: time.Hour}
@@ -77,7 +78,7 @@ func notBuilt(component string) string {
 // Only the stub files, built with a no* tag, call notBuilt.
 var _ = notBuilt
 
-// makeKeys returns n distinct keys "user:<i>".
+// makeKeys returns n distinct keys prefix+"<i>".
 func makeKeys(prefix string, n int) []string {
 	keys := make([]string, n)
 	for i := range keys {

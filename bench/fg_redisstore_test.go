@@ -13,9 +13,11 @@ import (
 )
 
 // fgRedisTimeout replaces redisstore's default timeout (5ms), which a
-// loaded two-core machine running 64 goroutines exceeds now and then; the
-// peers have none.
-const fgRedisTimeout = time.Second
+// loaded two-core machine running 64 goroutines exceeds now and then. The
+// peers have no timeout of their own: they wait as long as go-redis lets
+// them (a 3s read timeout, a 4s wait for a pooled connection), and so does
+// floodgate here.
+const fgRedisTimeout = 5 * time.Second
 
 // openFloodgateRedis returns a floodgate Limiter running alg on a
 // redisstore.Store over c, and the function closing the store.

@@ -25,7 +25,7 @@ func redisMemoryKeys() int {
 // BenchmarkMemoryPerKey reports the heap bytes each tracked key costs
 // (metric B/key): the live heap after one decision on each of a million
 // short keys (100,000 with -short), minus the live heap before, measured
-// after a GC, under a quota of 100 per minute. The key strings themselves
+// after a GC, under a quota of 100 per hour. The key strings themselves
 // belong to the caller and are not counted. Run it with -benchtime 1x.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	n := memoryKeys()
@@ -70,7 +70,7 @@ func heapPerKey(b *testing.B, l inProc, keys []string) float64 {
 // BenchmarkRedisMemoryPerKey reports what each limiter key costs in Redis
 // (metric B/key): the sum of MEMORY USAGE (SAMPLES 0) over every Redis key
 // a library wrote for 10,000 limiter keys (1,000 with -short), one decision
-// each under a quota of 100 per minute, divided by the number of limiter
+// each under a quota of 100 per hour, divided by the number of limiter
 // keys; rkeys/key is the number of Redis keys per limiter key. The limiter
 // keys are about 20 bytes long. Run it with -benchtime 1x.
 func BenchmarkRedisMemoryPerKey(b *testing.B) {

@@ -104,6 +104,7 @@ func runRemoteParallel(b *testing.B, l remoteLib, scenario string, n int) {
 	}
 	var seq atomic.Uint64
 	var calls, denied, failed atomic.Int64
+	var firstErr atomic.Pointer[error]
 	b.ReportAllocs()
 	b.SetParallelism(max(1, goroutines64/gomaxprocs()))
 	b.ResetTimer()
@@ -116,6 +117,7 @@ func runRemoteParallel(b *testing.B, l remoteLib, scenario string, n int) {
 			switch {
 			case err != nil:
 				f++
+				firstErr.CompareAndSwap(nil, &err)
 			case !ok:
 				d++
 			}
@@ -127,7 +129,7 @@ func runRemoteParallel(b *testing.B, l remoteLib, scenario string, n int) {
 	})
 	b.StopTimer()
 	if f := failed.Load(); f > 0 {
-		b.Fatalf("%d of %d calls failed", f, calls.Load())
+		b.Fatalf("%d of %d calls failed, the first with: %v", f, calls.Load(), *firstErr.Load())
 	}
 	checkRegime(b, calls.Load(), denied.Load(), "admitted")
 }

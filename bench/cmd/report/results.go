@@ -59,16 +59,16 @@ var scenarios = []scenario{
 	{"AdaptiveParallel", "Adaptive concurrency: Acquire + Success, GOMAXPROCS goroutines",
 		"The same from GOMAXPROCS goroutines sharing one limiter."},
 	{"MemoryPerKey", "Memory per tracked key, in-process",
-		"Live heap after one decision on each of 1,000,000 short keys (100,000 with -short), minus the heap before, after a GC; quota 100 per minute. The caller's key strings are not counted."},
+		"Live heap after one decision on each of 1,000,000 short keys (100,000 with -short), minus the heap before, after a GC; quota 100 per hour. The caller's key strings are not counted."},
 	{"RedisMemoryPerKey", "Memory per key in Redis",
-		"Sum of `MEMORY USAGE key SAMPLES 0` over every Redis key a library wrote for 10,000 limiter keys (1,000 with -short) of about 20 bytes, one decision each, quota 100 per minute, divided by the number of limiter keys."},
+		"Sum of `MEMORY USAGE key SAMPLES 0` over every Redis key a library wrote for 10,000 limiter keys (1,000 with -short) of about 20 bytes, one decision each, quota 100 per hour, divided by the number of limiter keys."},
 	{"Accuracy", "Accuracy under concurrency",
 		"4 independent limiter instances (each with its own client, as 4 processes would have) sharing one Redis; each round, 1,000 goroutines released at once (250 per instance) ask for one unit of one fresh key with a quota of 100 per hour. Anything above 100 is over-admission."},
 }
 
 // libraryNotes says what each library is and how it is configured.
 var libraryNotes = []struct{ lib, note string }{
-	{"floodgate", "floodgate's token bucket: GCRA in one 64-bit word updated by compare-and-swap in memstore (`memstore.New(nil)`); on Redis, redisstore's token bucket script on one key with the server's clock (Timeout raised to 1s from 5ms for a loaded two-core machine)."},
+	{"floodgate", "floodgate's token bucket: GCRA in one 64-bit word updated by compare-and-swap in memstore (`memstore.New(nil)`); on Redis, redisstore's token bucket script on one key with the server's clock (Timeout raised from 5ms to 5s, as long as go-redis lets the peers wait)."},
 	{"floodgate-fixedwindow", "floodgate's fixed window (epoch-aligned), for a like-for-like comparison with ulule and sethvargo."},
 	{"floodgate-slidingwindow", "floodgate's sliding window counter, for a like-for-like comparison with httprate."},
 	{"floodgate-leakybucket", "floodgate's leaky bucket (a shaper): called with Reserve and the whole window as maximum delay, so admitted requests are queued departures."},
