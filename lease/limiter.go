@@ -240,8 +240,9 @@ func (l *Limiter) check(key string, n int64) error {
 // acquire serves n units from key's pool after waiting for a refill. It
 // returns decided == false when the remote must decide: n is above
 // MaxBatch, the remote had fewer units than the refill asked for (or none,
-// unless final and n == 1, when the refill's denial is the decision), or
-// concurrent callers drained two refills in a row.
+// unless final and n == 1, when the refill's denial is the decision, after
+// a second refill if the first was short), or concurrent callers drained
+// two refills in a row.
 func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) (floodgate.Decision, bool, error) {
 	if n > l.cfg.maxBatch {
 		return floodgate.Decision{}, false, nil
@@ -301,7 +302,11 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) 
 				ResetAfter: r.res.ResetAfter,
 			}, true, nil
 		}
-		if r.granted < r.asked {
+		if r.granted < r.asked && !(final && n == 1) {
+			// The remote ran short: it decides n units exactly. One unit
+			// waits for a second refill instead, which the callers that
+			// lost this one share: the remote is likely out of units, and
+			// its denial is then one round trip for all of them.
 			break
 		}
 	}

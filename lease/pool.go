@@ -59,14 +59,15 @@ type entry struct {
 
 func newEntry(key string) *entry { return &entry{key: key, hidx: -1} }
 
-// pool is a set of leased units that share a deadline. The first six fields
-// are what a decision reads or writes: they share one cache line.
+// pool is a set of leased units that share a deadline. The first seven
+// fields are what a decision reads or writes: they share one cache line.
 type pool struct {
 	left      atomic.Int64 // units available
 	hits      atomic.Int64 // decisions served, not yet moved to the totals
 	deadline  atomic.Int64 // local ns at which the units expire
 	remaining atomic.Int64 // the remote's Decision.Remaining at the last lease
 	resetAt   atomic.Int64 // local ns at which the remote's quota is restored
+	resetFor  atomic.Int64 // the remote's ResetAfter at the last lease, ns
 	lowWater  atomic.Int64 // a decision that leaves fewer starts a refill
 
 	// start is the local instant the first lease of the pool was asked for;
@@ -122,16 +123,25 @@ var errDead = errors.New("lease: entry retired")
 // take serves n units of e from its pool, without a lock, without
 // allocating and without waiting. count says whether to count the decision
 // as served locally.
+//
+// For the window algorithms it reads the clock: a unit must never be used
+// after the end of the window it was counted in (see the package doc). The
+// token bucket and the sliding log may use a unit at any time; their TTL
+// only bounds hoarding, and the janitor enforces it, so their decisions
+// skip the clock, which costs more than the rest of a decision.
 func (l *Limiter) take(e *entry, n int64, count bool) (floodgate.Decision, bool) {
 	p := e.pool.Load()
 	if p == nil {
 		return floodgate.Decision{}, false
 	}
-	// The clock is read after the pool is loaded, so a decision's instant
-	// is never before the lease that served it reached this process.
-	now := l.cfg.now()
-	if now < p.start || now >= p.deadline.Load() {
-		return floodgate.Decision{}, false
+	var now int64
+	if l.window > 0 {
+		// The clock is read after the pool is loaded, so a decision's
+		// instant is never before the lease that served it arrived.
+		now = l.cfg.now()
+		if now < p.start || now >= p.deadline.Load() {
+			return floodgate.Decision{}, false
+		}
 	}
 	v := p.left.Load()
 	for {
@@ -151,11 +161,19 @@ func (l *Limiter) take(e *entry, n int64, count bool) (floodgate.Decision, bool)
 		Allowed:    true,
 		Limit:      l.policy.Quota,
 		Remaining:  left + p.remaining.Load(),
-		ResetAfter: time.Duration(max(p.resetAt.Load()-now, 0)),
+		ResetAfter: time.Duration(p.resetFor.Load()),
 	}
-	if left < p.lowWater.Load() && e.fill.Load() == nil && now >= e.quiet.Load() {
+	if l.window > 0 {
+		d.ResetAfter = time.Duration(max(p.resetAt.Load()-now, 0))
+	}
+	if left < p.lowWater.Load() && e.fill.Load() == nil {
 		// Once per batch: starting a refill takes e.mu and a goroutine.
-		_, _ = l.startRefill(e, 0)
+		if now == 0 {
+			now = l.cfg.now()
+		}
+		if now >= e.quiet.Load() {
+			_, _ = l.startRefill(e, 0)
+		}
 	}
 	return d, true
 }
@@ -342,6 +360,7 @@ func (l *Limiter) installLocked(e *entry, r *refill, res floodgate.Result, grant
 		cur.grants = appendGrant(l.kind, cur.grants, grant{at: at, n: granted}, cur.left.Load()+granted)
 		cur.remaining.Store(res.Remaining)
 		cur.resetAt.Store(end + int64(res.ResetAfter))
+		cur.resetFor.Store(int64(res.ResetAfter))
 		cur.lowWater.Store(lowWater)
 		cur.deadline.Store(min(cur.winDeadline, r.start+l.cfg.ttl))
 		cur.left.Add(granted)
@@ -353,6 +372,7 @@ func (l *Limiter) installLocked(e *entry, r *refill, res floodgate.Result, grant
 	p.deadline.Store(deadline)
 	p.remaining.Store(res.Remaining)
 	p.resetAt.Store(end + int64(res.ResetAfter))
+	p.resetFor.Store(int64(res.ResetAfter))
 	p.lowWater.Store(lowWater)
 	e.pool.Store(p)
 	if cur == nil {

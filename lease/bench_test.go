@@ -1,0 +1,159 @@
+package lease_test
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/redisstore"
+)
+
+// The benchmark algorithms never run out within a benchmark: every decision
+// is admitted, so the benchmarks measure the cost of deciding. A window
+// algorithm's local decision also reads the clock (see Limiter.AllowN).
+var (
+	benchAlgorithm       = floodgate.TokenBucket{Rate: 1_000_000_000, Per: time.Second, Burst: 1_000_000_000}
+	benchWindowAlgorithm = floodgate.FixedWindow{Limit: 1 << 50, Window: 30 * 24 * time.Hour}
+)
+
+// reportRoundTrips reports, between two snapshots, the fraction of
+// decisions that needed a round trip (they waited for a lease or went to
+// the remote) and the lease round trips per decision (most of them in the
+// background, waited for by no one).
+func reportRoundTrips(b *testing.B, before, after lease.Stats) {
+	b.Helper()
+	local := after.Local - before.Local
+	needed := after.Waited - before.Waited + after.Forwarded - before.Forwarded
+	if total := local + needed; total > 0 {
+		b.ReportMetric(float64(needed)/float64(total), "roundtrip-frac")
+		b.ReportMetric(float64(after.Leases-before.Leases)/float64(total), "leases/op")
+	}
+}
+
+// BenchmarkLimiterAllow measures decisions served by the lease layer:
+// over an in-process remote (memstore), the cost of a local decision
+// including the amortized refills, serially and from every core at once on
+// one key; and end to end over Redis (REDIS_ADDR, else miniredis) with 64
+// goroutines on one key, against the plain Redis store in the same run.
+func BenchmarkLimiterAllow(b *testing.B) {
+	ctx := context.Background()
+	newMem := func(b *testing.B, alg floodgate.Algorithm) *lease.Limiter {
+		b.Helper()
+		store, err := memstore.New(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		remote, err := floodgate.New(store, alg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, err := lease.New(remote, &lease.Options{Algorithm: alg})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		// Warm up: the batch grows to its steady size.
+		for range 100_000 {
+			_, _ = l.Allow(ctx, "key")
+		}
+		return l
+	}
+
+	for _, alg := range []floodgate.Algorithm{benchAlgorithm, benchWindowAlgorithm} {
+		b.Run(alg.Kind().String()+"/serial", func(b *testing.B) {
+			l := newMem(b, alg)
+			before := l.Stats()
+			b.ReportAllocs()
+			for b.Loop() {
+				if d, err := l.Allow(ctx, "key"); err != nil || !d.Allowed {
+					b.Fatal(d, err)
+				}
+			}
+			reportRoundTrips(b, before, l.Stats())
+		})
+
+		b.Run(alg.Kind().String()+"/parallel", func(b *testing.B) {
+			l := newMem(b, alg)
+			before := l.Stats()
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, err := l.Allow(ctx, "key"); err != nil || !d.Allowed {
+						b.Error(d, err)
+						return
+					}
+				}
+			})
+			reportRoundTrips(b, before, l.Stats())
+		})
+	}
+
+	// End to end over Redis, 64 goroutines on one key.
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		m, err := miniredis.Run()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer m.Close()
+		addr = m.Addr()
+	}
+	newRemote := func(b *testing.B) floodgate.Limiter {
+		b.Helper()
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
+		b.Cleanup(func() { _ = c.Close() })
+		// A timeout for throughput, not latency, on a shared machine; the
+		// keys of each run are its own and expire with their TTL.
+		prefix := "fgbench:lease:" + time.Now().Format("150405.000000000") + ":"
+		store, err := redisstore.New(c, &redisstore.Options{Prefix: prefix, Timeout: time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = store.Close() })
+		remote, err := floodgate.New(store, benchAlgorithm)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return remote
+	}
+	run64 := func(b *testing.B, lim floodgate.Limiter) {
+		var errs atomic.Int64
+		b.SetParallelism((64 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		b.ReportAllocs()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if d, err := lim.Allow(ctx, "key"); err != nil || !d.Allowed {
+					errs.Add(1)
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+		if n := errs.Load(); n > 0 {
+			b.Errorf("%d of %d decisions failed or were denied", n, b.N)
+		}
+	}
+	b.Run("redis/64goroutines/plain", func(b *testing.B) {
+		run64(b, newRemote(b))
+	})
+	b.Run("redis/64goroutines/lease", func(b *testing.B) {
+		l, err := lease.New(newRemote(b), &lease.Options{Algorithm: benchAlgorithm})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = l.Close() })
+		before := l.Stats()
+		run64(b, l)
+		reportRoundTrips(b, before, l.Stats())
+	})
+}
