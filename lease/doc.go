@@ -30,8 +30,9 @@
 // never hold more than MaxBatch units.
 //
 // Units expire: after Options.TTL without a refill, so that an idle process
-// does not hoard quota, and for the window algorithms at the end of the
-// remote window they were counted in (see below). Unused units are given
+// does not hoard quota (a background goroutine enforces it), and for the
+// window algorithms at the end of the remote window they were counted in,
+// which every decision checks (see below). Unused units are given
 // back with Refund when they expire and on Close, where the algorithm
 // allows: the token bucket (as long as the tokens have not refilled), the
 // fixed window (within the window), the sliding window counter (within the
@@ -41,9 +42,13 @@
 //
 // Requests a pool cannot serve go to the remote: more units than MaxBatch;
 // Reserve and Wait when the pool lacks the units (a pool only admits at
-// once, with Delay 0); and an AllowN whose refill the remote could not fill
-// in full. An AllowN of one unit that finds the remote out of units is
-// denied with the remote's Decision from the refill.
+// once, with Delay 0); and an AllowN of several units whose refill the
+// remote could not fill in full. An AllowN of one unit that finds the
+// remote out of units is denied with the remote's Decision from the
+// refill, which all the callers waiting for it share: over its quota, a key
+// costs about one round trip per refill rather than one per denial. A
+// decision served from a pool reports estimates in Remaining and
+// ResetAfter; see [Limiter.AllowN].
 //
 // # The bound
 //
@@ -66,10 +71,13 @@
 // depends on the algorithm, and is why leases expire per algorithm:
 //
 //   - Fixed window (exact): a unit counted in window k is used in window k,
-//     never later: the pool expires at the end of the window of a, carried
-//     to the local clock from the instant the request left (before a), so
-//     the local deadline is never after the remote window's end whatever
-//     the clocks' offset. The units used in window k are then at most those
+//     never later: every decision checks that the pool's window has not
+//     ended. The window's end is carried to the local clock from the
+//     instant the request left (before a), so the local deadline is never
+//     after the remote window's end whatever the clocks' offset; it also
+//     comes 1/1024 of the time left early, so that a local clock running
+//     up to 0.1% slower than the remote's (NTP keeps them within 0.01%)
+//     cannot stretch it. The units used in window k are then at most those
 //     counted in it, at most Limit: the remote algorithm's own guarantee,
 //     including its known 2·Limit across a boundary.
 //   - Sliding window counter (exact): the same expiry. Within window k, the

@@ -145,11 +145,14 @@ func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, er
 // pool drained by concurrent callers while the remote still had units) goes
 // to the remote's AllowN. A denial changes no state.
 //
-// An admitted Decision reports the remote's Limit, Delay 0, and an estimate
-// in Remaining and ResetAfter: the units left in this process's pool plus
-// the remote's Remaining at the key's last lease, and the remote's
-// ResetAfter at that lease counted down on the local clock. Other processes
-// consuming the same key since are not seen.
+// An admitted Decision reports the remote's Limit, Delay 0, and estimates
+// in Remaining and ResetAfter: Remaining is the units left in this
+// process's pool plus the remote's Remaining at the key's last lease;
+// ResetAfter is the remote's at that lease, counted down on the local clock
+// for the window algorithms (whose decisions read the clock anyway) and as
+// it was for the token bucket and the sliding log (whose decisions do not).
+// Neither sees what other processes consumed since the last lease. A pool
+// refilled every TargetInterval keeps them that fresh.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
 	// A key in the map passed CheckKey when it was added.
 	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {

@@ -73,9 +73,11 @@ type Options struct {
 	// TTL is how long leased units stay usable after the round trip that
 	// leased them, so that an idle process does not hoard quota; a refill
 	// extends the life of the units still in the pool. Unused units are
-	// given back when it ends, where the algorithm allows. The fixed and
-	// sliding window also end leases at the end of the remote's window (see
-	// the package doc). The default is 1s.
+	// given back when it ends, where the algorithm allows. A background
+	// goroutine ends leases at their TTL, late by as much as the scheduler
+	// delays it; that costs only hoarding, never the bound. The fixed and
+	// sliding window also end leases at the end of the remote's window,
+	// which every decision checks (see the package doc). The default is 1s.
 	TTL time.Duration
 
 	// Timeout bounds each round trip the Limiter makes on its own behalf:
@@ -85,9 +87,10 @@ type Options struct {
 	// shorter.
 	Timeout time.Duration
 
-	// Now is the local clock of lease expiry, read once per decision. It
-	// must not go backwards; a reading before the round trip that leased a
-	// pool expires that pool. The default is a monotonic clock (the wall
+	// Now is the local clock of lease expiry, read once per decision of a
+	// fixed or sliding window and once per refill. It must not go
+	// backwards; a reading before the round trip that leased a pool
+	// expires that pool. The default is a monotonic clock (the wall
 	// clock at New plus the monotonic time elapsed since), immune to steps
 	// of the wall clock. Only durations measured on this clock matter: the
 	// remote's clock (Redis' TIME) need not agree with it. The background
