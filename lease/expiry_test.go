@@ -73,7 +73,7 @@ func TestExpiryFixedWindowDeadline(t *testing.T) {
 				time.Sleep(offset)
 				require.Equal(t, 1, allowAll(t, l, "k", 1))
 				left := time.Second - offset
-				end := left - left/1024 // what the lease keeps
+				end := left - left/1024      // what the lease keeps
 				const tick = time.Nanosecond // the virtual clock's resolution
 				if end > tick {
 					time.Sleep(end - tick)
