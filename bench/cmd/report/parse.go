@@ -16,20 +16,33 @@ type result struct {
 	values            map[string][]float64 // unit -> one value per run
 }
 
-// median returns the median of the unit's values and the largest relative
-// deviation of a run from it, or ok false when the unit was not reported.
+// median returns the median of the unit's values and their spread, the
+// median absolute deviation relative to the median (robust to the odd
+// round that a busy machine slows down), or ok false when the unit was not
+// reported.
 func (r *result) median(unit string) (med, spread float64, n int, ok bool) {
 	vs := r.values[unit]
 	if len(vs) == 0 {
 		return 0, 0, 0, false
 	}
 	med = median(vs)
-	for _, v := range vs {
-		if med != 0 {
-			spread = max(spread, math.Abs(v-med)/med)
-		}
+	dev := make([]float64, len(vs))
+	for i, v := range vs {
+		dev[i] = math.Abs(v - med)
+	}
+	if med != 0 {
+		spread = median(dev) / med
 	}
 	return med, spread, len(vs), true
+}
+
+// min returns the smallest value of the unit.
+func (r *result) min(unit string) (float64, bool) {
+	vs := r.values[unit]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return slices.Min(vs), true
 }
 
 // max returns the largest value of the unit.

@@ -259,7 +259,7 @@ func (r *report) resultsMarkdown() string {
 	fmt.Fprintf(&b, "| floodgate | commit %s |\n", orDash(r.machine.Commit))
 	fmt.Fprintf(&b, "| Load average (1, 5, 15 min) | %s at the start, %s at the end |\n", r.machine.LoadStart, r.machine.LoadEnd)
 	fmt.Fprintf(&b, "| Mode | %s; %v in all |\n\n", mode, r.elapsed.Round(time.Second))
-	fmt.Fprintf(&b, "Numbers are medians over the rounds; ± is the largest deviation of a round from the median. Each round runs every scenario once, so a change in the machine's load spreads over all libraries. A two-core machine shared with other work is noisy: compare libraries within one run, not across runs.\n\n")
+	fmt.Fprintf(&b, "Numbers are medians over the rounds; ± is the median absolute deviation from the median, relative to it, and “fastest” the best round, which a busy machine disturbs least. Each round runs every scenario once, so a change in the machine's load spreads over all libraries. A two-core machine shared with other work is noisy: compare libraries within one run, not across runs.\n\n")
 
 	fmt.Fprintf(&b, "## Commands\n\n```sh\ncd bench\n")
 	for _, c := range r.commands {
@@ -381,11 +381,11 @@ func (r *report) scenarioTable(id string, libs []string) string {
 		}
 	default:
 		rate := strings.Contains(id, "64Goroutines")
-		fmt.Fprintf(&b, "| library | ns/op | ± | B/op | allocs/op | vs floodgate |")
+		fmt.Fprintf(&b, "| library | ns/op | ± | fastest | B/op | allocs/op | vs floodgate |")
 		if rate {
 			fmt.Fprintf(&b, " decisions/s |")
 		}
-		fmt.Fprintf(&b, "\n|---|---:|---:|---:|---:|---:|")
+		fmt.Fprintf(&b, "\n|---|---:|---:|---:|---:|---:|---:|")
 		if rate {
 			fmt.Fprintf(&b, "---:|")
 		}
@@ -397,22 +397,25 @@ func (r *report) scenarioTable(id string, libs []string) string {
 		for _, lib := range libs {
 			res, ok := p.get(id, lib, "ns/op")
 			if !ok {
-				fmt.Fprintf(&b, "| %s | %s | | | | |", lib, skipReason(p, id, lib))
+				fmt.Fprintf(&b, "| %s | %s | | | | | |", lib, skipReason(p, id, lib))
 				if rate {
 					fmt.Fprintf(&b, " |")
 				}
 				fmt.Fprintf(&b, "\n")
 				continue
 			}
-			ns, spread, n, _ := res.median("ns/op")
+			ns, spread, _, _ := res.median("ns/op")
 			bop, _, _, _ := res.median("B/op")
 			allocs, _, _, _ := res.median("allocs/op")
 			vs := ""
 			if ref > 0 {
 				vs = fmt.Sprintf("%.2fx", ns/ref)
+				if ns/ref < 0.1 {
+					vs = fmt.Sprintf("%.4fx", ns/ref)
+				}
 			}
-			_ = n
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |", lib, fmtNum(ns), pct(spread), fmtNum(bop), fmtNum(allocs), vs)
+			fastest, _ := res.min("ns/op")
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |", lib, fmtNum(ns), pct(spread), fmtNum(fastest), fmtNum(bop), fmtNum(allocs), vs)
 			if rate {
 				fmt.Fprintf(&b, " %s |", fmtRate(1e9/ns))
 			}
