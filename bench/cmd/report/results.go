@@ -236,9 +236,9 @@ func skipReason(p *parsed, scenario, lib string) string {
 func (r *report) resultsMarkdown() string {
 	var b strings.Builder
 	p := r.parsed
-	mode := fmt.Sprintf("full: %d rounds, -benchtime %s", r.rounds, r.opts.benchtime)
+	mode := fmt.Sprintf("full: %s, -benchtime %s", plural(r.rounds, "round"), r.opts.benchtime)
 	if r.opts.short {
-		mode = fmt.Sprintf("-short: %d round(s), -benchtime %s, fewer keys in the memory scenarios (a smoke test, not numbers to quote)", r.rounds, r.opts.benchtime)
+		mode = fmt.Sprintf("-short: %s, -benchtime %s, fewer keys in the memory scenarios (a smoke test, not numbers to quote)", plural(r.rounds, "round"), r.opts.benchtime)
 	}
 	if r.fromFile != "" {
 		mode += "; this page rendered again from " + filepath.Base(r.fromFile)
@@ -431,8 +431,8 @@ func (r *report) readmeSection() string {
 	p := r.parsed
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Performance\n\n")
-	fmt.Fprintf(&b, "floodgate against the Go rate limiters you would otherwise use, in one `go test -bench` run of the [`bench/`](bench) module (its own module, so the peers never enter floodgate's dependency graph). Medians of %d round(s) on %s, %d CPUs, %s, Redis on loopback; the machine was shared, so read the ratios rather than the absolute numbers. All numbers, the semantics of each library and the commands: [`bench/RESULTS.md`](bench/RESULTS.md).\n\n",
-		r.rounds, orDash(r.machine.CPU), r.machine.CPUs, r.machine.GoVersion)
+	fmt.Fprintf(&b, "floodgate against the Go rate limiters you would otherwise use, in one `go test -bench` run of the [`bench/`](bench) module (its own module, so the peers never enter floodgate's dependency graph). Medians of %s on %s, %d CPUs, %s, Redis on loopback; the machine was shared, so read the ratios rather than the absolute numbers. All numbers, the semantics of each library and the commands: [`bench/RESULTS.md`](bench/RESULTS.md).\n\n",
+		plural(r.rounds, "round"), orDash(r.machine.CPU), r.machine.CPUs, r.machine.GoVersion)
 
 	fmt.Fprintf(&b, "### In-process: ns per decision (allocs)\n\n| library | one key, admitted | one key, denied | 100,000 keys, parallel |\n|---|---:|---:|---:|\n")
 	ids := []string{"InProcessOneKeyAllowed", "InProcessOneKeyDenied", "InProcess100kKeysParallel"}
@@ -534,7 +534,15 @@ func estimateFull(r *report) string {
 	if r.opts.short || r.elapsed == 0 {
 		return "15 minutes"
 	}
-	return r.elapsed.Round(time.Minute).String()
+	return plural(int(r.elapsed.Round(time.Minute)/time.Minute), "minute")
+}
+
+// plural returns "1 round" or "6 rounds".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func unionLibraries(p *parsed, ids []string) []string {
