@@ -91,7 +91,7 @@ var libraryNotes = []struct{ lib, note string }{
 // peersLeftOut are the peers the issue names that this bench cannot run.
 var peersLeftOut = []string{
 	"github.com/mennanov/limiters and github.com/platinummonkey/go-concurrency-limits: not served by the module proxy here, left out.",
-	"sethvargo's Redis store (github.com/sethvargo/go-redisstore, on redigo) and httprate's (github.com/go-chi/httprate-redis) are separate modules outside the issue's list; the Redis scenarios compare redis_rate and ulule.",
+	"The Redis stores of sethvargo (github.com/sethvargo/go-redisstore, on redigo) and httprate (github.com/go-chi/httprate-redis) are separate modules that the module proxy here does not serve either: the Redis scenarios compare redis_rate and ulule.",
 }
 
 type status int
