@@ -1,0 +1,135 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// benchAlgs are the configurations benchmarked: quotas large enough that
+// most decisions admit (and write), as under normal traffic.
+var benchAlgs = []floodgate.Algorithm{
+	floodgate.TokenBucket{Rate: 1000, Per: time.Second, Burst: 1000},
+	floodgate.LeakyBucket{Rate: 1000, Per: time.Second, Capacity: 1000},
+	floodgate.FixedWindow{Limit: 1000, Window: time.Second},
+	floodgate.SlidingWindow{Limit: 1000, Window: time.Second},
+	floodgate.SlidingLog{Limit: 100, Window: time.Second},
+}
+
+// benchClient returns a client of the Redis at REDIS_ADDR, or skips.
+func benchClient(b *testing.B, pool int) *redis.Client {
+	b.Helper()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		b.Skip("set REDIS_ADDR to benchmark on a real Redis")
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: pool})
+	b.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// BenchmarkStoreApply measures one decision on a real Redis: the latency
+// of serial decisions, and the throughput of 64 goroutines, each sending
+// its own decisions (unbatched) or letting the store pipeline them
+// (batched). Keys are spread over 10,000 per algorithm.
+func BenchmarkStoreApply(b *testing.B) {
+	const keys = 10_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "bench:" + strconv.Itoa(i)
+	}
+	for _, alg := range benchAlgs {
+		for _, mode := range []struct {
+			name        string
+			parallelism int // goroutines
+		}{{"serial", 1}, {"parallel64", 64}} {
+			for _, batch := range []int{0, 64} {
+				name := fmt.Sprintf("%v/%s/unbatched", alg.Kind(), mode.name)
+				if batch > 0 {
+					name = fmt.Sprintf("%v/%s/batched", alg.Kind(), mode.name)
+				}
+				b.Run(name, func(b *testing.B) {
+					c := benchClient(b, mode.parallelism+8)
+					s, err := New(c, &Options{Prefix: "fgbench:", Timeout: time.Second, BatchSize: batch})
+					require.NoError(b, err)
+					b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, "fgbench:") })
+					req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+					var seq atomic.Int64
+					var errs atomic.Int64
+					b.ReportAllocs()
+					start := time.Now()
+					if mode.parallelism == 1 {
+						i := 0
+						for b.Loop() {
+							if _, err := s.Apply(context.Background(), names[i%keys], alg, req); err != nil {
+								errs.Add(1)
+							}
+							i++
+						}
+					} else {
+						b.SetParallelism(max(mode.parallelism/runtimeProcs(), 1))
+						b.RunParallel(func(pb *testing.PB) {
+							i := int(seq.Add(7919))
+							for pb.Next() {
+								if _, err := s.Apply(context.Background(), names[i%keys], alg, req); err != nil {
+									errs.Add(1)
+								}
+								i++
+							}
+						})
+					}
+					b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+					require.Zero(b, errs.Load(), "failed decisions")
+				})
+			}
+		}
+	}
+}
+
+// TestMemoryUsage reports the bytes Redis spends per key and algorithm
+// (MEMORY USAGE, which counts the key, the value and the allocator's
+// overhead), and checks that the sliding log stays within a bound per
+// entry. It needs a real Redis.
+func TestMemoryUsage(t *testing.T) {
+	if os.Getenv("REDIS_ADDR") == "" {
+		t.Skip("set REDIS_ADDR to measure memory on a real Redis")
+	}
+	srv := newServer(t)
+	c := srv.client(t)
+	s := newStore(t, c, nil)
+	ctx := context.Background()
+	usage := func(key string, kind floodgate.Kind) int64 {
+		n, err := c.MemoryUsage(ctx, s.Key(key, kind)).Result()
+		require.NoError(t, err)
+		return n
+	}
+	for _, alg := range benchAlgs[:4] {
+		_, err := s.Apply(ctx, "user:1234567", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		require.NoError(t, err)
+		t.Logf("%v: %d bytes per key", alg, usage("user:1234567", alg.Kind()))
+	}
+	for _, entries := range []int64{1, 10, 100, 1000} {
+		alg := floodgate.SlidingLog{Limit: entries, Window: time.Hour}
+		key := "log:" + strconv.FormatInt(entries, 10)
+		for range entries {
+			res, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+		}
+		n := usage(key, alg.Kind())
+		t.Logf("%v full (%d entries): %d bytes, %.1f per entry", alg, entries, n, float64(n)/float64(entries))
+		require.Less(t, n, 200+160*entries, "memory per entry")
+	}
+}
+
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

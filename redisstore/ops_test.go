@@ -1,0 +1,372 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/conformance"
+)
+
+// TestTTLHygiene runs mixed traffic on the server's clock and checks after
+// every step that the key has a TTL, no longer than the time to restore the
+// full quota (Result.ResetAfter, on the same clock) plus the margin; then
+// that once that time has passed the database holds none of the keys.
+func TestTTLHygiene(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	const margin = 50 * time.Millisecond
+	s := newStore(t, c, &Options{ExpiryMargin: margin})
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(1, 2))
+	short := []floodgate.Algorithm{
+		floodgate.TokenBucket{Rate: 5, Per: 100 * time.Millisecond, Burst: 5},
+		floodgate.LeakyBucket{Rate: 5, Per: 100 * time.Millisecond, Capacity: 5},
+		floodgate.FixedWindow{Limit: 5, Window: 100 * time.Millisecond},
+		floodgate.SlidingWindow{Limit: 5, Window: 100 * time.Millisecond},
+		floodgate.SlidingLog{Limit: 5, Window: 100 * time.Millisecond},
+	}
+	var admitted []floodgate.Result
+	for i := range 300 {
+		alg := short[r.IntN(len(short))]
+		key := fmt.Sprintf("k%d", r.IntN(3))
+		req := floodgate.Request{Op: floodgate.OpTake, N: 1 + r.Int64N(3)}
+		switch r.IntN(5) {
+		case 0:
+			req.MaxDelay = time.Duration(r.Int64N(int64(100 * time.Millisecond)))
+		case 1:
+			req.Op = floodgate.OpTakeUpTo
+		case 2:
+			if len(admitted) > 0 {
+				a := admitted[r.IntN(len(admitted))]
+				req = floodgate.Request{Op: floodgate.OpRefund, N: req.N, At: a.At.Add(a.Delay)}
+			}
+		}
+		start := time.Now()
+		res, err := s.Apply(ctx, key, alg, req)
+		require.NoError(t, err)
+		if res.Allowed && req.Op != floodgate.OpRefund {
+			admitted = append(admitted, res)
+		}
+		rkey := s.Key(key, alg.Kind())
+		pttl, err := c.PTTL(ctx, rkey).Result()
+		require.NoError(t, err)
+		if pttl == -2*time.Nanosecond {
+			// The key is gone: either nothing is left to restore, or this
+			// (slow, shared) machine took longer than the TTL since the
+			// script ran.
+			if res.ResetAfter > 0 {
+				require.GreaterOrEqual(t, time.Since(start), res.ResetAfter+margin-time.Millisecond,
+					"step %d: %s is missing but the quota is restored in %v", i, rkey, res.ResetAfter)
+			}
+			continue
+		}
+		// -1 is a key without a TTL; 0 one that expires this millisecond.
+		require.GreaterOrEqual(t, pttl, time.Duration(0), "step %d: %s has no TTL", i, rkey)
+		// The script rounds up to a millisecond; the server's PTTL may
+		// round another (miniredis emulates wall-clock TTLs with ticks,
+		// a few milliseconds coarse).
+		slack := 2 * time.Millisecond
+		if !srv.real() {
+			slack = 10 * time.Millisecond
+		}
+		bound := res.ResetAfter.Truncate(time.Millisecond) + slack + margin
+		require.LessOrEqualf(t, pttl, bound, "step %d: TTL of %s is %v, restored in %v + margin %v", i, rkey, pttl, res.ResetAfter, margin)
+	}
+	// Everything is restored within 100 ms + the longest delay (100 ms)
+	// + a window of the sliding counter; poll, with a bound, until the
+	// keys are gone.
+	prefix := s.prefix
+	require.Eventually(t, func() bool { return len(scanKeys(t, c, prefix)) == 0 },
+		5*time.Second, 20*time.Millisecond, "keys left behind: %v", scanKeys(t, c, prefix))
+}
+
+// countingHook counts the scripts run with EVALSHA and with EVAL, and the
+// NOSCRIPT replies, on a client.
+type countingHook struct {
+	evalsha, eval, noscript atomic.Int64
+}
+
+func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *countingHook) count(cmd redis.Cmder, err error) {
+	switch strings.ToLower(cmd.Name()) {
+	case "evalsha":
+		h.evalsha.Add(1)
+		if isNoScript(err) {
+			h.noscript.Add(1)
+		}
+	case "eval":
+		h.eval.Add(1)
+	}
+}
+
+func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(cmd, err)
+		return err
+	}
+}
+
+func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.count(cmd, cmd.Err())
+		}
+		return err
+	}
+}
+
+// flushDuring runs traffic on stores while SCRIPT FLUSH runs on every node
+// over and over, and checks that no decision failed and that the EVAL
+// fallback did run.
+func flushDuring(t *testing.T, flush func() error, hook *countingHook, stores []*Store, keys []string) {
+	t.Helper()
+	done := make(chan struct{})
+	var flushes atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if flush() == nil {
+				flushes.Add(1)
+			}
+			time.Sleep(time.Millisecond) // pace the flushes; not a synchronization
+		}
+	}()
+	alg := floodgate.SlidingLog{Limit: 1 << 20, Window: time.Hour}
+	hammer(t, stores, keys, alg, 16, 100)
+	close(done)
+	wg.Wait()
+	require.Positive(t, flushes.Load())
+	require.Positive(t, hook.noscript.Load(), "no decision met NOSCRIPT")
+	require.Positive(t, hook.eval.Load(), "no decision fell back to EVAL")
+	t.Logf("%d flushes, %d EVALSHA, %d NOSCRIPT, %d EVAL", flushes.Load(), hook.evalsha.Load(), hook.noscript.Load(), hook.eval.Load())
+}
+
+// TestScriptFlush flushes the script cache during traffic: decisions meet
+// NOSCRIPT and fall back to EVAL, and none fails, batched or not.
+func TestScriptFlush(t *testing.T) {
+	srv := newServer(t)
+	for _, batch := range []int{0, 16} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			hook := &countingHook{}
+			c := srv.client(t)
+			c.AddHook(hook)
+			s := newStore(t, c, &Options{BatchSize: batch})
+			admin := srv.client(t)
+			flushDuring(t, func() error { return admin.ScriptFlush(context.Background()).Err() }, hook, []*Store{s}, []string{"a", "b", "c"})
+		})
+	}
+}
+
+// TestClusterScriptFlush flushes the scripts of every master during
+// traffic: a script is loaded per node, and each node's NOSCRIPT falls back
+// to EVAL on that node.
+func TestClusterScriptFlush(t *testing.T) {
+	addrs := clusterAddrs(t)
+	for _, batch := range []int{0, 16} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			hook := &countingHook{}
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			c.AddHook(hook)
+			s := newStore(t, c, &Options{BatchSize: batch, HashKeys: true})
+			keys := make([]string, 100)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("tenant-%d", i)
+			}
+			flush := func() error {
+				return c.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
+					return n.ScriptFlush(ctx).Err()
+				})
+			}
+			flushDuring(t, flush, hook, []*Store{s}, keys)
+		})
+	}
+}
+
+// TestClockSkew shows what the server's clock buys. Two gateways whose
+// clocks differ by 10 s share a token bucket of 10: on their own clocks
+// (Options.Now) the one ahead finds the bucket already refilled and admits
+// the quota again; on the server's clock they share one exact quota, and
+// every decision carries the server's instant.
+func TestClockSkew(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	ctx := context.Background()
+	alg := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 10}
+	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	admitted := func(stores ...*Store) int64 {
+		var n int64
+		for _, s := range stores {
+			for range 20 {
+				res, err := s.Apply(ctx, "k", alg, take)
+				require.NoError(t, err)
+				n += res.Granted
+			}
+		}
+		return n
+	}
+
+	t.Run("client clocks", func(t *testing.T) {
+		base := time.Now()
+		if !srv.real() {
+			srv.mini.SetTime(base)
+		}
+		prefix := testPrefix(t, c)
+		behind := newStore(t, c, &Options{Prefix: prefix, Now: func() time.Time { return base }})
+		ahead := newStore(t, c, &Options{Prefix: prefix, Now: func() time.Time { return base.Add(10 * time.Second) }})
+		require.Equal(t, int64(20), admitted(behind, ahead), "skewed clocks admit the quota twice")
+	})
+	t.Run("server clock", func(t *testing.T) {
+		prefix := testPrefix(t, c)
+		a := newStore(t, c, &Options{Prefix: prefix})
+		b := newStore(t, c, &Options{Prefix: prefix})
+		before, err := c.Time(ctx).Result()
+		require.NoError(t, err)
+		require.Equal(t, int64(10), admitted(a, b), "one quota")
+		res, err := b.Apply(ctx, "k", alg, take)
+		require.NoError(t, err)
+		after, err := c.Time(ctx).Result()
+		require.NoError(t, err)
+		require.False(t, res.At.Before(before.Truncate(time.Microsecond)) || res.At.After(after), "At %v is not the server's time (between %v and %v)", res.At, before, after)
+	})
+}
+
+// redisProcess is a redis-server the test started, on a port of its own.
+type redisProcess struct {
+	t    *testing.T
+	port int
+	dir  string
+	cmd  *exec.Cmd
+}
+
+func startRedis(t *testing.T, port int, dir string) *redisProcess {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server is not installed; .ci/redis.sh installs it")
+	}
+	p := &redisProcess{t: t, port: port, dir: dir}
+	p.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--dir", dir)
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(p.kill)
+	c := redis.NewClient(&redis.Options{Addr: p.addr()})
+	defer c.Close()
+	require.Eventually(t, func() bool { return c.Ping(context.Background()).Err() == nil }, 10*time.Second, 10*time.Millisecond)
+	return p
+}
+
+func (p *redisProcess) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
+
+// kill stops the server at once (SIGKILL), as a crash would.
+func (p *redisProcess) kill() {
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestRedisKilled kills the redis-server process the test started in the
+// middle of traffic: decisions go to the local share at once and the
+// breaker trips; once the server is restarted (empty, without the
+// scripts), the breaker's probe succeeds and decisions come from Redis
+// again, the first of them through EVAL.
+func TestRedisKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	dir, err := os.MkdirTemp("", "floodgate-redis-*")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	port := freePort(t)
+	p := startRedis(t, port, filepath.Join(dir))
+
+	hook := &countingHook{}
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(hook)
+	rec := &recorder{}
+	clock := conformance.NewClock(t0)
+	s := newStore(t, c, &Options{
+		Prefix:           "fgtest:killed:",
+		Now:              clock.Now,
+		OnFailure:        FailLocal,
+		LocalShare:       0.5,
+		BreakerThreshold: 2,
+		BreakerCooldown:  time.Minute,
+		Observer:         rec,
+		Timeout:          time.Second,
+	})
+	wall := &virtualWall{t: t0}
+	s.wall = wall.now
+	ctx := context.Background()
+	alg := floodgate.SlidingLog{Limit: 10, Window: time.Hour}
+	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	count := func(calls int) (granted int64) {
+		for range calls {
+			res, err := s.Apply(ctx, "k", alg, take)
+			require.NoError(t, err)
+			granted += res.Granted
+		}
+		return granted
+	}
+
+	require.Equal(t, int64(4), count(4))
+	p.kill()
+	require.Equal(t, int64(5), count(20), "the local share: half of 10")
+	require.Equal(t, BreakerOpen, s.BreakerState())
+	var fallbacks int
+	for _, e := range rec.take() {
+		if e.Kind == EventFallback {
+			fallbacks++
+			assert.Equal(t, FailLocal, e.Policy)
+		}
+	}
+	require.Equal(t, 20, fallbacks)
+
+	p = startRedis(t, port, dir)
+	wall.advance(time.Minute)
+	evals := hook.eval.Load()
+	res, err := s.Apply(ctx, "k", alg, take)
+	require.NoError(t, err)
+	require.Equal(t, BreakerClosed, s.BreakerState())
+	require.True(t, res.Allowed)
+	require.Equal(t, int64(9), res.Remaining, "a new server: its log holds only this unit")
+	require.Greater(t, hook.eval.Load(), evals, "the restarted server lacked the script")
+	require.Equal(t, int64(9), count(20))
+}
