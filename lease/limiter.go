@@ -156,8 +156,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (floodgate.Decision, er
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
 	// A key in the map passed CheckKey when it was added.
 	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {
-		if d, ok := l.take(e, n, true); ok {
-			return d, nil
+		if p, left, now, ok := l.take(e, n, true); ok {
+			return l.decision(p, left, now), nil
 		}
 	}
 	if err := l.check(key, n); err != nil {
@@ -184,8 +184,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxDelay tim
 		return l.AllowN(ctx, key, n)
 	}
 	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {
-		if d, ok := l.take(e, n, true); ok {
-			return d, nil
+		if p, left, now, ok := l.take(e, n, true); ok {
+			return l.decision(p, left, now), nil
 		}
 	}
 	if err := l.check(key, n); err != nil {
@@ -205,7 +205,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxDelay tim
 // back if ctx ends first, where the algorithm allows).
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {
-		if _, ok := l.take(e, n, true); ok {
+		if _, _, _, ok := l.take(e, n, true); ok {
 			return nil
 		}
 	}
@@ -255,8 +255,8 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) 
 		if round == 0 {
 			// The key may have units already: a new entry another caller
 			// filled, or a refill that landed since the fast path.
-			if d, ok := l.take(e, n, true); ok {
-				return d, true, nil
+			if p, left, now, ok := l.take(e, n, true); ok {
+				return l.decision(p, left, now), true, nil
 			}
 		}
 		r, err := l.startRefill(e, n)
@@ -275,8 +275,8 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) 
 			return floodgate.Decision{}, true, err
 		case r == nil:
 			// The pool held enough when the refill was sized.
-			if d, ok := l.take(e, n, true); ok {
-				return d, true, nil
+			if p, left, now, ok := l.take(e, n, true); ok {
+				return l.decision(p, left, now), true, nil
 			}
 			continue
 		}
@@ -290,9 +290,9 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) 
 			l.waited.Add(1)
 			return floodgate.Decision{}, true, r.err
 		}
-		if d, ok := l.take(e, n, false); ok {
+		if p, left, now, ok := l.take(e, n, false); ok {
 			l.waited.Add(1)
-			return d, true, nil
+			return l.decision(p, left, now), true, nil
 		}
 		if r.granted == 0 && final && n == 1 && r.res.RetryAfter > 0 {
 			// The remote had no unit: that is the decision for one unit.

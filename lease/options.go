@@ -111,7 +111,9 @@ type config struct {
 	targetInterval int64 // ns
 	ttl            int64 // ns
 	timeout        time.Duration
-	now            func() int64 // ns on the local clock
+	userNow        func() time.Time // Options.Now; nil for the monotonic clock
+	base           time.Time        // the monotonic clock's origin
+	baseNs         int64
 	observer       Observer
 }
 
@@ -166,15 +168,19 @@ func (o *Options) resolve(quota int64) (config, error) {
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
 	}
-	if v.Now != nil {
-		now := v.Now
-		c.now = func() int64 { return now().UnixNano() }
-	} else {
-		// time.Since reads only the monotonic clock, which costs about half
-		// of time.Now, and never steps.
-		base := time.Now()
-		baseNs := base.UnixNano()
-		c.now = func() int64 { return baseNs + int64(time.Since(base)) }
-	}
+	c.userNow = v.Now
+	c.base = time.Now()
+	c.baseNs = c.base.UnixNano()
 	return c, nil
+}
+
+// now reads the local clock in ns. The default reads only the monotonic
+// clock with time.Since, which costs about half of time.Now and never
+// steps; calling it directly rather than through a func value keeps a
+// window decision's clock read as cheap as it can be.
+func (c *config) now() int64 {
+	if c.userNow != nil {
+		return c.userNow().UnixNano()
+	}
+	return c.baseNs + int64(time.Since(c.base))
 }

@@ -121,32 +121,33 @@ type returnJob struct {
 var errDead = errors.New("lease: entry retired")
 
 // take serves n units of e from its pool, without a lock, without
-// allocating and without waiting. count says whether to count the decision
-// as served locally.
+// allocating and without waiting, and returns the pool and what it left,
+// for decision. count says whether to count the decision as served
+// locally. (It returns scalars rather than a Decision: a struct returned
+// through two calls costs more than the rest of a decision.)
 //
 // For the window algorithms it reads the clock: a unit must never be used
 // after the end of the window it was counted in (see the package doc). The
 // token bucket and the sliding log may use a unit at any time; their TTL
 // only bounds hoarding, and the janitor enforces it, so their decisions
 // skip the clock, which costs more than the rest of a decision.
-func (l *Limiter) take(e *entry, n int64, count bool) (floodgate.Decision, bool) {
-	p := e.pool.Load()
+func (l *Limiter) take(e *entry, n int64, count bool) (p *pool, left, now int64, ok bool) {
+	p = e.pool.Load()
 	if p == nil {
-		return floodgate.Decision{}, false
+		return nil, 0, 0, false
 	}
-	var now int64
 	if l.window > 0 {
 		// The clock is read after the pool is loaded, so a decision's
 		// instant is never before the lease that served it arrived.
 		now = l.cfg.now()
 		if now < p.start || now >= p.deadline.Load() {
-			return floodgate.Decision{}, false
+			return nil, 0, 0, false
 		}
 	}
 	v := p.left.Load()
 	for {
 		if v < n {
-			return floodgate.Decision{}, false
+			return nil, 0, 0, false
 		}
 		if p.left.CompareAndSwap(v, v-n) {
 			break
@@ -156,26 +157,37 @@ func (l *Limiter) take(e *entry, n int64, count bool) (floodgate.Decision, bool)
 	if count {
 		p.hits.Add(1)
 	}
-	left := v - n
-	d := floodgate.Decision{
+	left = v - n
+	if left < p.lowWater.Load() && e.fill.Load() == nil {
+		l.prefetch(e, now)
+	}
+	return p, left, now, true
+}
+
+// prefetch starts a background refill of e, unless the remote recently
+// denied one: once per batch, so it may take e.mu and a goroutine.
+func (l *Limiter) prefetch(e *entry, now int64) {
+	if now == 0 {
+		now = l.cfg.now()
+	}
+	if now >= e.quiet.Load() {
+		_, _ = l.startRefill(e, 0)
+	}
+}
+
+// decision is the Decision of units taken from p, leaving left, at now
+// (read only for the window algorithms).
+func (l *Limiter) decision(p *pool, left, now int64) floodgate.Decision {
+	reset := p.resetFor.Load()
+	if l.window > 0 {
+		reset = max(p.resetAt.Load()-now, 0)
+	}
+	return floodgate.Decision{
 		Allowed:    true,
 		Limit:      l.policy.Quota,
 		Remaining:  left + p.remaining.Load(),
-		ResetAfter: time.Duration(p.resetFor.Load()),
+		ResetAfter: time.Duration(reset),
 	}
-	if l.window > 0 {
-		d.ResetAfter = time.Duration(max(p.resetAt.Load()-now, 0))
-	}
-	if left < p.lowWater.Load() && e.fill.Load() == nil {
-		// Once per batch: starting a refill takes e.mu and a goroutine.
-		if now == 0 {
-			now = l.cfg.now()
-		}
-		if now >= e.quiet.Load() {
-			_, _ = l.startRefill(e, 0)
-		}
-	}
-	return d, true
 }
 
 // usable returns the units of p that decisions may take at now.
