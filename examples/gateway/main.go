@@ -104,6 +104,7 @@ type config struct {
 	redisAddr string              // "" starts an embedded miniredis
 	alg       floodgate.Algorithm // nil: 1,000 per second, bursts of 2,000
 	minBatch  int64               // 0: lease.Options' default
+	timeout   time.Duration       // Redis calls; 0: 100ms
 }
 
 // gateway is the handler with the resources it owns.
@@ -139,7 +140,10 @@ func newGateway(cfg config) (g *gateway, err error) {
 	// Refills are few and off the request path, so a timeout looser than
 	// the default 5ms costs little; miniredis, which runs the scripts' Lua
 	// in Go, needs it on a busy machine.
-	store, err := redisstore.New(client, &redisstore.Options{Prefix: "gateway:", Timeout: 100 * time.Millisecond})
+	if cfg.timeout == 0 {
+		cfg.timeout = 100 * time.Millisecond
+	}
+	store, err := redisstore.New(client, &redisstore.Options{Prefix: "gateway:", Timeout: cfg.timeout})
 	if err != nil {
 		return nil, err
 	}
