@@ -202,8 +202,13 @@ func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxDelay tim
 // Wait admits n units, waiting if needed. A pool admits at once; when it
 // cannot serve n units, even after waiting for a refill, Wait is the
 // remote's Wait (which sleeps until the units may proceed and gives them
-// back if ctx ends first, where the algorithm allows).
+// back if ctx ends first, where the algorithm allows). A ctx that has
+// already ended returns its error and takes nothing.
 func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
+	if err := ctx.Err(); err != nil {
+		// A caller that has given up takes no units, as with the remote.
+		return err
+	}
 	if e, ok := l.entries.Load(key); ok && n >= 1 && n <= l.policy.Quota {
 		if _, _, _, ok := l.take(e, n, true); ok {
 			return nil

@@ -320,6 +320,11 @@ func TestReserveAndWait(t *testing.T) {
 		assert.Equal(t, 200*ms, time.Since(start), "Wait slept through the remote's delay")
 		assert.EqualValues(t, 1, r.waits.Load())
 
+		// A caller that gave up takes nothing, even from a pool.
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		assert.ErrorIs(t, l.Wait(done, "k", 1), context.Canceled)
+
 		// Reserve with no delay allowed is AllowN.
 		d, err = l.Reserve(ctx, "k", 1, 0)
 		require.NoError(t, err)

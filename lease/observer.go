@@ -114,7 +114,7 @@ type Stats struct {
 	// for a round trip.
 	Local int64
 	// Waited is the number of decisions that waited for a lease round
-	// trip, admitted or denied.
+	// trip: admitted, denied, or failed with the remote's error.
 	Waited int64
 	// Forwarded is the number of decisions passed to the remote limiter
 	// (more units than MaxBatch, Reserve or Wait that a pool could not
