@@ -1,0 +1,103 @@
+package floodgate_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
+)
+
+// exampleClock is a fixed clock, so that the examples' output does not
+// depend on when they run. Real code leaves memstore.Options.Now nil.
+func exampleClock() time.Time { return time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC) }
+
+func ExampleNew() {
+	store, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	// 100 requests per second on average, bursts of up to 200.
+	limiter, err := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%+v\n", limiter.Policy())
+
+	// A configuration that cannot work is an error, never a panic.
+	_, err = floodgate.New(store, floodgate.FixedWindow{Limit: 0, Window: time.Minute})
+	fmt.Println(errors.Is(err, floodgate.ErrInvalidConfig))
+	// Output:
+	// {Quota:200 Window:2s}
+	// true
+}
+
+func ExampleLimiter_allow() {
+	store, _ := memstore.New(&memstore.Options{Now: exampleClock})
+	limiter, _ := floodgate.New(store, floodgate.FixedWindow{Limit: 3, Window: time.Minute})
+	ctx := context.Background()
+	for range 4 {
+		d, err := limiter.Allow(ctx, "user:42")
+		if err != nil {
+			fmt.Println("error:", err) // a bad argument or a failing store
+			continue
+		}
+		if !d.Allowed {
+			fmt.Printf("denied, retry after %v\n", d.RetryAfter)
+			continue
+		}
+		fmt.Printf("allowed, %d left\n", d.Remaining)
+	}
+	// Output:
+	// allowed, 2 left
+	// allowed, 1 left
+	// allowed, 0 left
+	// denied, retry after 1m0s
+}
+
+func ExampleLimiter_reserve() {
+	store, _ := memstore.New(&memstore.Options{Now: exampleClock})
+	// Shape calls to a dependency to 10 per second, with up to 5 queued.
+	limiter, _ := floodgate.New(store, floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 5})
+	ctx := context.Background()
+	for range 6 {
+		d, err := limiter.Reserve(ctx, "payments", 1, time.Second)
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		if !d.Allowed {
+			fmt.Printf("queue full, retry after %v\n", d.RetryAfter)
+			continue
+		}
+		// The caller sleeps d.Delay, then calls the dependency.
+		fmt.Printf("go after %v\n", d.Delay)
+	}
+	// Output:
+	// go after 0s
+	// go after 100ms
+	// go after 200ms
+	// go after 300ms
+	// go after 400ms
+	// queue full, retry after 100ms
+}
+
+func ExampleLimiter_wait() {
+	store, _ := memstore.New(&memstore.Options{Now: exampleClock})
+	limiter, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
+
+	// The first unit is there: Wait returns at once.
+	fmt.Println(limiter.Wait(context.Background(), "job", 1))
+
+	// The next one refills in a second; a caller that can wait only 10 ms
+	// is told at once instead of sleeping in vain, and takes nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	err := limiter.Wait(ctx, "job", 1)
+	fmt.Println(errors.Is(err, floodgate.ErrWaitExceedsDeadline), errors.Is(err, context.DeadlineExceeded))
+	// Output:
+	// <nil>
+	// true true
+}
