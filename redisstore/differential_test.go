@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -197,6 +198,13 @@ func TestSeededStates(t *testing.T) {
 			if m.sw.Prev+m.sw.Curr > quota && rapid.Bool().Draw(rt, "valid") {
 				m.sw.Prev = quota - m.sw.Curr
 			}
+			// Keep the reference's settling steps few: it steps one offset
+			// at a time through runs where its float estimate is flat,
+			// about quota·W/(prev·2^52) long (the script bisects; see
+			// TestSlidingWindowFlatEstimate).
+			if flat := float64(quota) * float64(w) / (1 << 52); m.sw.Prev > 0 && flat/float64(m.sw.Prev) > 1024 {
+				m.sw.Prev = min(int64(flat/1024)+1, quota)
+			}
 		}
 		rkey := store.Key(key, m.alg.Kind())
 		// The TTL the script would have set when it wrote this state.
@@ -276,5 +284,54 @@ func TestSlidingWindowRounding(t *testing.T) {
 			require.NoError(t, err)
 			require.Equalf(t, norm(want), norm(got), "%v from %v: Apply(%+v)", alg, m.stored(), op)
 		}
+	}
+}
+
+// TestSlidingWindowFlatEstimate runs the sliding counter's script on a
+// state where its float estimate is flat over about 2^40 consecutive
+// offsets (a limit of 2^40, one unit in the previous window, a window near
+// 2^52 ns): the script must find the least offset at which the request
+// fits without stepping through them (which would keep Redis busy for
+// hours). The script is called directly: the reference Step still steps.
+func TestSlidingWindowFlatEstimate(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	prefix := testPrefix(t, c)
+	ctx := context.Background()
+	const (
+		limit = int64(1) << 40
+		w     = int64(maxWindow)
+	)
+	alg := floodgate.SlidingWindow{Limit: limit, Window: maxWindow}
+	a, err := resolve(alg)
+	require.NoError(t, err)
+	ws := t0.UnixNano() / w * w
+	avail := func(e int64) float64 { return float64(limit) - float64(1)*float64(w-e)/float64(w) }
+	// The least offset at which limit units fit, by bisection.
+	lo, hi := int64(0), w
+	for lo < hi {
+		if mid := lo + (hi-lo)/2; float64(limit) <= avail(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	require.Less(t, lo, w-1<<30, "the estimate is flat far before the window's end")
+	for _, tc := range []struct {
+		maxDelay int64
+		allowed  int64
+	}{{lo, 1}, {lo - 1, 0}} {
+		key := fmt.Sprintf("%s{flat%d}:sw", prefix, tc.allowed)
+		require.NoError(t, c.Set(ctx, key, fmt.Sprintf("%d:1:0", ws), time.Hour).Err())
+		req := floodgate.Request{Op: floodgate.OpTake, N: limit, MaxDelay: time.Duration(tc.maxDelay)}
+		args := a.args(strconv.FormatInt(ws, 10), req, 1000)
+		call, cancel := context.WithTimeout(ctx, 10*time.Second)
+		reply, err := programs[floodgate.KindSlidingWindow].Run(call, c, []string{key}, args...).Result()
+		cancel()
+		require.NoError(t, err)
+		r, err := newReplyReader(reply)
+		require.NoError(t, err)
+		require.Equal(t, tc.allowed, r.int(3), "maxDelay %d", tc.maxDelay)
+		require.NoError(t, r.err)
 	}
 }

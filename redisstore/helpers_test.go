@@ -13,8 +13,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-
-	"github.com/floodgate-go/floodgate"
 )
 
 // server is the Redis a test runs on: the one at REDIS_ADDR when set, else
@@ -129,16 +127,6 @@ func newStore(t testing.TB, c redis.UniversalClient, opts *Options) *Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// algs are one configuration of each algorithm, with long windows so that
-// tests on the server's clock see no refill.
-var algs = []floodgate.Algorithm{
-	floodgate.TokenBucket{Rate: 1, Per: 24 * time.Hour, Burst: 100},
-	floodgate.LeakyBucket{Rate: 1, Per: time.Hour, Capacity: 100},
-	floodgate.FixedWindow{Limit: 100, Window: 50 * 24 * time.Hour},
-	floodgate.SlidingWindow{Limit: 100, Window: 50 * 24 * time.Hour},
-	floodgate.SlidingLog{Limit: 100, Window: 24 * time.Hour},
 }
 
 // t0 is a fixed instant with nanoseconds, for virtual clocks.

@@ -359,7 +359,7 @@ func TestRedisKilled(t *testing.T) {
 	}
 	require.Equal(t, 20, fallbacks)
 
-	p = startRedis(t, port, dir)
+	startRedis(t, port, dir)
 	wall.advance(time.Minute)
 	evals := hook.eval.Load()
 	res, err := s.Apply(ctx, "k", alg, take)

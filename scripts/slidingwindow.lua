@@ -21,8 +21,9 @@
 --
 -- The estimate is a double computed in the order of operations of
 -- SlidingWindow.avail, (L - curr) - prev*(W - e)/W, and the earliest
--- admission instant is solved and settled exactly as SlidingWindow.earliest
--- does, so both make the same decision bit for bit.
+-- admission instant is the one SlidingWindow.earliest settles on (found by
+-- bisection where the estimate is flat), so both make the same decision
+-- bit for bit.
 --
 -- Time: the client's clock when ARGV[1] is set, else Redis TIME. Windows
 -- are aligned to the Unix epoch. The TTL is the time until the state rolls
@@ -67,6 +68,14 @@ end
 
 -- earliest returns the smallest offset e in [f, w] into a window with
 -- counts p, c at which k units fit, or -1 when they do not fit in it.
+--
+-- It returns what SlidingWindow.earliest returns: the solved offset, then
+-- settled to the least e at which k <= avail(e). avail never decreases as e
+-- grows (the float operations are monotone), so that least e is found by
+-- bisection when it is not the solved offset or its neighbour: the float
+-- estimate can be flat over very long runs of e (a large limit, a small
+-- previous count, a long window), where stepping one nanosecond at a time
+-- would keep Redis busy for hours.
 local function earliest(p, c, f, k)
   local room = limit - c - k
   if room < 0 then
@@ -77,13 +86,27 @@ local function earliest(p, c, f, k)
   end
   local e = math.ceil(w * (p - room) / p)
   e = math.min(math.max(e, f), w)
-  while e < w and k > avail(p, c, e) do
-    e = e + 1
+  local lo, hi -- the answer is in [lo, hi], and k fits at hi
+  if k <= avail(p, c, e) then
+    if e == f or k > avail(p, c, e - 1) then
+      return e
+    end
+    lo, hi = f + 1, e - 1
+  else
+    if k <= avail(p, c, e + 1) then
+      return e + 1
+    end
+    lo, hi = e + 2, w
   end
-  while e > f and k <= avail(p, c, e - 1) do
-    e = e - 1
+  while lo < hi do
+    local mid = lo + math.floor((hi - lo) / 2)
+    if k <= avail(p, c, mid) then
+      hi = mid
+    else
+      lo = mid + 1
+    end
   end
-  return e
+  return lo
 end
 
 -- admit returns the offset into cur's window (0 to 2w) of the earliest
