@@ -46,11 +46,11 @@ type Options struct {
 
 	// Now is the clock of the decisions. The default (nil) is the Redis
 	// server's TIME, read inside each script: one clock for every process,
-	// immune to the skew of their clocks. Set it for deterministic tests.
-	// WARNING: with Now, every process must agree on the time, and a clock
-	// that runs slower than the server's lets state expire early (the TTLs
-	// run on the server's clock); Options.ExpiryMargin absorbs the
-	// difference.
+	// immune to the skew of their clocks. Set it for deterministic tests;
+	// its instants must lie between 1970 and 2255. WARNING: with Now,
+	// every process must agree on the time, and a clock that runs slower
+	// than the server's lets state expire early (the TTLs run on the
+	// server's clock); Options.ExpiryMargin absorbs the difference.
 	Now func() time.Time
 
 	// Timeout bounds the time a decision waits for Redis, including the
@@ -139,6 +139,11 @@ type Store struct {
 }
 
 var _ floodgate.Store = (*Store)(nil)
+
+// maxUnix bounds the instants of decisions, in seconds since the Unix
+// epoch (in 2255): the scripts compute window starts from the instant in
+// microseconds, exact below 2^53.
+const maxUnix = 9_000_000_000
 
 // programs are the scripts, indexed by floodgate.Kind. A *redis.Script is
 // safe for concurrent use and immutable once made.
@@ -295,8 +300,10 @@ func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, 
 	now := ""
 	if s.now != nil {
 		t := s.now()
-		if t.UnixNano() < 0 {
-			return floodgate.Result{}, unavailable(ErrInvalidOptions, fmt.Errorf("the clock (Options.Now) reads %v, before the Unix epoch", t))
+		if t.Unix() < 0 || t.Unix() >= maxUnix {
+			// As the reference Steps do; the scripts' window arithmetic
+			// is exact up to 2255.
+			return floodgate.Result{}, fmt.Errorf("%w: the clock (Options.Now) reads %v, outside 1970 to 2255", floodgate.ErrInvalidConfig, t)
 		}
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}

@@ -106,6 +106,13 @@ func TestApplyRejectsBadInput(t *testing.T) {
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
 		})
 	}
+	for _, at := range []time.Time{time.Unix(-1, 0), time.Unix(maxUnix, 0), {}} {
+		s, err := New(c, &Options{Now: func() time.Time { return at }})
+		require.NoError(t, err)
+		_, err = s.Apply(ctx, "k", tb, take)
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "clock at %v", at)
+		require.NoError(t, s.Close())
+	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
 	_, err = s.Apply(canceled, "k", tb, take)
