@@ -12,8 +12,11 @@
 //	defer lim.Close()
 //	d, err := lim.Allow(ctx, key)
 //
-// A [*Limiter] is a floodgate.Limiter, so it goes wherever one goes (the
-// net/http middleware, the client RoundTripper).
+// Options.Algorithm names the remote's algorithm, which decides how long
+// leased units stay valid; it may be left nil for a remote that reports its
+// algorithm (a method Algorithm() floodgate.Algorithm). A [*Limiter] is a
+// floodgate.Limiter, so it goes wherever one goes (the net/http middleware,
+// the client RoundTripper).
 //
 // # How it works
 //
