@@ -47,6 +47,8 @@ type Leaser interface {
 	// Result.Delay of their admission) where the algorithm allows; see
 	// OpRefund. Result.Granted says how many units came back.
 	Refund(ctx context.Context, key string, n int64, at time.Time) (Result, error)
+	// Algorithm returns the algorithm the limiter runs.
+	Algorithm() Algorithm
 }
 
 // Decision is the outcome of one admission step.
@@ -190,6 +192,33 @@ type Store interface {
 	Apply(ctx context.Context, key string, alg Algorithm, req Request) (Result, error)
 }
 
+// Binder is an optional interface of a Store: Bind prepares the store for
+// one algorithm configuration and returns what applies its steps, so that
+// decisions skip finding the algorithm's state in the store. New binds the
+// stores that implement it.
+type Binder interface {
+	Store
+	// Bind validates alg and returns its bound steps; it returns an error
+	// matching ErrInvalidConfig for an algorithm the store cannot run.
+	Bind(alg Algorithm) (Bound, error)
+}
+
+// Bound applies steps of the algorithm it was bound to, as Store.Apply does
+// for that algorithm. Implementations are safe for concurrent use.
+type Bound interface {
+	Apply(ctx context.Context, key string, req Request) (Result, error)
+}
+
+// unbound adapts a Store without Bind to Bound.
+type unbound struct {
+	store Store
+	alg   Algorithm
+}
+
+func (u unbound) Apply(ctx context.Context, key string, req Request) (Result, error) {
+	return u.store.Apply(ctx, key, u.alg, req)
+}
+
 // MaxKeyLen is the longest key a Limiter accepts, in bytes.
 const MaxKeyLen = 1024
 
@@ -262,13 +291,20 @@ func New(store Store, alg Algorithm) (Limiter, error) {
 	if err := alg.Validate(); err != nil {
 		return nil, err
 	}
-	return &limiter{store: store, alg: alg, policy: alg.Policy()}, nil
+	var bound Bound = unbound{store: store, alg: alg}
+	if b, ok := store.(Binder); ok {
+		var err error
+		if bound, err = b.Bind(alg); err != nil {
+			return nil, err
+		}
+	}
+	return &limiter{store: bound, alg: alg, policy: alg.Policy()}, nil
 }
 
 // limiter is the Limiter returned by New: argument checks and the Wait loop
 // over a Store.
 type limiter struct {
-	store  Store
+	store  Bound
 	alg    Algorithm
 	policy Policy
 }
@@ -276,11 +312,13 @@ type limiter struct {
 var _ Leaser = (*limiter)(nil)
 
 func (l *limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1)
+	res, err := l.take(ctx, key, 1, 0)
+	return res.Decision, err
 }
 
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	return l.Reserve(ctx, key, n, 0)
+	res, err := l.take(ctx, key, n, 0)
+	return res.Decision, err
 }
 
 func (l *limiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error) {
@@ -289,22 +327,28 @@ func (l *limiter) Reserve(ctx context.Context, key string, n int64, maxDelay tim
 }
 
 func (l *limiter) take(ctx context.Context, key string, n int64, maxDelay time.Duration) (Result, error) {
-	if err := CheckKey(key); err != nil {
-		return Result{}, err
-	}
-	if n < 1 {
-		return Result{}, fmt.Errorf("%w: got %d", ErrInvalidN, n)
-	}
-	if n > l.policy.Quota {
-		return Result{}, fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, n, l.policy.Quota)
-	}
-	if maxDelay < 0 {
-		return Result{}, fmt.Errorf("%w: got %v", ErrInvalidDelay, maxDelay)
+	if key == "" || len(key) > MaxKeyLen || n < 1 || n > l.policy.Quota || maxDelay < 0 {
+		return Result{}, l.badTake(key, n, maxDelay)
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	return l.store.Apply(ctx, key, l.alg, Request{Op: OpTake, N: n, MaxDelay: min(maxDelay, MaxDelay)})
+	return l.store.Apply(ctx, key, Request{Op: OpTake, N: n, MaxDelay: min(maxDelay, MaxDelay)})
+}
+
+// badTake returns the error of take's arguments, off the hot path.
+func (l *limiter) badTake(key string, n int64, maxDelay time.Duration) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	switch {
+	case n < 1:
+		return fmt.Errorf("%w: got %d", ErrInvalidN, n)
+	case n > l.policy.Quota:
+		return fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, n, l.policy.Quota)
+	default:
+		return fmt.Errorf("%w: got %v", ErrInvalidDelay, maxDelay)
+	}
 }
 
 func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
@@ -332,12 +376,14 @@ func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 		// serves others. The refund runs on a context that outlives ctx but
 		// keeps its values; a failed refund only leaves the units spent.
 		refund := Request{Op: OpRefund, N: n, At: res.At.Add(res.Delay)}
-		_, _ = l.store.Apply(context.WithoutCancel(ctx), key, l.alg, refund)
+		_, _ = l.store.Apply(context.WithoutCancel(ctx), key, refund)
 		return ctx.Err()
 	}
 }
 
 func (l *limiter) Policy() Policy { return l.policy }
+
+func (l *limiter) Algorithm() Algorithm { return l.alg }
 
 func (l *limiter) AllowUpTo(ctx context.Context, key string, n int64) (Result, error) {
 	return l.step(ctx, key, Request{Op: OpTakeUpTo, N: n})
@@ -358,7 +404,7 @@ func (l *limiter) step(ctx context.Context, key string, req Request) (Result, er
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	return l.store.Apply(ctx, key, l.alg, req)
+	return l.store.Apply(ctx, key, req)
 }
 
 // waitError is returned by Wait when the delay needed exceeds the deadline.

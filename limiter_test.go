@@ -353,9 +353,8 @@ func TestRequestErrors(t *testing.T) {
 func TestCustomAlgorithm(t *testing.T) {
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
-	l, err := floodgate.New(s, customAlg{})
-	require.NoError(t, err)
-	_, err = l.Allow(context.Background(), "k")
+	// memstore binds at New, so an algorithm it cannot run fails there.
+	_, err = floodgate.New(s, customAlg{})
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 
 	_, err = floodgate.New(s, customAlg{invalid: true})

@@ -28,6 +28,10 @@ func windowStart(now, w int64) int64 { return floorDiv(now, w) * w }
 // a whole nanosecond, and the tolerance size·interval. It rejects rates above
 // one unit per nanosecond and tolerances above MaxWindow.
 func emission(rate int64, per time.Duration, size int64, sizeName string) (interval, tolerance int64, err error) {
+	if rate == 1 && per > 0 && size > 0 && int64(per) <= int64(MaxWindow)/size {
+		// The fast path of a store that normalized the config to Rate 1.
+		return int64(per), size * int64(per), nil
+	}
 	switch {
 	case rate < 1:
 		return 0, 0, fmt.Errorf("%w: Rate must be at least 1, got %d", ErrInvalidConfig, rate)
@@ -38,14 +42,11 @@ func emission(rate int64, per time.Duration, size int64, sizeName string) (inter
 	case int64(per) < rate:
 		return 0, 0, fmt.Errorf("%w: Rate %d per %v is more than one unit per nanosecond", ErrInvalidConfig, rate, per)
 	}
-	interval = int64(per)
-	if rate != 1 { // a store may normalize configs to Rate 1 to skip this division
-		// ⌈per/rate⌉ without forming per+rate−1, which overflows for
-		// periods and rates near MaxInt64.
-		interval = interval / rate
-		if int64(per)%rate != 0 {
-			interval++
-		}
+	// ⌈per/rate⌉ without forming per+rate−1, which overflows for periods and
+	// rates near MaxInt64.
+	interval = int64(per) / rate
+	if int64(per)%rate != 0 {
+		interval++
 	}
 	if hi, lo := bits.Mul64(uint64(size), uint64(interval)); hi != 0 || lo > uint64(MaxWindow) {
 		return 0, 0, fmt.Errorf("%w: %s %d at %d per %v takes longer than MaxWindow (%v) to restore",
@@ -71,26 +72,32 @@ func checkWindow(limit int64, window time.Duration) error {
 	return nil
 }
 
-// latestTime is the last instant whose Unix time in nanoseconds fits an
-// int64 (in 2262).
-var latestTime = time.Unix(0, 1<<63-1)
-
 // checkStep validates a Request against a quota, and the store's clock.
 func checkStep(req Request, quota int64, now time.Time) error {
+	if sec := now.Unix(); req.N >= 1 && req.MaxDelay >= 0 && req.Op <= OpRefund &&
+		(req.N <= quota || req.Op != OpTake) && sec >= 0 && sec <= latestUnix {
+		return nil
+	}
+	return badStep(req, quota, now)
+}
+
+// latestUnix is the last second whose nanoseconds fit an int64 (in 2262).
+const latestUnix = (1<<63 - 1) / 1_000_000_000
+
+// badStep returns the error of a request checkStep refused, off the hot
+// path.
+func badStep(req Request, quota int64, now time.Time) error {
 	if err := checkRequest(req); err != nil {
 		return err
-	}
-	if now.Unix() < 0 || now.After(latestTime) {
-		// State words are nanoseconds since 1970 with 0 meaning "new key".
-		return fmt.Errorf("%w: the store's clock reads %v, outside 1970 to 2262", ErrInvalidConfig, now)
-	}
-	if req.N > quota && req.Op != OpTakeUpTo && req.Op != OpRefund {
-		return fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, req.N, quota)
 	}
 	if req.Op > OpRefund {
 		return fmt.Errorf("%w: unknown Op %d", ErrInvalidConfig, req.Op)
 	}
-	return nil
+	if req.N > quota && req.Op == OpTake {
+		return fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, req.N, quota)
+	}
+	// State words are nanoseconds since 1970 with 0 meaning "new key".
+	return fmt.Errorf("%w: the store's clock reads %v, outside 1970 to 2262", ErrInvalidConfig, now)
 }
 
 // nsDur converts a nanosecond count of a decision, clamping negatives to 0.

@@ -24,7 +24,7 @@ func floodgateLease() remoteLib {
 		if err != nil {
 			return nil, nil, err
 		}
-		p, err := lease.New(remote, &lease.Options{Algorithm: alg})
+		p, err := lease.New(remote, nil)
 		if err != nil {
 			closeRemote()
 			return nil, nil, err

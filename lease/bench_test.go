@@ -77,7 +77,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		l, err := lease.New(remote, &lease.Options{Algorithm: alg})
+		l, err := lease.New(remote, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -179,7 +179,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		run64(b, newRemote(b))
 	})
 	b.Run("redis/64goroutines/lease", func(b *testing.B) {
-		l, err := lease.New(newRemote(b), &lease.Options{Algorithm: benchAlgorithm, Timeout: 10 * time.Second})
+		l, err := lease.New(newRemote(b), &lease.Options{Timeout: 10 * time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}

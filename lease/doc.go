@@ -7,14 +7,13 @@
 // at shutdown, which gives the unused units back:
 //
 //	remote, _ := floodgate.New(store, alg)
-//	lim, err := lease.New(remote, &lease.Options{Algorithm: alg})
+//	lim, err := lease.New(remote, nil)
 //	...
 //	defer lim.Close()
 //	d, err := lim.Allow(ctx, key)
 //
-// Options.Algorithm names the remote's algorithm, which decides how long
-// leased units stay valid; it may be left nil for a remote that reports its
-// algorithm (a method Algorithm() floodgate.Algorithm). A [*Limiter] is a
+// The remote's algorithm (floodgate.Leaser reports it) decides how long
+// leased units stay valid and whether they can be given back. A [*Limiter] is a
 // floodgate.Limiter, so it goes wherever one goes (the net/http middleware,
 // the client RoundTripper).
 //

@@ -24,7 +24,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	lim, err := lease.New(remote, &lease.Options{Algorithm: alg, MinBatch: 10, MaxBatch: 10})
+	lim, err := lease.New(remote, &lease.Options{MinBatch: 10, MaxBatch: 10})
 	if err != nil {
 		panic(err)
 	}

@@ -127,15 +127,12 @@ func (r *remote) asks() []int64 {
 	return append([]int64(nil), r.askLog...)
 }
 
-// newLease returns a lease Limiter over r; o.Algorithm defaults to r's.
+// newLease returns a lease Limiter over r.
 func newLease(t *testing.T, r *remote, o *lease.Options) *lease.Limiter {
 	t.Helper()
 	var opts lease.Options
 	if o != nil {
 		opts = *o
-	}
-	if opts.Algorithm == nil {
-		opts.Algorithm = r.alg
 	}
 	l, err := lease.New(r, &opts)
 	require.NoError(t, err)

@@ -46,21 +46,13 @@ type Limiter struct {
 
 var _ floodgate.Limiter = (*Limiter)(nil)
 
-// algorithmReporter is implemented by remotes that report the algorithm
-// they run.
-type algorithmReporter interface {
-	Algorithm() floodgate.Algorithm
-}
-
 // New returns a Limiter that leases units from remote, configured by opts
 // (nil means the defaults). It starts a goroutine that Close stops.
 //
 // remote must implement floodgate.Leaser (the Limiters of floodgate.New
-// do), and its algorithm must be known: reported by remote (a method
-// Algorithm() floodgate.Algorithm) or given as Options.Algorithm. New
-// returns an error matching floodgate.ErrInvalidConfig when remote is nil,
-// is not a Leaser, its algorithm is unknown, invalid or disagrees with
-// Options.Algorithm, or it runs a leaky bucket, whose shaping leases would
+// do), which reports the algorithm it runs. New returns an error matching
+// floodgate.ErrInvalidConfig when remote is nil, is not a Leaser, reports an
+// invalid algorithm, or runs a leaky bucket, whose shaping leases would
 // defeat; and an error matching ErrInvalidOptions for unusable Options.
 func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 	if remote == nil {
@@ -71,7 +63,7 @@ func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 		return nil, fmt.Errorf("%w: lease: %T does not implement floodgate.Leaser (AllowUpTo and Refund)", floodgate.ErrInvalidConfig, remote)
 	}
 	policy := remote.Policy()
-	alg, err := remoteAlgorithm(remote, opts, policy)
+	alg, err := remoteAlgorithm(leaser, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -100,24 +92,12 @@ func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 	return l, nil
 }
 
-// remoteAlgorithm returns the algorithm remote runs, from remote itself or
-// from opts, checked against each other and against remote's policy.
-func remoteAlgorithm(remote floodgate.Limiter, opts *Options, policy floodgate.Policy) (floodgate.Algorithm, error) {
-	var reported, given floodgate.Algorithm
-	if r, ok := remote.(algorithmReporter); ok {
-		reported = r.Algorithm()
-	}
-	if opts != nil {
-		given = opts.Algorithm
-	}
-	alg := reported
-	switch {
-	case reported == nil && given == nil:
-		return nil, fmt.Errorf("%w: lease: %T does not report its algorithm; set Options.Algorithm", floodgate.ErrInvalidConfig, remote)
-	case reported == nil:
-		alg = given
-	case given != nil && (given.Kind() != reported.Kind() || given.Policy() != reported.Policy()):
-		return nil, fmt.Errorf("%w: lease: Options.Algorithm %v disagrees with the remote's %v", floodgate.ErrInvalidConfig, given, reported)
+// remoteAlgorithm returns the algorithm remote runs, checked against its
+// policy.
+func remoteAlgorithm(remote floodgate.Leaser, policy floodgate.Policy) (floodgate.Algorithm, error) {
+	alg := remote.Algorithm()
+	if alg == nil {
+		return nil, fmt.Errorf("%w: lease: %T reports no algorithm", floodgate.ErrInvalidConfig, remote)
 	}
 	if err := alg.Validate(); err != nil {
 		return nil, fmt.Errorf("lease: %w", err)

@@ -21,7 +21,7 @@ import (
 // onlyLimiter hides every method but floodgate.Limiter's.
 type onlyLimiter struct{ floodgate.Limiter }
 
-// reporter is a remote that reports its algorithm.
+// reporter is a remote that reports another algorithm than it runs.
 type reporter struct {
 	*remote
 	reported floodgate.Algorithm
@@ -32,7 +32,7 @@ func (r reporter) Algorithm() floodgate.Algorithm { return r.reported }
 func TestNewErrors(t *testing.T) {
 	fw := floodgate.FixedWindow{Limit: 100, Window: time.Minute}
 	r := newRemote(t, fw)
-	withAlg := func(o lease.Options) *lease.Options { o.Algorithm = fw; return &o }
+	withAlg := func(o lease.Options) *lease.Options { return &o }
 	for _, tc := range []struct {
 		name   string
 		remote floodgate.Limiter
@@ -41,12 +41,10 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"nil remote", nil, withAlg(lease.Options{}), floodgate.ErrInvalidConfig},
 		{"not a Leaser", onlyLimiter{r}, withAlg(lease.Options{}), floodgate.ErrInvalidConfig},
-		{"algorithm unknown", r, nil, floodgate.ErrInvalidConfig},
-		{"invalid algorithm", r, &lease.Options{Algorithm: floodgate.FixedWindow{}}, floodgate.ErrInvalidConfig},
-		{"policy disagrees", r, &lease.Options{Algorithm: floodgate.FixedWindow{Limit: 99, Window: time.Minute}}, floodgate.ErrInvalidConfig},
-		{"kind disagrees with the reported", reporter{r, fw}, &lease.Options{Algorithm: floodgate.SlidingWindow{Limit: 100, Window: time.Minute}}, floodgate.ErrInvalidConfig},
-		{"leaky bucket", newRemote(t, floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 100}),
-			&lease.Options{Algorithm: floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 100}}, floodgate.ErrInvalidConfig},
+		{"no algorithm", reporter{r, nil}, nil, floodgate.ErrInvalidConfig},
+		{"invalid algorithm", reporter{r, floodgate.FixedWindow{}}, nil, floodgate.ErrInvalidConfig},
+		{"policy disagrees", reporter{r, floodgate.FixedWindow{Limit: 99, Window: time.Minute}}, nil, floodgate.ErrInvalidConfig},
+		{"leaky bucket", newRemote(t, floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 100}), nil, floodgate.ErrInvalidConfig},
 		{"negative MinBatch", r, withAlg(lease.Options{MinBatch: -1}), lease.ErrInvalidOptions},
 		{"negative MaxBatch", r, withAlg(lease.Options{MaxBatch: -1}), lease.ErrInvalidOptions},
 		{"MinBatch above MaxBatch", r, withAlg(lease.Options{MinBatch: 11, MaxBatch: 10}), lease.ErrInvalidOptions},
@@ -69,12 +67,9 @@ func TestNewErrors(t *testing.T) {
 func TestNewAlgorithmReported(t *testing.T) {
 	fw := floodgate.FixedWindow{Limit: 100, Window: time.Minute}
 	r := newRemote(t, fw)
-	l, err := lease.New(reporter{r, fw}, nil)
+	l, err := lease.New(r, nil)
 	require.NoError(t, err)
 	assert.Equal(t, fw.Policy(), l.Policy())
-	require.NoError(t, l.Close())
-	l, err = lease.New(reporter{r, fw}, &lease.Options{Algorithm: fw})
-	require.NoError(t, err)
 	require.NoError(t, l.Close())
 }
 

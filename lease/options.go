@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/floodgate-go/floodgate"
 )
 
 // Defaults of Options.
@@ -36,18 +34,6 @@ var ErrClosed = errors.New("lease: limiter closed")
 // Options configures a Limiter. A nil *Options means the defaults; so does
 // the zero value of each field.
 type Options struct {
-	// Algorithm is the algorithm the remote limiter runs. The Limiter needs
-	// it to know how long leased units stay valid and whether they can be
-	// given back. Leave it nil when the remote reports its algorithm with a
-	// method Algorithm() floodgate.Algorithm; otherwise it is required.
-	// When both are present they must agree, or New fails. New also checks
-	// that its Policy equals the remote's. WARNING: an Algorithm that names
-	// another kind than the remote runs with the same quota and window
-	// cannot be detected and breaks the bound of the package doc: a token
-	// bucket declared for a remote fixed window lets units of one window be
-	// used in the next.
-	Algorithm floodgate.Algorithm
-
 	// MinBatch is the fewest units a refill asks for. The default is 1.
 	MinBatch int64
 

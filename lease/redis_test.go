@@ -142,7 +142,7 @@ func runGateways(t *testing.T, client func() redis.UniversalClient, alg floodgat
 	var lims []*lease.Limiter
 	for range gateways {
 		remote := redisRemote(t, client(), prefix, alg)
-		l, err := lease.New(remote, &lease.Options{Algorithm: alg, MaxBatch: maxBatch, TTL: time.Minute, Timeout: 10 * time.Second})
+		l, err := lease.New(remote, &lease.Options{MaxBatch: maxBatch, TTL: time.Minute, Timeout: 10 * time.Second})
 		require.NoError(t, err)
 		lims = append(lims, l)
 	}
@@ -216,7 +216,7 @@ func TestRedisFailOpen(t *testing.T) {
 	defer func() { _ = store.Close() }()
 	remote, err := floodgate.New(store, alg)
 	require.NoError(t, err)
-	l, err := lease.New(remote, &lease.Options{Algorithm: alg, MinBatch: 10, MaxBatch: 10})
+	l, err := lease.New(remote, &lease.Options{MinBatch: 10, MaxBatch: 10})
 	require.NoError(t, err)
 
 	// 50 units consumed at Redis before it fails: a refund of units

@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"context"
 	"math"
 	"math/bits"
 	"sync"
@@ -21,32 +22,75 @@ type wordEntry struct {
 	key string
 }
 
-func newWordTable(shards int, step func(int64, time.Time, floodgate.Request) (int64, floodgate.Result, error), restoreAt func(int64) int64) *wordTable {
+// wordKind names the algorithm of a wordTable.
+type wordKind uint8
+
+const (
+	wordTB wordKind = iota
+	wordLB
+	wordFW
+)
+
+func newWordTable(s *Store, kind wordKind, tb floodgate.TokenBucket, lb floodgate.LeakyBucket, fw fwPacking) *wordTable {
 	return &wordTable{
-		table: newTable(shards,
+		table: newTable(s.shards,
 			func(e *wordEntry) string { return e.key },
 			func(key string) *wordEntry { return &wordEntry{key: key} }),
-		step:      step,
-		restoreAt: restoreAt,
+		s:    s,
+		kind: kind,
+		tb:   tb,
+		lb:   lb,
+		fw:   fw,
 	}
 }
 
 // wordTable runs an algorithm whose state is one word, updated with
-// compare-and-swap: no lock is held while the step runs.
+// compare-and-swap: no lock is held while the step runs. It switches on
+// the algorithm rather than calling through a func value or a type
+// parameter, so that each Step is a direct call (measured: a func value's
+// wrapper and a generic method's dictionary wrapper each copy the Result
+// once more).
 type wordTable struct {
 	*table[wordEntry]
-	step      func(int64, time.Time, floodgate.Request) (int64, floodgate.Result, error)
-	restoreAt func(int64) int64
+	s    *Store
+	kind wordKind
+	tb   floodgate.TokenBucket
+	lb   floodgate.LeakyBucket
+	fw   fwPacking
 }
 
-func (t *wordTable) apply(s *Store, key string, req floodgate.Request) (floodgate.Result, error) {
+// step applies the table's algorithm to one word.
+func (t *wordTable) step(w int64, now time.Time, req floodgate.Request) (int64, floodgate.Result, error) {
+	switch t.kind {
+	case wordTB:
+		return t.tb.Step(w, now, req)
+	case wordLB:
+		return t.lb.Step(w, now, req)
+	default:
+		return t.fw.step(w, now, req)
+	}
+}
+
+// restoreAt returns the instant at which word carries no information.
+func (t *wordTable) restoreAt(w int64) int64 {
+	if t.kind == wordFW {
+		return t.fw.restoreAt(w)
+	}
+	return w // the buckets' theoretical arrival time and tail
+}
+
+// Apply executes one step on key; see floodgate.Bound.
+func (t *wordTable) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	if key == "" || len(key) > floodgate.MaxKeyLen {
+		return floodgate.Result{}, floodgate.CheckKey(key)
+	}
 	sh, h, e := t.load(key)
 	for {
 		if e == nil {
-			e = t.insert(sh, key, h, wordReclaimer{t}, s.nowNs, s.maxKeys)
+			e = t.insert(sh, key, h, wordReclaimer{t}, t.s.nowNs, t.s.maxKeys)
 		}
 		for {
-			now := s.now()
+			now := t.s.clock()
 			old := e.v.Load()
 			if old == dead {
 				break
@@ -99,13 +143,15 @@ type lockedEntry[S any] struct {
 // per-key mutex.
 type lockedTable[S any] struct {
 	*table[lockedEntry[S]]
+	s         *Store
 	step      func(*S, time.Time, floodgate.Request) (floodgate.Result, error)
 	restoreAt func(*S) int64
 }
 
-func newLockedTable[S any](shards int, step func(*S, time.Time, floodgate.Request) (floodgate.Result, error), restoreAt func(*S) int64) *lockedTable[S] {
+func newLockedTable[S any](s *Store, step func(*S, time.Time, floodgate.Request) (floodgate.Result, error), restoreAt func(*S) int64) *lockedTable[S] {
 	return &lockedTable[S]{
-		table: newTable(shards,
+		s: s,
+		table: newTable(s.shards,
 			func(e *lockedEntry[S]) string { return e.key },
 			func(key string) *lockedEntry[S] { return &lockedEntry[S]{key: key} }),
 		step:      step,
@@ -113,11 +159,15 @@ func newLockedTable[S any](shards int, step func(*S, time.Time, floodgate.Reques
 	}
 }
 
-func (t *lockedTable[S]) apply(s *Store, key string, req floodgate.Request) (floodgate.Result, error) {
+// Apply executes one step on key; see floodgate.Bound.
+func (t *lockedTable[S]) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	if key == "" || len(key) > floodgate.MaxKeyLen {
+		return floodgate.Result{}, floodgate.CheckKey(key)
+	}
 	sh, h, e := t.load(key)
 	for {
 		if e == nil {
-			e = t.insert(sh, key, h, lockedReclaimer[S]{t}, s.nowNs, s.maxKeys)
+			e = t.insert(sh, key, h, lockedReclaimer[S]{t}, t.s.nowNs, t.s.maxKeys)
 		}
 		e.mu.Lock()
 		if e.dead {
@@ -127,7 +177,7 @@ func (t *lockedTable[S]) apply(s *Store, key string, req floodgate.Request) (flo
 		}
 		// The clock is read under the lock so that steps on one key see
 		// time in the order they run.
-		res, err := t.step(&e.st, s.now(), req)
+		res, err := t.step(&e.st, t.s.clock(), req)
 		e.mu.Unlock()
 		return res, err
 	}

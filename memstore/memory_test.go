@@ -41,8 +41,8 @@ func heapPerKey(t testing.TB, alg floodgate.Algorithm, n int) float64 {
 }
 
 func TestHeapPerKey(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocates a million keys")
+	if testing.Short() || raceEnabled {
+		t.Skip("a million keys: skipped with -short and under the race detector, which inflates the heap and the time")
 	}
 	n := 1_000_000
 	for _, alg := range []floodgate.Algorithm{

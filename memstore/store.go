@@ -69,7 +69,9 @@ var ErrInvalidOptions = errors.New("memstore: invalid options")
 // Store is the in-process floodgate.Store. It is safe for concurrent use.
 // Create one with New; the zero value is not usable.
 type Store struct {
-	now     func() time.Time
+	now     func() time.Time // the injected clock, or nil
+	base    time.Time        // with baseNs, the default clock
+	baseNs  int64
 	maxKeys int64
 	shards  int
 
@@ -77,7 +79,7 @@ type Store struct {
 	bounds atomic.Pointer[[]binding] // copy-on-write: one table per algorithm
 }
 
-var _ floodgate.Store = (*Store)(nil)
+var _ floodgate.Binder = (*Store)(nil)
 
 // binding is the table of one algorithm configuration.
 type binding struct {
@@ -87,7 +89,7 @@ type binding struct {
 
 // boundTable applies steps of one algorithm configuration.
 type boundTable interface {
-	apply(s *Store, key string, req floodgate.Request) (floodgate.Result, error)
+	floodgate.Bound
 	// sweep reclaims the entries restored at now.
 	sweep(now int64)
 	len() int
@@ -115,21 +117,26 @@ func New(opts *Options) (*Store, error) {
 	// meaningful for small caps.
 	o.Shards = min(o.Shards, max(o.MaxKeys/16, 1), 1<<16)
 	s := &Store{now: o.Now, maxKeys: int64(o.MaxKeys), shards: 1 << bits.Len(uint(o.Shards-1))}
-	if s.now == nil {
-		// time.Since reads only the monotonic clock, and time.Unix from
-		// nanoseconds avoids time.Time.Add's monotonic bookkeeping: together
-		// they cost less than one time.Now.
-		base := time.Now()
-		baseNs := base.UnixNano()
-		s.now = func() time.Time { return time.Unix(0, baseNs+int64(time.Since(base))) }
-	}
+	s.base = time.Now()
+	s.baseNs = s.base.UnixNano()
 	s.bounds.Store(&[]binding{})
 	return s, nil
 }
 
+// clock returns the store's time: the injected clock, or the wall clock at
+// New plus the monotonic time since. time.Since reads only the monotonic
+// clock, and time.Unix from nanoseconds avoids time.Time.Add's monotonic
+// bookkeeping: together they cost less than one time.Now.
+func (s *Store) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Unix(0, s.baseNs+int64(time.Since(s.base)))
+}
+
 // Apply executes one step; see floodgate.Store. It never blocks on I/O and
 // ignores ctx.
-func (s *Store) Apply(_ context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
+func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
 	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
@@ -137,7 +144,14 @@ func (s *Store) Apply(_ context.Context, key string, alg floodgate.Algorithm, re
 	if err != nil {
 		return floodgate.Result{}, err
 	}
-	return t.apply(s, key, req)
+	return t.Apply(ctx, key, req)
+}
+
+// Bind returns the steps of alg on this store; see floodgate.Binder.
+// floodgate.New calls it, so that a Limiter's decisions skip finding alg's
+// table.
+func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
+	return s.table(alg)
 }
 
 // table returns the table of alg, creating it on first use.
@@ -176,15 +190,15 @@ func (s *Store) newTable(alg floodgate.Algorithm) boundTable {
 		// Rate 1 per emission interval is the same bucket, and spares the
 		// step a division.
 		a.Per, a.Rate = a.Policy().Window/time.Duration(a.Burst), 1
-		return newWordTable(s.shards, a.Step, func(tat int64) int64 { return tat })
+		return newWordTable(s, wordTB, a, floodgate.LeakyBucket{}, fwPacking{})
 	case floodgate.LeakyBucket:
 		a.Per, a.Rate = a.Policy().Window/time.Duration(a.Capacity), 1
-		return newWordTable(s.shards, a.Step, func(tail int64) int64 { return tail })
+		return newWordTable(s, wordLB, floodgate.TokenBucket{}, a, fwPacking{})
 	case floodgate.FixedWindow:
-		if p, ok := newFWPacking(a, s.now().UnixNano()); ok {
-			return newWordTable(s.shards, p.step, p.restoreAt)
+		if p, ok := newFWPacking(a, s.nowNs()); ok {
+			return newWordTable(s, wordFW, floodgate.TokenBucket{}, floodgate.LeakyBucket{}, p)
 		}
-		return newLockedTable(s.shards,
+		return newLockedTable(s,
 			func(st *floodgate.FixedWindowState, now time.Time, req floodgate.Request) (floodgate.Result, error) {
 				next, res, err := a.Step(*st, now, req)
 				*st = next
@@ -193,7 +207,7 @@ func (s *Store) newTable(alg floodgate.Algorithm) boundTable {
 			func(st *floodgate.FixedWindowState) int64 { return fwRestoreAt(*st, int64(a.Window)) })
 	case floodgate.SlidingWindow:
 		w := int64(a.Window)
-		return newLockedTable(s.shards,
+		return newLockedTable(s,
 			func(st *floodgate.SlidingWindowState, now time.Time, req floodgate.Request) (floodgate.Result, error) {
 				next, res, err := a.Step(*st, now, req)
 				*st = next
@@ -212,7 +226,7 @@ func (s *Store) newTable(alg floodgate.Algorithm) boundTable {
 			})
 	case floodgate.SlidingLog:
 		w := int64(a.Window)
-		return newLockedTable(s.shards,
+		return newLockedTable(s,
 			func(st *floodgate.SlidingLogState, now time.Time, req floodgate.Request) (floodgate.Result, error) {
 				return a.Step(st, now, req)
 			},
@@ -239,7 +253,7 @@ func (s *Store) Len() int {
 // such entries as they grow; Sweep is for callers that want memory back
 // sooner, for example after a burst of one-off keys.
 func (s *Store) Sweep() {
-	now := s.now().UnixNano()
+	now := s.nowNs()
 	for _, b := range *s.bounds.Load() {
 		b.t.sweep(now)
 	}
@@ -256,4 +270,4 @@ func fwRestoreAt(st floodgate.FixedWindowState, w int64) int64 {
 }
 
 // nowNs returns the store's clock in nanoseconds since the Unix epoch.
-func (s *Store) nowNs() int64 { return s.now().UnixNano() }
+func (s *Store) nowNs() int64 { return s.clock().UnixNano() }

@@ -138,12 +138,15 @@ func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], no
 	if e := t.find(sh, key, h); e != nil {
 		return e
 	}
+	// Count the new entry before checking the cap, so that concurrent
+	// insertions into other shards see it and evict for it.
+	total := t.count.Add(1)
 	removed := 0
 	if sh.n >= sh.sweepAt {
 		removed += t.sweepLocked(sh, r, now(), false)
 		sh.sweepAt = max(2*sh.n, minSweep)
 	}
-	if t.count.Load()-int64(removed) >= maxKeys {
+	if total-int64(removed) > maxKeys {
 		evicted := t.evictLocked(sh, r, now())
 		if evicted == 0 {
 			evicted = t.evictElsewhere(sh, r, now())
@@ -159,7 +162,6 @@ func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], no
 	e := t.newE(strings.Clone(key))
 	t.put(*sh.slots.Load(), e, h)
 	sh.n++
-	t.count.Add(1)
 	return e
 }
 

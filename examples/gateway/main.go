@@ -159,7 +159,7 @@ func newGateway(cfg config) (g *gateway, err error) {
 	}
 	// The defaults: batches sized to about 100ms of each caller's traffic,
 	// at most 1/16 of the quota per instance, returned after 1s idle.
-	if g.lim, err = lease.New(remote, &lease.Options{Algorithm: alg, MinBatch: cfg.minBatch}); err != nil {
+	if g.lim, err = lease.New(remote, &lease.Options{MinBatch: cfg.minBatch}); err != nil {
 		return nil, err
 	}
 	g.closers = append(g.closers, g.lim.Close)
