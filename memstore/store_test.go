@@ -3,7 +3,6 @@ package memstore_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -384,19 +383,10 @@ func TestMaxKeysTiny(t *testing.T) {
 	}
 }
 
-// TestMaxKeysConcurrent inserts distinct keys from several goroutines and
-// checks the cap still holds.
-//
-// It fails: the table checks its count against MaxKeys under the inserting
-// shard's lock only, so insertions into two shards can both see room for one
-// key, and the cap is exceeded by a few keys (1001 to 1004 of 1000 here), for
-// good, as later insertions evict one key each. It runs when
-// FLOODGATE_KNOWN_BUGS is set, until the cap is made exact (for example by
-// reserving the slot with count.Add(1) before deciding to evict).
+// TestMaxKeysConcurrent inserts distinct keys from many goroutines into a
+// capped store: each insertion counts its entry before checking the cap, so
+// insertions into different shards cannot both see room for one key.
 func TestMaxKeysConcurrent(t *testing.T) {
-	if os.Getenv("FLOODGATE_KNOWN_BUGS") == "" {
-		t.Skip("known bug: concurrent insertions exceed MaxKeys by a few keys; set FLOODGATE_KNOWN_BUGS=1 to run")
-	}
 	const maxKeys = 1000
 	for _, alg := range []floodgate.Algorithm{algorithmsForSweep[0], algorithmsForSweep[4]} {
 		t.Run(alg.Kind().String(), func(t *testing.T) {
