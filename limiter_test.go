@@ -122,6 +122,8 @@ func TestNewRejectsInvalidConfigs(t *testing.T) {
 		// The sliding counter's float64 estimate is exact up to 2^53 units.
 		{"SlidingWindow/limit above 2^53", s, floodgate.SlidingWindow{Limit: 1<<53 + 1, Window: time.Second}},
 		{"SlidingWindow/max limit", s, floodgate.SlidingWindow{Limit: math.MaxInt64, Window: time.Second}},
+		{"FixedWindow/limit above 2^53", s, floodgate.FixedWindow{Limit: 1<<53 + 1, Window: time.Second}},
+		{"SlidingLog/limit above 2^53", s, floodgate.SlidingLog{Limit: 1<<53 + 1, Window: time.Second}},
 	}
 	for _, kind := range []struct {
 		name string
@@ -193,8 +195,8 @@ func TestNewAcceptsBoundaryConfigs(t *testing.T) {
 		{"FixedWindow/1 µs", floodgate.FixedWindow{Limit: 1, Window: time.Microsecond}, floodgate.Policy{Quota: 1, Window: time.Microsecond}},
 		{"SlidingWindow/longest window", floodgate.SlidingWindow{Limit: 1, Window: maxUsableWindow}, floodgate.Policy{Quota: 1, Window: maxUsableWindow}},
 		{"SlidingWindow/limit 2^53", floodgate.SlidingWindow{Limit: 1 << 53, Window: time.Microsecond}, floodgate.Policy{Quota: 1 << 53, Window: time.Microsecond}},
-		{"FixedWindow/max limit", floodgate.FixedWindow{Limit: math.MaxInt64, Window: time.Second}, floodgate.Policy{Quota: math.MaxInt64, Window: time.Second}},
-		{"SlidingLog/max limit", floodgate.SlidingLog{Limit: math.MaxInt64, Window: time.Second}, floodgate.Policy{Quota: math.MaxInt64, Window: time.Second}},
+		{"FixedWindow/limit 2^53", floodgate.FixedWindow{Limit: 1 << 53, Window: time.Second}, floodgate.Policy{Quota: 1 << 53, Window: time.Second}},
+		{"SlidingLog/limit 2^53", floodgate.SlidingLog{Limit: 1 << 53, Window: time.Second}, floodgate.Policy{Quota: 1 << 53, Window: time.Second}},
 		{"SlidingLog/longest window", floodgate.SlidingLog{Limit: 1, Window: maxUsableWindow}, floodgate.Policy{Quota: 1, Window: maxUsableWindow}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

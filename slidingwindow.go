@@ -54,18 +54,7 @@ var _ Algorithm = SlidingWindow{}
 
 // Validate reports whether the configuration is usable; errors match
 // ErrInvalidConfig.
-func (a SlidingWindow) Validate() error {
-	if a.Limit > maxFloatLimit {
-		// Above 2^53 the estimate, in float64, no longer tells units apart:
-		// Remaining overflowed and denials came with RetryAfter 0.
-		return fmt.Errorf("%w: Limit %d is above 2^53, which the float64 estimate cannot count exactly", ErrInvalidConfig, a.Limit)
-	}
-	return checkWindow(a.Limit, a.Window)
-}
-
-// maxFloatLimit is the largest Limit of a SlidingWindow: every integer up to
-// it is exact in float64.
-const maxFloatLimit = 1 << 53
+func (a SlidingWindow) Validate() error { return checkWindow(a.Limit, a.Window) }
 
 // Policy returns Limit units per Window.
 func (a SlidingWindow) Policy() Policy {

@@ -55,11 +55,20 @@ func emission(rate int64, per time.Duration, size int64, sizeName string) (inter
 	return interval, size * interval, nil
 }
 
+// maxLimit is the largest Limit of the window algorithms: every integer up
+// to it is exact in float64, the numbers of Lua and of the sliding
+// counter's estimate.
+const maxLimit = 1 << 53
+
 // checkWindow validates the limit and window of the window algorithms.
 func checkWindow(limit int64, window time.Duration) error {
 	switch {
 	case limit < 1:
 		return fmt.Errorf("%w: Limit must be at least 1, got %d", ErrInvalidConfig, limit)
+	case limit > maxLimit:
+		// Above 2^53 float64 no longer tells units apart: the sliding
+		// counter's estimate and the Lua scripts' counts would round.
+		return fmt.Errorf("%w: Limit %d is above 2^53, which floats cannot count exactly", ErrInvalidConfig, limit)
 	case window <= 0:
 		return fmt.Errorf("%w: Window must be positive, got %v", ErrInvalidConfig, window)
 	case window > MaxWindow:
