@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 
 	"github.com/floodgate-go/floodgate/adaptive"
 )
@@ -13,7 +14,7 @@ import (
 // limit of 20, which the benchmark's goroutines never reach).
 func floodgateAdaptive() []concLib {
 	lib := func(name string, newLimit func() (adaptive.Limit, error)) concLib {
-		return concLib{name: name, open: func() (func(context.Context) error, error) {
+		return concLib{name: name, open: func() (func(context.Context) (bool, error), error) {
 			limit, err := newLimit()
 			if err != nil {
 				return nil, err
@@ -22,13 +23,16 @@ func floodgateAdaptive() []concLib {
 			if err != nil {
 				return nil, err
 			}
-			return func(ctx context.Context) error {
+			return func(ctx context.Context) (bool, error) {
 				tok, err := l.Acquire(ctx)
+				if errors.Is(err, adaptive.ErrLimitExceeded) {
+					return false, nil
+				}
 				if err != nil {
-					return err
+					return false, err
 				}
 				tok.Success()
-				return nil
+				return true, nil
 			}, nil
 		}}
 	}

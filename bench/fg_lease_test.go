@@ -13,8 +13,9 @@ import (
 	"github.com/floodgate-go/floodgate/redisstore"
 )
 
-// floodgateLease is the lease layer with its defaults (the algorithm
-// aside, which it must be told) in front of
+// floodgateLease is the lease layer with its defaults (but the algorithm,
+// which it must be told, and the timeout of its round trips, raised from
+// 1s like the store's) in front of
 // floodgate's token bucket on Redis: units are taken from Redis in batches
 // and handed out locally.
 func floodgateLease() remoteLib {

@@ -63,18 +63,23 @@ func BenchmarkRedisSerial(b *testing.B) {
 			if _, err := allow(ctx, key); err != nil {
 				b.Fatal(err)
 			}
-			var calls, denied int64
+			var calls, denied, failed int64
+			var first error
 			b.ReportAllocs()
 			for b.Loop() {
 				ok, err := allow(ctx, key)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if !ok {
+				switch {
+				case err != nil:
+					failed++
+					if first == nil {
+						first = err
+					}
+				case !ok:
 					denied++
 				}
 				calls++
 			}
+			checkFailures(b, calls, failed, first)
 			checkRegime(b, calls, denied, "admitted")
 		})
 	}
@@ -104,7 +109,7 @@ func runRemoteParallel(b *testing.B, l remoteLib, scenario string, n int) {
 	}
 	var seq atomic.Uint64
 	var calls, denied, failed atomic.Int64
-	var firstErr atomic.Pointer[error]
+	var first atomic.Pointer[error]
 	b.ReportAllocs()
 	b.SetParallelism(max(1, goroutines64/gomaxprocs()))
 	b.ResetTimer()
@@ -117,7 +122,7 @@ func runRemoteParallel(b *testing.B, l remoteLib, scenario string, n int) {
 			switch {
 			case err != nil:
 				f++
-				firstErr.CompareAndSwap(nil, &err)
+				first.CompareAndSwap(nil, &err)
 			case !ok:
 				d++
 			}
@@ -128,8 +133,25 @@ func runRemoteParallel(b *testing.B, l remoteLib, scenario string, n int) {
 		failed.Add(f)
 	})
 	b.StopTimer()
-	if f := failed.Load(); f > 0 {
-		b.Fatalf("%d of %d calls failed, the first with: %v", f, calls.Load(), *firstErr.Load())
+	var firstErr error
+	if e := first.Load(); e != nil {
+		firstErr = *e
 	}
+	checkFailures(b, calls.Load(), failed.Load(), firstErr)
 	checkRegime(b, calls.Load(), denied.Load(), "admitted")
+}
+
+// checkFailures reports failed calls. A few (at most one in a thousand,
+// say timeouts on a machine busy with other work) are logged and reported
+// as the metric failed/op; more fail the benchmark.
+func checkFailures(b *testing.B, calls, failed int64, first error) {
+	b.Helper()
+	if failed == 0 {
+		return
+	}
+	b.ReportMetric(float64(failed)/float64(calls), "failed/op")
+	if failed*1000 > calls {
+		b.Fatalf("%d of %d calls failed, the first with: %v", failed, calls, first)
+	}
+	b.Logf("%d of %d calls failed, the first with: %v", failed, calls, first)
 }

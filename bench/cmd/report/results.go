@@ -74,7 +74,7 @@ var libraryNotes = []struct{ lib, note string }{
 	{"floodgate-leakybucket", "floodgate's leaky bucket (a shaper): called with Reserve and the whole window as maximum delay, so admitted requests are queued departures."},
 	{"floodgate-slidinglog", "floodgate's exact sliding log."},
 	{"floodgate-batched", "floodgate's Redis token bucket with batching (`BatchSize: 64`): concurrent decisions share pipelines."},
-	{"floodgate-lease", "the lease layer (`lease.New(remote, nil)`) over floodgate's Redis token bucket: units leased in batches, served locally."},
+	{"floodgate-lease", "the lease layer over floodgate's Redis token bucket, with its defaults but the algorithm (which it must be told) and a 5s round-trip timeout: units leased in batches, served locally."},
 	{"floodgate-vegas", "adaptive.Limiter with the Vegas limit (defaults)."},
 	{"floodgate-gradient2", "adaptive.Limiter with Gradient2 in a Windowed limit (defaults)."},
 	{"floodgate-aimd", "adaptive.Limiter with the AIMD limit (defaults)."},
@@ -415,7 +415,11 @@ func (r *report) scenarioTable(id string, libs []string) string {
 				}
 			}
 			fastest, _ := res.min("ns/op")
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |", lib, fmtNum(ns), pct(spread), fmtNum(fastest), fmtNum(bop), fmtNum(allocs), vs)
+			name := lib
+			if f, ok := res.max("failed/op"); ok {
+				name += fmt.Sprintf(" (up to %.2g%% of calls failed in a round)", f*100)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |", name, fmtNum(ns), pct(spread), fmtNum(fastest), fmtNum(bop), fmtNum(allocs), vs)
 			if rate {
 				fmt.Fprintf(&b, " %s |", fmtRate(1e9/ns))
 			}
