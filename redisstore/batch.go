@@ -51,7 +51,8 @@ func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pi
 	return b
 }
 
-// do queues a decision and waits for its reply or for ctx's end.
+// do queues a decision and waits for its reply or for ctx's end. The
+// store's timeout bounds each pipeline, not the wait in the queue.
 func (b *batcher) do(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error) {
 	p := &pending{ctx: ctx, kind: kind, keys: []string{rkey}, args: args, done: make(chan struct{})}
 	select {

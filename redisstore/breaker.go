@@ -14,6 +14,9 @@ const (
 	BreakerClosed BreakerState = iota
 	// BreakerOpen sends none: decisions fail at once with ErrBreakerOpen and
 	// go to the failure policy, until Options.BreakerCooldown has passed.
+	// It opens when, over the last second or so, at least
+	// Options.BreakerThreshold calls failed and they were at least half of
+	// the calls.
 	BreakerOpen
 	// BreakerHalfOpen sends one decision at a time to Redis as a probe; the
 	// others fail as when open. A successful probe closes the breaker, a
@@ -34,20 +37,47 @@ func (s BreakerState) String() string {
 	return fmt.Sprintf("BreakerState(%d)", uint8(s))
 }
 
-// breaker is a consecutive-failure circuit breaker. It is safe for
-// concurrent use. It reports its state changes to the caller instead of
-// calling anyone, so that observers run outside its lock (gobreaker calls
-// OnStateChange with its mutex held, which is why floodgate does not use
-// it).
+// breaker is a circuit breaker that opens when, over the last second or
+// so, at least threshold calls failed and they were at least half of the
+// calls. A ratio rather than a run of consecutive failures: a hiccup of the
+// process (a GC pause, a descheduled thread) fails every call in flight at
+// once, which says little about Redis when thousands of calls succeed
+// around it. It is safe for concurrent use. It reports its state changes
+// to the caller instead of calling anyone, so that observers run outside
+// its lock (gobreaker calls OnStateChange with its mutex held, which is
+// why floodgate does not use it).
 type breaker struct {
 	threshold int
 	cooldown  time.Duration
 
-	mu       sync.Mutex
-	state    BreakerState
-	failures int       // consecutive failures while closed
-	until    time.Time // end of the open period
-	probing  bool      // a half-open probe is in flight
+	mu      sync.Mutex
+	state   BreakerState
+	cur     tally     // calls in the current half-second bucket
+	prev    tally     // and in the one before
+	bucket  time.Time // start of the current bucket
+	until   time.Time // end of the open period
+	probing bool      // a half-open probe is in flight
+	warm    bool      // Redis has answered once
+}
+
+// tally counts the calls that ended in a bucket.
+type tally struct{ calls, failures int }
+
+// bucketLen is the length of a bucket: the breaker looks at the last one
+// to two of them.
+const bucketLen = 500 * time.Millisecond
+
+// roll moves the buckets forward to now.
+func (b *breaker) roll(now time.Time) {
+	switch d := now.Sub(b.bucket); {
+	case d < bucketLen:
+		return
+	case d < 2*bucketLen:
+		b.prev = b.cur
+	default:
+		b.prev = tally{}
+	}
+	b.cur, b.bucket = tally{}, now
 }
 
 // change is a state change to report, or none when from == to.
@@ -60,7 +90,8 @@ type outcome uint8
 
 const (
 	succeeded outcome = iota // Redis answered
-	failed                   // Redis failed or was too slow
+	failed                   // Redis failed
+	timedOut                 // Redis was too slow
 	ignored                  // the caller gave up; says nothing of Redis
 )
 
@@ -91,28 +122,42 @@ func (b *breaker) done(now time.Time, probe bool, o outcome) change {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	from := b.state
+	switch {
+	case o == succeeded:
+		b.warm = true
+	case o == timedOut && !b.warm:
+		// The first calls dial connections and load the scripts: their
+		// timeouts say little of Redis until it has answered once. Errors
+		// (a refused connection) still count.
+		o = ignored
+	case o == timedOut:
+		o = failed
+	}
 	if probe {
 		b.probing = false
 		switch o {
 		case succeeded:
-			b.state, b.failures = BreakerClosed, 0
+			b.state = BreakerClosed
+			b.cur, b.prev, b.bucket = tally{}, tally{}, now
 		case failed:
 			b.state, b.until = BreakerOpen, now.Add(b.cooldown)
 		}
 		return change{from, b.state}
 	}
-	if b.state != BreakerClosed {
-		// A call let through before the breaker opened: its outcome is
-		// already accounted for by the failures that opened it.
+	if b.state != BreakerClosed || o == ignored {
+		// A call let through before the breaker opened is accounted for
+		// by the failures that opened it; a caller who gave up says
+		// nothing of Redis.
 		return change{from, from}
 	}
-	switch o {
-	case succeeded:
-		b.failures = 0
-	case failed:
-		b.failures++
-		if b.failures >= b.threshold {
-			b.state, b.until, b.failures = BreakerOpen, now.Add(b.cooldown), 0
+	b.roll(now)
+	b.cur.calls++
+	if o == failed {
+		b.cur.failures++
+		calls, failures := b.cur.calls+b.prev.calls, b.cur.failures+b.prev.failures
+		if failures >= b.threshold && 2*failures >= calls {
+			b.state, b.until = BreakerOpen, now.Add(b.cooldown)
+			b.cur, b.prev = tally{}, tally{}
 		}
 	}
 	return change{from, b.state}

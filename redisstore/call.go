@@ -12,24 +12,33 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// call runs the script of kind on rkey within the store's timeout.
+// call runs the script of kind on rkey. Options.Timeout starts once the
+// call goes to Redis: after a free slot among MaxInFlight, or in the
+// batch's pipeline; the wait before is bounded by ctx alone.
 func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	if s.batch != nil {
 		return s.batch.do(ctx, kind, rkey, args)
 	}
+	select {
+	case s.gate <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	script := programs[kind]
 	if !s.guard {
+		defer func() { <-s.gate }()
 		return script.Run(ctx, s.client, []string{rkey}, args...).Result()
 	}
 	// The client would not stop at ctx's deadline: run the call on its own
-	// goroutine and stop waiting at the deadline. The goroutine ends when
-	// go-redis gives up (its read, write and pool timeouts); Close waits
-	// for it.
+	// goroutine and stop waiting at the deadline. The goroutine keeps its
+	// slot (and its connection) until go-redis gives up (its read, write
+	// and pool timeouts); Close waits for it.
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
+		<-s.gate
 		return nil, unavailable(ErrClosed, nil)
 	}
 	s.inflight.Add(1)
@@ -41,6 +50,7 @@ func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args
 	ch := make(chan result, 1)
 	go func() {
 		defer s.inflight.Done()
+		defer func() { <-s.gate }()
 		v, err := script.Run(ctx, s.client, []string{rkey}, args...).Result()
 		ch <- result{v, err}
 	}()
@@ -73,7 +83,7 @@ func classify(ctx context.Context, err error) (outcome, error) {
 			// before the context's timer does): the caller gave up.
 			return ignored, context.DeadlineExceeded
 		}
-		return failed, unavailable(ErrTimeout, err)
+		return timedOut, unavailable(ErrTimeout, err)
 	}
 	if isDataError(err) {
 		// Redis answered; the same call would fail again, so this is not

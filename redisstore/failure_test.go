@@ -38,18 +38,33 @@ func TestBreakerStateMachine(t *testing.T) {
 		return true, c1
 	}
 
-	ok, c := call(at(0), failed)
-	require.True(t, ok)
-	require.True(t, c.none())
-	call(at(0), failed)
-	call(at(0), succeeded) // resets the count
-	call(at(0), failed)
-	call(at(0), failed)
-	require.Equal(t, BreakerClosed, b.current())
-	_, c = call(at(0), failed)
-	require.Equal(t, change{BreakerClosed, BreakerOpen}, c, "3 consecutive failures open it")
+	// Timeouts before Redis ever answered (dials, script loads) do not
+	// count; once it has, they do.
+	for range 20 {
+		_, c := call(at(0), timedOut)
+		require.True(t, c.none())
+	}
+	call(at(0), succeeded)
+	for range 2 {
+		call(at(0), timedOut)
+	}
+	require.Equal(t, 2, b.cur.failures)
+	b.cur = tally{}
 
-	ok, _ = call(at(time.Second-1), succeeded)
+	// Failures among many successes, a burst of them included, do not
+	// open it.
+	for range 10 {
+		call(at(0), succeeded)
+	}
+	for range 9 {
+		_, c := call(at(0), failed)
+		require.True(t, c.none())
+	}
+	require.Equal(t, BreakerClosed, b.current())
+	_, c := call(at(0), failed)
+	require.Equal(t, change{BreakerClosed, BreakerOpen}, c, "10 failures of 20 calls open it")
+
+	ok, _ := call(at(time.Second-1), succeeded)
 	require.False(t, ok, "open until the cooldown ends")
 
 	// After the cooldown one probe goes through; the others do not.
@@ -70,13 +85,20 @@ func TestBreakerStateMachine(t *testing.T) {
 	require.True(t, ok && probe, "the next call probes")
 	require.Equal(t, change{BreakerHalfOpen, BreakerClosed}, b.done(at(2*time.Second), true, succeeded))
 
-	// A call let through while closed that fails after the breaker opened
-	// does not count twice.
-	for range 3 {
-		call(at(3*time.Second), failed)
+	// Old calls roll out: 2 failures now, after 5 successes a second ago,
+	// are below the threshold; the 3rd opens it (3 of 3 recent calls).
+	for range 5 {
+		call(at(2*time.Second), succeeded)
 	}
-	require.Equal(t, BreakerOpen, b.current())
+	call(at(3*time.Second+time.Millisecond), failed)
+	_, c = call(at(3*time.Second+time.Millisecond), failed)
+	require.True(t, c.none())
+	_, c = call(at(3*time.Second+time.Millisecond), failed)
+	require.Equal(t, change{BreakerClosed, BreakerOpen}, c)
+	// A call let through while closed that fails after the breaker opened
+	// does not count again; nor does a caller who gave up.
 	require.True(t, b.done(at(3*time.Second), false, failed).none())
+	require.True(t, b.done(at(3*time.Second), false, ignored).none())
 }
 
 // recorder is an Observer keeping every Event.
@@ -160,6 +182,7 @@ func TestFailurePolicies(t *testing.T) {
 				require.Equal(t, int64(limit-1-i), res.Remaining)
 			}
 			require.Empty(t, rec.take())
+			wall.advance(2 * time.Second) // the successes roll out of the breaker's window
 
 			px.setDown(true)
 			admitted := 0
@@ -305,7 +328,7 @@ func TestTimeout(t *testing.T) {
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
 			require.Len(t, rec.take(), 1, "only the store's timeout is reported")
-			require.Equal(t, 1, s.breaker.failures)
+			require.Equal(t, 1, s.breaker.cur.failures+s.breaker.prev.failures)
 		})
 	}
 }

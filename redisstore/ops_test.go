@@ -345,6 +345,7 @@ func TestRedisKilled(t *testing.T) {
 	}
 
 	require.Equal(t, int64(4), count(4))
+	wall.advance(2 * time.Second) // the successes roll out of the breaker's window
 	p.kill()
 	require.Equal(t, int64(5), count(20), "the local share: half of 10")
 	require.Equal(t, BreakerOpen, s.BreakerState())

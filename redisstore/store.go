@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"math"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +24,7 @@ const (
 	DefaultPrefix           = "fg:"
 	DefaultTimeout          = 5 * time.Millisecond
 	DefaultExpiryMargin     = time.Second
-	DefaultBreakerThreshold = 5
+	DefaultBreakerThreshold = 10
 	DefaultBreakerCooldown  = time.Second
 	DefaultBatchPipelines   = 4
 )
@@ -53,14 +54,25 @@ type Options struct {
 	// server's clock); Options.ExpiryMargin absorbs the difference.
 	Now func() time.Time
 
-	// Timeout bounds the time a decision waits for Redis, including the
-	// wait for a pooled connection; a decision that times out fails with
-	// ErrTimeout and goes to the failure policy. The default is 5ms. The
-	// bound holds whatever the client's ContextTimeoutEnabled; when it is
-	// false (go-redis' default, which ignores context deadlines), each
-	// unbatched call runs on a goroutine of its own that outlives a timed
-	// out decision until go-redis' own timeouts end it.
+	// Timeout bounds the time Redis takes to answer a call, from when the
+	// call goes to Redis (once one of MaxInFlight slots is free, or when
+	// its batch is sent) to the reply; a decision that times out fails
+	// with ErrTimeout and goes to the failure policy. The default is 5ms.
+	// The wait for a slot or a batch is bounded by the caller's context
+	// only: a process that sends more decisions at once than its
+	// connections carry queues them instead of failing them. The bound
+	// holds whatever the client's ContextTimeoutEnabled; when it is false
+	// (go-redis' default, which ignores context deadlines), each unbatched
+	// call runs on a goroutine of its own that outlives a timed out
+	// decision until go-redis' own timeouts end it.
 	Timeout time.Duration
+
+	// MaxInFlight is the most unbatched calls sent to Redis at once; the
+	// others wait for a slot (see Timeout). The default is the client's
+	// PoolSize (go-redis' default: 10 per CPU), so that calls wait here
+	// rather than for a connection inside go-redis, where the wait would
+	// count against Timeout.
+	MaxInFlight int
 
 	// ExpiryMargin is added to the TTL of every key written, which is
 	// otherwise the time until the key's quota is fully restored (rounded
@@ -83,8 +95,9 @@ type Options struct {
 	// quota is admitted during an outage.
 	LocalShare float64
 
-	// BreakerThreshold is the number of consecutive failed calls (errors or
-	// timeouts) that open the circuit breaker. The default is 5.
+	// BreakerThreshold is the number of failed calls (errors or timeouts)
+	// within the last second or so that open the circuit breaker, provided
+	// they are at least half of the calls of that time. The default is 10.
 	BreakerThreshold int
 
 	// BreakerCooldown is how long the open breaker sends nothing to Redis
@@ -127,7 +140,8 @@ type Store struct {
 	share    float64
 	cooldown time.Duration
 	observer Observer
-	guard    bool // the client ignores context deadlines: call on goroutines
+	guard    bool          // the client ignores context deadlines: call on goroutines
+	gate     chan struct{} // MaxInFlight slots for unbatched calls
 	local    *memstore.Store
 	batch    *batcher
 	breaker  breaker
@@ -184,6 +198,8 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: negative BreakerCooldown %v", ErrInvalidOptions, o.BreakerCooldown)
 	case o.BatchSize < 0 || o.BatchLinger < 0 || o.BatchPipelines < 0:
 		return nil, fmt.Errorf("%w: negative batch option", ErrInvalidOptions)
+	case o.MaxInFlight < 0:
+		return nil, fmt.Errorf("%w: negative MaxInFlight %d", ErrInvalidOptions, o.MaxInFlight)
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -206,6 +222,9 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if o.BatchPipelines == 0 {
 		o.BatchPipelines = DefaultBatchPipelines
 	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = poolSize(client)
+	}
 	s := &Store{
 		client:   client,
 		prefix:   o.Prefix,
@@ -218,6 +237,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		cooldown: o.BreakerCooldown,
 		observer: o.Observer,
 		guard:    !honoursContext(client),
+		gate:     make(chan struct{}, o.MaxInFlight),
 		breaker:  breaker{threshold: o.BreakerThreshold, cooldown: o.BreakerCooldown},
 		wall:     time.Now,
 	}
@@ -246,6 +266,24 @@ func honoursContext(c redis.UniversalClient) bool {
 		return v.Options().ContextTimeoutEnabled
 	}
 	return false
+}
+
+// poolSize returns the size of the client's connection pool (per node),
+// or go-redis' default when the client does not tell.
+func poolSize(c redis.UniversalClient) int {
+	n := 0
+	switch v := c.(type) {
+	case *redis.Client:
+		n = v.Options().PoolSize
+	case *redis.ClusterClient:
+		n = v.Options().PoolSize
+	case *redis.Ring:
+		n = v.Options().PoolSize
+	}
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0)
+	}
+	return n
 }
 
 // Close stops the store's goroutines (the batching pipelines) and waits for
@@ -323,10 +361,10 @@ func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, 
 		}
 		err = derr
 	}
-	switch {
-	case o == ignored:
+	switch o {
+	case ignored:
 		return floodgate.Result{}, err
-	case o == failed:
+	case failed, timedOut:
 		return s.fallback(ctx, key, a, req, err)
 	}
 	s.observe(Event{Kind: EventError, Key: key, Err: err})

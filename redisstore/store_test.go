@@ -34,6 +34,7 @@ func TestNewValidatesOptions(t *testing.T) {
 		"negative linger":       {BatchLinger: -1},
 		"negative pipelines":    {BatchPipelines: -1},
 		"negative batch option": {BatchSize: 4, BatchPipelines: -2},
+		"negative in flight":    {MaxInFlight: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := New(c, &o)
