@@ -18,7 +18,8 @@
 local E9 = 1000000000
 
 -- fdiv returns floor(a/b) and a - b*floor(a/b) for integers a and b > 0,
--- exactly: math.fmod is exact, and so is the division of an exact multiple.
+-- exactly when |a| + b <= 2^53 (every caller's case): math.fmod is exact,
+-- and so is the division of an exact multiple.
 local function fdiv(a, b)
   local r = math.fmod(a, b)
   if r < 0 then
@@ -87,7 +88,8 @@ local function sub(as, ans, bs, bns)
 end
 
 -- add returns the instant (s, ns) plus d nanoseconds, exactly for
--- |d| <= 2^53.
+-- |d| <= 2^53 - 1e9 (every offset added is at most 2^53 ahead or 2^52
+-- back).
 local function add(s, ns, d)
   local q, r = fdiv(d, E9)
   ns = ns + r

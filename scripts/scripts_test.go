@@ -1,0 +1,112 @@
+package scripts
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+func TestSource(t *testing.T) {
+	for _, k := range []floodgate.Kind{floodgate.KindTokenBucket, floodgate.KindLeakyBucket, floodgate.KindFixedWindow, floodgate.KindSlidingWindow, floodgate.KindSlidingLog} {
+		src := Source(k)
+		require.True(t, strings.HasPrefix(src, lib), "%v starts with lib.lua", k)
+		for _, header := range []string{"KEYS[1]", "ARGV[1]", "Reply:", "Time:"} {
+			require.Contains(t, src[len(lib):], header, "%v's header", k)
+		}
+	}
+	require.Empty(t, Source(0))
+	require.Empty(t, Source(floodgate.KindSlidingLog+1))
+}
+
+// harness runs lib.lua's helpers on the instants given, as a script.
+const harness = `
+local op = ARGV[1]
+local s, ns = parse(ARGV[2])
+if op == 'roundtrip' then return fmt(s, ns) end
+if op == 'add' then return fmt(add(s, ns, tonumber(ARGV[3]))) end
+if op == 'sub' then
+  local bs, bns = parse(ARGV[3])
+  return int(sub(s, ns, bs, bns))
+end
+if op == 'wstart' then
+  local ws, wns = wstart(s, ns, tonumber(ARGV[3]))
+  if not ws then return '' end
+  return fmt(ws, wns)
+end
+if op == 'fdiv' then
+  local q, r = fdiv(tonumber(ARGV[2]), tonumber(ARGV[3]))
+  return {int(q), int(r)}
+end
+`
+
+// client returns a client of the Redis at REDIS_ADDR, else of a miniredis.
+func client(t *testing.T) *redis.Client {
+	t.Helper()
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = miniredis.RunT(t).Addr()
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestInstantArithmetic checks lib.lua's exact instant arithmetic, which
+// holds int64 nanoseconds as (seconds, nanoseconds) pairs because Lua
+// numbers are doubles, against Go's int64 arithmetic.
+func TestInstantArithmetic(t *testing.T) {
+	c := client(t)
+	script := redis.NewScript(lib + harness)
+	ctx := context.Background()
+	run := func(args ...any) any {
+		t.Helper()
+		v, err := script.Run(ctx, c, nil, args...).Result()
+		require.NoError(t, err, "%v", args)
+		return v
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	instants := []int64{0, 1, 999_999_999, 1_000_000_000, 1_000_000_001, -1, -999_999_999, -1_000_000_000,
+		-1_000_000_001, math.MaxInt64, math.MinInt64, math.MinInt64 + 1, 1_741_964_966_535_897_932, 1 << 53, 1<<53 + 1}
+	for range 200 {
+		instants = append(instants, r.Int64(), -r.Int64(), 1_700_000_000_000_000_000+r.Int64N(1<<50))
+	}
+	for _, x := range instants {
+		s := strconv.FormatInt(x, 10)
+		require.Equal(t, s, run("roundtrip", s), "parse/fmt")
+	}
+	for range 500 {
+		x := 1_700_000_000_000_000_000 + r.Int64N(1<<55) - 1<<54
+		d := r.Int64N(1<<54) - 1<<53
+		if r.IntN(4) == 0 {
+			d = r.Int64N(2_000_000_000) - 1_000_000_000
+		}
+		require.Equal(t, strconv.FormatInt(x+d, 10), run("add", strconv.FormatInt(x, 10), d), "%d + %d", x, d)
+		y := x + d
+		require.Equal(t, strconv.FormatInt(y-x, 10), run("sub", strconv.FormatInt(y, 10), strconv.FormatInt(x, 10)), "%d - %d", y, x)
+		wu := r.Int64N(1<<52/1000) + 1
+		if r.IntN(2) == 0 {
+			wu = r.Int64N(1_000_000) + 1
+		}
+		w := wu * 1000
+		want := x - ((x%w)+w)%w
+		require.Equal(t, strconv.FormatInt(want, 10), run("wstart", strconv.FormatInt(x, 10), wu), "window start of %d in %d", x, w)
+	}
+	// fdiv is exact for |a| + b <= 2^53, all its callers need.
+	for _, tc := range [][2]int64{{7, 2}, {-7, 2}, {1<<53 - 1, 3}, {-(1<<53 - 4), 3}, {1 << 52, 1<<52 - 1}, {0, 5}, {-5, 5}} {
+		q, m := tc[0]/tc[1], tc[0]%tc[1]
+		if m < 0 {
+			q, m = q-1, m+tc[1]
+		}
+		require.Equal(t, []any{strconv.FormatInt(q, 10), strconv.FormatInt(m, 10)}, run("fdiv", tc[0], tc[1]), "fdiv(%d, %d)", tc[0], tc[1])
+	}
+}
