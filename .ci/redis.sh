@@ -38,17 +38,21 @@ port_free() {
 	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
-# pick_port prints a free port whose cluster bus port (port+10000) is free
-# too, avoiding the ports already chosen in this run.
+# pick_port sets port to a free port whose cluster bus port (port+10000) is
+# free too, avoiding the ports (and bus ports) already chosen in this run.
+# Ports and bus ports stay below the kernel's ephemeral range (from 32768
+# by default): a port an outgoing connection happens to use cannot be
+# bound, though nothing listens on it.
 chosen=" "
 pick_port() {
-	local p i
+	local p i lo
+	lo=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
 	for i in $(seq 1 200); do
-		p=$((20000 + RANDOM % 25000))
-		case "$chosen" in *" $p "*) continue ;; esac
+		p=$((10000 + RANDOM % (lo - 20000)))
+		case "$chosen" in *" $p "* | *" $((p + 10000)) "*) continue ;; esac
 		if port_free "$p" && port_free $((p + 10000)); then
-			chosen="$chosen$p "
-			echo "$p"
+			chosen="$chosen$p $((p + 10000)) "
+			port=$p
 			return 0
 		fi
 	done
@@ -82,7 +86,17 @@ wait_ping() {
 }
 
 print_env() {
+	if [ ! -f "$state/env" ]; then
+		log "not running (no $state/env)"
+		return 1
+	fi
 	cat "$state/env"
+}
+
+# alive reports whether the process $1 runs (a zombie does not).
+alive() {
+	[ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
+	[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
 }
 
 start() {
@@ -96,11 +110,17 @@ start() {
 	ensure_installed
 	mkdir -p "$state"
 
-	local single c1 c2 c3
-	single=$(pick_port)
-	c1=$(pick_port)
-	c2=$(pick_port)
-	c3=$(pick_port)
+	# Whatever fails from here stops what was started.
+	trap 'log "start failed; stopping what it started"; stop >/dev/null 2>&1' ERR
+	local single c1 c2 c3 port
+	pick_port
+	single=$port
+	pick_port
+	c1=$port
+	pick_port
+	c2=$port
+	pick_port
+	c3=$port
 	echo "$single $c1 $c2 $c3" >"$state/ports"
 
 	start_server "$single"
@@ -113,12 +133,12 @@ start() {
 		wait_ping "$p"
 	done
 
-	redis-cli --cluster create "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1:$c3" \
-		--cluster-replicas 0 --cluster-yes >"$state/cluster-create.log" 2>&1 || {
+	if ! redis-cli --cluster create "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1:$c3" \
+		--cluster-replicas 0 --cluster-yes >"$state/cluster-create.log" 2>&1; then
 		log "cluster create failed:"
 		cat "$state/cluster-create.log" >&2
-		return 1
-	}
+		false
+	fi
 	local i ok
 	for i in $(seq 1 150); do
 		ok=1
@@ -132,8 +152,9 @@ start() {
 	done
 	if [ "$ok" != 1 ]; then
 		log "cluster did not reach cluster_state:ok"
-		return 1
+		false
 	fi
+	trap - ERR
 
 	{
 		echo "export REDIS_ADDR=127.0.0.1:$single"
@@ -175,10 +196,10 @@ stop() {
 		[ -e "$f" ] || continue
 		pid=$(cat "$f" 2>/dev/null || true)
 		for _ in $(seq 1 50); do
-			[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || break
+			alive "$pid" || break
 			sleep 0.1
 		done
-		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		if alive "$pid"; then
 			kill -9 "$pid" 2>/dev/null || true
 		fi
 	done

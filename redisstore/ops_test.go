@@ -291,12 +291,21 @@ func (p *redisProcess) kill() {
 	_ = p.cmd.Wait()
 }
 
+// freePort returns a free loopback port below the kernel's ephemeral
+// range, where no outgoing connection takes it between a kill and the
+// restart on the same port.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	for range 100 {
+		port := 10000 + rand.IntN(22000)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			_ = ln.Close()
+			return port
+		}
+	}
+	t.Fatal("no free port")
+	return 0
 }
 
 // TestRedisKilled kills the redis-server process the test started in the
