@@ -3,6 +3,8 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -331,4 +333,99 @@ func TestTimeout(t *testing.T) {
 			require.Equal(t, 1, s.breaker.cur.failures+s.breaker.prev.failures)
 		})
 	}
+}
+
+// switchDialer dials through a switch a test can turn off: off, every
+// connection it made is closed and new ones are refused, as when the
+// servers are unreachable.
+type switchDialer struct {
+	mu    sync.Mutex
+	down  bool
+	conns map[net.Conn]struct{}
+}
+
+func (d *switchDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.down {
+		return nil, errors.New("test: unreachable")
+	}
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, addr)
+	if err == nil {
+		d.conns[c] = struct{}{}
+	}
+	return c, err
+}
+
+func (d *switchDialer) setDown(down bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.down = down
+	if down {
+		for c := range d.conns {
+			_ = c.Close()
+		}
+		clear(d.conns)
+	}
+}
+
+// TestClusterFailLocal makes a Redis Cluster unreachable in the middle of
+// traffic: decisions go to the local share, the breaker trips, and once
+// the cluster is back its probe succeeds and decisions resume on the state
+// the cluster kept.
+func TestClusterFailLocal(t *testing.T) {
+	addrs := clusterAddrs(t)
+	d := &switchDialer{conns: map[net.Conn]struct{}{}}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Dialer: d.dial, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = direct.Close() })
+	clock := conformance.NewClock(t0)
+	rec := &recorder{}
+	s := newStore(t, c, &Options{
+		Prefix:           testPrefix(t, direct),
+		Now:              clock.Now,
+		OnFailure:        FailLocal,
+		LocalShare:       0.5,
+		BreakerThreshold: 3,
+		BreakerCooldown:  time.Minute,
+		Observer:         rec,
+		Timeout:          time.Second,
+	})
+	wall := &virtualWall{t: t0}
+	s.wall = wall.now
+	ctx := context.Background()
+	alg := floodgate.FixedWindow{Limit: 20, Window: time.Hour}
+	granted := func(keys []string) (n int64) {
+		for _, k := range keys {
+			res, err := s.Apply(ctx, k, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+			require.NoError(t, err)
+			n += res.Granted
+		}
+		return n
+	}
+	keys := make([]string, 30)
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i%3) // 3 keys, 10 decisions each
+	}
+	require.Equal(t, int64(30), granted(keys))
+	wall.advance(2 * time.Second)
+
+	d.setDown(true)
+	require.Equal(t, int64(30), granted(keys), "each key's local share, 10, is available")
+	require.Equal(t, int64(0), granted(keys), "and spent")
+	require.Equal(t, BreakerOpen, s.BreakerState())
+	for _, e := range rec.take() {
+		if e.Kind == EventFallback {
+			require.Equal(t, FailLocal, e.Policy)
+		}
+	}
+
+	d.setDown(false)
+	wall.advance(time.Minute)
+	res, err := s.Apply(ctx, "k0", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	require.NoError(t, err)
+	require.Equal(t, BreakerClosed, s.BreakerState())
+	require.Equal(t, int64(20-11), res.Remaining, "the cluster kept the 10 units admitted before the outage")
 }

@@ -29,7 +29,17 @@ import (
 // that once that time has passed the database holds none of the keys.
 func TestTTLHygiene(t *testing.T) {
 	srv := newServer(t)
-	c := srv.client(t)
+	ttlHygiene(t, srv.client(t))
+}
+
+// TestClusterTTLHygiene is TestTTLHygiene on a Redis Cluster.
+func TestClusterTTLHygiene(t *testing.T) {
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ttlHygiene(t, c)
+}
+
+func ttlHygiene(t *testing.T, c redis.UniversalClient) {
 	const margin = 50 * time.Millisecond
 	s := newStore(t, c, &Options{ExpiryMargin: margin})
 	ctx := context.Background()
