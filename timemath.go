@@ -28,9 +28,12 @@ func windowStart(now, w int64) int64 { return floorDiv(now, w) * w }
 // a whole nanosecond, and the tolerance size·interval. It rejects rates above
 // one unit per nanosecond and tolerances above MaxWindow.
 func emission(rate int64, per time.Duration, size int64, sizeName string) (interval, tolerance int64, err error) {
-	if rate == 1 && per > 0 && size > 0 && int64(per) <= int64(MaxWindow)/size {
-		// The fast path of a store that normalized the config to Rate 1.
-		return int64(per), size * int64(per), nil
+	if rate == 1 && per > 0 && size > 0 {
+		// The fast path of a store that normalized the config to Rate 1:
+		// the bound checked with a 128-bit product instead of a division.
+		if hi, lo := bits.Mul64(uint64(size), uint64(per)); hi == 0 && lo <= uint64(MaxWindow) {
+			return int64(per), int64(lo), nil
+		}
 	}
 	switch {
 	case rate < 1:

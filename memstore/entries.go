@@ -59,18 +59,6 @@ type wordTable struct {
 	fw   fwPacking
 }
 
-// step applies the table's algorithm to one word.
-func (t *wordTable) step(w int64, now time.Time, req floodgate.Request) (int64, floodgate.Result, error) {
-	switch t.kind {
-	case wordTB:
-		return t.tb.Step(w, now, req)
-	case wordLB:
-		return t.lb.Step(w, now, req)
-	default:
-		return t.fw.step(w, now, req)
-	}
-}
-
 // restoreAt returns the instant at which word carries no information.
 func (t *wordTable) restoreAt(w int64) int64 {
 	if t.kind == wordFW {
@@ -95,7 +83,21 @@ func (t *wordTable) Apply(_ context.Context, key string, req floodgate.Request) 
 			if old == dead {
 				break
 			}
-			next, res, err := t.step(old, now, req)
+			// The switch is written here rather than in a method: a method
+			// returning the Result would copy it once more.
+			var (
+				next int64
+				res  floodgate.Result
+				err  error
+			)
+			switch t.kind {
+			case wordTB:
+				next, res, err = t.tb.Step(old, now, req)
+			case wordLB:
+				next, res, err = t.lb.Step(old, now, req)
+			default:
+				next, res, err = t.fw.step(old, now, req)
+			}
 			if err != nil {
 				return res, err
 			}
