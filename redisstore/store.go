@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -149,6 +150,7 @@ type Store struct {
 
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
+	shut     atomic.Bool    // closed, read without the lock
 	inflight sync.WaitGroup // guarded calls still running
 }
 
@@ -294,6 +296,7 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	was := s.closed
 	s.closed = true
+	s.shut.Store(true)
 	s.mu.Unlock()
 	if was {
 		return nil
@@ -322,11 +325,42 @@ func (s *Store) Key(key string, kind floodgate.Kind) string {
 // Redis (two when the server lacks the script). When Redis fails, the
 // failure policy (Options.OnFailure) decides.
 func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
-	if err := floodgate.CheckKey(key); err != nil {
-		return floodgate.Result{}, err
-	}
 	a, err := resolve(alg)
 	if err != nil {
+		if kerr := floodgate.CheckKey(key); kerr != nil {
+			return floodgate.Result{}, kerr
+		}
+		return floodgate.Result{}, err
+	}
+	return s.apply(ctx, key, a, req)
+}
+
+// Bind implements floodgate.Binder: it validates alg once, so that the
+// decisions of a limiter made with floodgate.New skip it. The Bound is safe
+// for concurrent use and valid until the Store is closed.
+func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
+	a, err := resolve(alg)
+	if err != nil {
+		return nil, err
+	}
+	return &bound{s: s, a: a}, nil
+}
+
+var _ floodgate.Binder = (*Store)(nil)
+
+// bound is a Store bound to one algorithm.
+type bound struct {
+	s *Store
+	a algo
+}
+
+func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	return b.s.apply(ctx, key, b.a, req)
+}
+
+// apply executes one step of a resolved algorithm.
+func (s *Store) apply(ctx context.Context, key string, a algo, req floodgate.Request) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
 	if err := checkRequest(req, a.quota); err != nil {
@@ -334,6 +368,9 @@ func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, 
 	}
 	if err := ctx.Err(); err != nil {
 		return floodgate.Result{}, err
+	}
+	if s.shut.Load() {
+		return floodgate.Result{}, unavailable(ErrClosed, nil)
 	}
 	now := ""
 	if s.now != nil {

@@ -215,3 +215,33 @@ func TestErrorsAreTyped(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.False(t, errors.Is(err, ErrRedis))
 }
+
+// TestLimiter runs the store behind floodgate.New, which binds it, and
+// checks Close.
+func TestLimiter(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	s := newStore(t, c, nil)
+	_, err := s.Bind(floodgate.FixedWindow{Limit: 0, Window: time.Second})
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	_, err = floodgate.New(s, fakeAlg{})
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+
+	lim, err := floodgate.New(s, floodgate.SlidingLog{Limit: 3, Window: time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 4 {
+		d, err := lim.Allow(ctx, "user")
+		require.NoError(t, err)
+		require.Equal(t, i < 3, d.Allowed, "Allow #%d", i)
+	}
+	_, err = lim.Allow(ctx, "")
+	require.ErrorIs(t, err, floodgate.ErrEmptyKey)
+
+	require.NoError(t, s.Close())
+	_, err = lim.Allow(ctx, "user")
+	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, floodgate.ErrUnavailable)
+	_, err = s.Apply(ctx, "user", floodgate.SlidingLog{Limit: 3, Window: time.Hour}, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	require.ErrorIs(t, err, ErrClosed)
+}
