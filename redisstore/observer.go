@@ -50,8 +50,10 @@ func (k EventKind) String() string {
 	return fmt.Sprintf("EventKind(%d)", uint8(k))
 }
 
-// Event is one report to an Observer.
+// Event is one report to an Observer: a plain value, which the Observer
+// may keep.
 type Event struct {
+	// Kind says what the event reports, and which fields are set.
 	Kind EventKind
 	// Key is the key given to Apply (EventError, EventFallback).
 	Key string
