@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,6 +23,8 @@ type batcher struct {
 	in      chan *pending
 	quit    chan struct{}
 	wg      sync.WaitGroup
+	started atomic.Int64 // batches sent, up to cold
+	cold    int64        // the number of first batches with coldTimeout
 }
 
 // pending is one decision waiting for its reply.
@@ -32,6 +35,7 @@ type pending struct {
 	args  []any
 	reply any
 	err   error
+	cold  bool // sent in one of the first batches
 	done  chan struct{}
 }
 
@@ -43,6 +47,7 @@ func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pi
 		timeout: timeout,
 		in:      make(chan *pending, size*pipelines),
 		quit:    make(chan struct{}),
+		cold:    int64(pipelines),
 	}
 	b.wg.Add(pipelines)
 	for range pipelines {
@@ -53,20 +58,20 @@ func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pi
 
 // do queues a decision and waits for its reply or for ctx's end. The
 // store's timeout bounds each pipeline, not the wait in the queue.
-func (b *batcher) do(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error) {
+func (b *batcher) do(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error, bool) {
 	p := &pending{ctx: ctx, kind: kind, keys: []string{rkey}, args: args, done: make(chan struct{})}
 	select {
 	case b.in <- p:
 	case <-b.quit:
-		return nil, unavailable(ErrClosed, nil)
+		return nil, unavailable(ErrClosed, nil), false
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err(), false
 	}
 	select {
 	case <-p.done:
-		return p.reply, p.err
+		return p.reply, p.err, p.cold
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err(), false
 	}
 }
 
@@ -135,7 +140,11 @@ func (b *batcher) run() {
 
 // exec sends one batch and delivers its replies.
 func (b *batcher) exec(batch []*pending) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	timeout, cold := b.timeout, false
+	if b.started.Load() < b.cold && b.started.Add(1) <= b.cold {
+		timeout, cold = max(timeout, coldTimeout), true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(batch))
 	pipe := b.client.Pipeline()
@@ -169,6 +178,7 @@ func (b *batcher) exec(batch []*pending) {
 		} else {
 			p.err = p.ctx.Err()
 		}
+		p.cold = cold
 		close(p.done)
 	}
 }

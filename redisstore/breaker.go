@@ -57,7 +57,6 @@ type breaker struct {
 	bucket  time.Time // start of the current bucket
 	until   time.Time // end of the open period
 	probing bool      // a half-open probe is in flight
-	warm    bool      // Redis has answered once
 }
 
 // tally counts the calls that ended in a bucket.
@@ -122,15 +121,7 @@ func (b *breaker) done(now time.Time, probe bool, o outcome) change {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	from := b.state
-	switch {
-	case o == succeeded:
-		b.warm = true
-	case o == timedOut && !b.warm:
-		// The first calls dial connections and load the scripts: their
-		// timeouts say little of Redis until it has answered once. Errors
-		// (a refused connection) still count.
-		o = ignored
-	case o == timedOut:
+	if o == timedOut {
 		o = failed
 	}
 	if probe {

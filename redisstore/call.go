@@ -15,21 +15,27 @@ import (
 // call runs the script of kind on rkey. Options.Timeout starts once the
 // call goes to Redis: after a free slot among MaxInFlight, or in the
 // batch's pipeline; the wait before is bounded by ctx alone.
-func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error) {
+// It also reports whether the call was one of the store's first, cold ones.
+func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (reply any, err error, cold bool) {
 	if s.batch != nil {
 		return s.batch.do(ctx, kind, rkey, args)
 	}
 	select {
 	case s.gate <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err(), false
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	timeout := s.timeout
+	if s.started.Load() < s.cold && s.started.Add(1) <= s.cold {
+		cold, timeout = true, max(timeout, coldTimeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	script := programs[kind]
 	if !s.guard {
 		defer func() { <-s.gate }()
-		return script.Run(ctx, s.client, []string{rkey}, args...).Result()
+		reply, err = script.Run(ctx, s.client, []string{rkey}, args...).Result()
+		return reply, err, cold
 	}
 	// The client would not stop at ctx's deadline: run the call on its own
 	// goroutine and stop waiting at the deadline. The goroutine keeps its
@@ -39,7 +45,7 @@ func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args
 	if s.closed {
 		s.mu.RUnlock()
 		<-s.gate
-		return nil, unavailable(ErrClosed, nil)
+		return nil, unavailable(ErrClosed, nil), cold
 	}
 	s.inflight.Add(1)
 	s.mu.RUnlock()
@@ -56,9 +62,9 @@ func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args
 	}()
 	select {
 	case r := <-ch:
-		return r.v, r.err
+		return r.v, r.err, cold
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, ctx.Err(), cold
 	}
 }
 

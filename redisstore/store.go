@@ -59,6 +59,9 @@ type Options struct {
 	// call goes to Redis (once one of MaxInFlight slots is free, or when
 	// its batch is sent) to the reply; a decision that times out fails
 	// with ErrTimeout and goes to the failure policy. The default is 5ms.
+	// The first MaxInFlight calls of a Store (the first BatchPipelines
+	// batches), which dial connections and load scripts, get at least
+	// 250ms, and their timeouts do not count against the breaker.
 	// The wait for a slot or a batch is bounded by the caller's context
 	// only: a process that sends more decisions at once than its
 	// connections carry queues them instead of failing them. The bound
@@ -151,10 +154,17 @@ type Store struct {
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
 	shut     atomic.Bool    // closed, read without the lock
+	started  atomic.Int64   // calls sent to Redis, up to cold
+	cold     int64          // the number of first calls with coldTimeout
 	inflight sync.WaitGroup // guarded calls still running
 }
 
 var _ floodgate.Store = (*Store)(nil)
+
+// coldTimeout is the least timeout of a Store's first calls (as many as
+// MaxInFlight, or as many batches as BatchPipelines): they dial the
+// connections and load the scripts, several round trips each.
+const coldTimeout = 250 * time.Millisecond
 
 // maxUnix bounds the instants of decisions, in seconds since the Unix
 // epoch (in 2255): the scripts compute window starts from the instant in
@@ -240,6 +250,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		observer: o.Observer,
 		guard:    !honoursContext(client),
 		gate:     make(chan struct{}, o.MaxInFlight),
+		cold:     int64(o.MaxInFlight),
 		breaker:  breaker{threshold: o.BreakerThreshold, cooldown: o.BreakerCooldown},
 		wall:     time.Now,
 	}
@@ -388,9 +399,16 @@ func (s *Store) apply(ctx context.Context, key string, a algo, req floodgate.Req
 	if !ok {
 		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
 	}
-	reply, err := s.call(ctx, a.kind, s.Key(key, a.kind), a.args(now, req, s.marginMs))
+	reply, err, cold := s.call(ctx, a.kind, s.Key(key, a.kind), a.args(now, req, s.marginMs))
 	o, err := classify(ctx, err)
-	s.report(s.breaker.done(s.wall(), probe, o))
+	if o == timedOut && cold {
+		// The first calls dial connections and load the scripts: their
+		// timeouts say little of Redis. Errors (a refused connection)
+		// still count.
+		s.report(s.breaker.done(s.wall(), probe, ignored))
+	} else {
+		s.report(s.breaker.done(s.wall(), probe, o))
+	}
 	if err == nil {
 		res, derr := a.decode(reply, req)
 		if derr == nil {
