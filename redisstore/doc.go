@@ -47,11 +47,15 @@
 //
 // # Failures
 //
-// Each decision waits at most Options.Timeout (5ms by default) for Redis. A
-// circuit breaker opens after Options.BreakerThreshold consecutive failed
-// calls and then sends nothing to Redis, so a dead or slow Redis costs no
-// latency, until Options.BreakerCooldown has passed and one probe goes
-// through. A decision Redis does not make is made by Options.OnFailure:
+// Each call waits at most Options.Timeout (5ms by default) for Redis to
+// answer, once it is sent: decisions beyond Options.MaxInFlight (the
+// client's pool size) queue in the process, bounded by their context, rather
+// than fail (a Store's first calls, which dial and load scripts, get at
+// least 250ms). A circuit breaker opens when, over the last second or so,
+// at least Options.BreakerThreshold calls failed and they were at least
+// half of the calls; it then sends nothing to Redis, so a dead or slow
+// Redis costs no latency, until Options.BreakerCooldown has passed and one
+// probe goes through. A decision Redis does not make is made by Options.OnFailure:
 // FailError returns an error matching floodgate.ErrUnavailable (and
 // ErrTimeout, ErrRedis or ErrBreakerOpen), FailOpen admits, FailClosed
 // denies, FailLocal decides on an in-process memstore with
