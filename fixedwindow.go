@@ -75,7 +75,7 @@ func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (Fixe
 		if s.Start > t {
 			return 0
 		}
-		return a.Limit - s.Count
+		return max(a.Limit-s.Count, 0) // negative after the Limit of a live key is lowered
 	}
 	resetAfter := func(s FixedWindowState) time.Duration {
 		if s.Count == 0 {
@@ -110,7 +110,7 @@ func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (Fixe
 		if open {
 			m = min(req.N, a.Limit-cur.Count)
 		}
-		if m == 0 {
+		if m <= 0 {
 			res.Remaining = remaining(cur)
 			res.RetryAfter = time.Duration(cur.Start + w - t)
 			if !open {

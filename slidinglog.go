@@ -146,7 +146,7 @@ func (a SlidingLog) Step(st *SlidingLogState, now time.Time, req Request) (Resul
 		if from > t {
 			return 0
 		}
-		return a.Limit - st.total
+		return max(a.Limit-st.total, 0) // negative after the Limit of a live key is lowered
 	}
 	resetAfter := func() time.Duration {
 		if last, ok := st.Last(); ok {
@@ -174,7 +174,7 @@ func (a SlidingLog) Step(st *SlidingLogState, now time.Time, req Request) (Resul
 		return res, nil
 	case OpTakeUpTo:
 		m := min(req.N, remaining())
-		if m == 0 {
+		if m <= 0 {
 			// When one unit fits: after the newest entry, once enough old
 			// ones have left (a reservation ahead may hold the whole quota).
 			res.RetryAfter = time.Duration(a.admitAt(st, from, 1) - t)

@@ -100,17 +100,21 @@ func (a SlidingWindow) earliest(st SlidingWindowState, from, n int64) int64 {
 	if float64(n) <= a.avail(st, from) {
 		return from
 	}
-	// Solve prev·(W−e)/W ≤ room for e, then settle the rounding of the
-	// float estimate with a step or two.
-	e := int64(math.Ceil(float64(w) * float64(st.Prev-room) / float64(st.Prev)))
-	e = min(max(e, from), w)
-	for e < w && float64(n) > a.avail(st, e) {
-		e++
+	// avail never decreases as e grows (each float operation is monotonic)
+	// and avail(W) = Limit − Curr ≥ n, so bisect for the least e that fits:
+	// at most 52 steps, where settling a closed-form guess by single
+	// nanoseconds could take ~2^40 for a large Limit and a tiny Prev. The
+	// Lua script bisects the same interval the same way.
+	lo, hi := from, w // avail(lo) < n ≤ avail(hi)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if float64(n) <= a.avail(st, mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
 	}
-	for e > from && float64(n) <= a.avail(st, e-1) {
-		e--
-	}
-	return e
+	return hi
 }
 
 // admitAt returns the earliest instant, at offset from or later into st's

@@ -1,0 +1,52 @@
+package floodgate_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// TestSlidingWindowFlatEstimate: with a huge Limit and Prev = 1 the
+// estimate barely moves across the window; finding the instant it has room
+// must bisect, not step a nanosecond at a time (~2^40 steps here).
+func TestSlidingWindowFlatEstimate(t *testing.T) {
+	w := floodgate.MaxWindow.Truncate(time.Microsecond)
+	a := floodgate.SlidingWindow{Limit: 1 << 40, Window: w}
+	start := time.Unix(0, 0).Add(3 * w)
+	st := floodgate.SlidingWindowState{Start: start.UnixNano(), Prev: 1, Curr: 1<<40 - 1}
+	_, res, err := a.Step(st, start, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	require.NoError(t, err)
+	assert.False(t, res.Allowed)
+	// One unit fits only once the previous window's single unit has no
+	// weight left: at the end of the window.
+	assert.Equal(t, w, res.RetryAfter, "RetryAfter")
+}
+
+// TestTakeUpToOverLoweredLimit: a live key whose count exceeds a lowered
+// Limit grants nothing, and reports no negative Remaining.
+func TestTakeUpToOverLoweredLimit(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	upTo := floodgate.Request{Op: floodgate.OpTakeUpTo, N: 3}
+
+	fw := floodgate.FixedWindow{Limit: 5, Window: time.Minute}
+	_, res, err := fw.Step(floodgate.FixedWindowState{Start: now.UnixNano(), Count: 10}, now, upTo)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "FixedWindow AllowUpTo over a lowered limit")
+	assert.Zero(t, res.Granted)
+	assert.Zero(t, res.Remaining)
+
+	sl := floodgate.SlidingLog{Limit: 5, Window: time.Minute}
+	var log floodgate.SlidingLogState
+	big := floodgate.SlidingLog{Limit: 10, Window: time.Minute}
+	_, err = big.Step(&log, now, floodgate.Request{Op: floodgate.OpTake, N: 10})
+	require.NoError(t, err)
+	res, err = sl.Step(&log, now, upTo)
+	require.NoError(t, err)
+	assert.False(t, res.Allowed, "SlidingLog AllowUpTo over a lowered limit")
+	assert.Zero(t, res.Granted)
+	assert.Zero(t, res.Remaining)
+}
