@@ -23,7 +23,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultPrefix           = "fg:"
-	DefaultTimeout          = 5 * time.Millisecond
+	DefaultTimeout          = 20 * time.Millisecond
 	DefaultExpiryMargin     = time.Second
 	DefaultBreakerThreshold = 10
 	DefaultBreakerCooldown  = time.Second
@@ -58,7 +58,11 @@ type Options struct {
 	// Timeout bounds the time Redis takes to answer a call, from when the
 	// call goes to Redis (once one of MaxInFlight slots is free, or when
 	// its batch is sent) to the reply; a decision that times out fails
-	// with ErrTimeout and goes to the failure policy. The default is 5ms.
+	// with ErrTimeout and goes to the failure policy. The default is 20ms:
+	// a loopback or same-zone round trip takes well under 1ms, and the
+	// rest leaves room for GC pauses and loaded hosts (at 5ms, 512
+	// goroutines on a loaded 2-core machine saw a few timeouts per
+	// thousand). Lower it where failing fast matters more.
 	// The first MaxInFlight calls of a Store (the first BatchPipelines
 	// batches), which dial connections and load scripts, get at least
 	// 250ms, and their timeouts do not count against the breaker.
