@@ -25,10 +25,12 @@ type Limiter interface {
 	// Delay before proceeding.
 	Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error)
 	// Wait reserves n units with the time left before ctx's deadline as the
-	// maximum delay and sleeps until they may proceed. It returns at once
-	// with an error (matching context.DeadlineExceeded) when the delay needed
-	// is longer than that, and ctx.Err() when ctx ends during the sleep, after
-	// giving the units back where the algorithm allows.
+	// maximum delay (MaxDelay without a deadline) and sleeps until they may
+	// proceed. It returns at once with an error matching
+	// ErrWaitExceedsDeadline (and context.DeadlineExceeded, when ctx has a
+	// deadline) when they cannot be admitted within that delay, and
+	// ctx.Err() when ctx ends during the sleep, after giving the units back
+	// where the algorithm allows.
 	Wait(ctx context.Context, key string, n int64) error
 	// Policy reports the quota and the window of the limiter, for headers.
 	Policy() Policy
@@ -250,9 +252,11 @@ var (
 	// ErrUnavailable reports a store that failed to decide; the error
 	// returned wraps the cause as well.
 	ErrUnavailable = errors.New("floodgate: store unavailable")
-	// ErrWaitExceedsDeadline reports a Wait whose needed delay is longer
-	// than the time left before its context's deadline. Errors returned with
-	// it also match context.DeadlineExceeded.
+	// ErrWaitExceedsDeadline reports a Wait that cannot be admitted in time:
+	// its needed delay is longer than the time left before its context's
+	// deadline (then the error also matches context.DeadlineExceeded), or,
+	// without a deadline, longer than MaxDelay or beyond what the algorithm
+	// can queue (a full leaky bucket).
 	ErrWaitExceedsDeadline = errors.New("floodgate: wait would exceed the context deadline")
 )
 
@@ -369,7 +373,8 @@ func (l *limiter) badTake(key string, n int64, maxDelay time.Duration) error {
 
 func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 	maxDelay := MaxDelay
-	if deadline, ok := ctx.Deadline(); ok {
+	deadline, hasDeadline := ctx.Deadline()
+	if hasDeadline {
 		maxDelay = max(time.Until(deadline), 0)
 	}
 	res, err := l.take(ctx, key, n, maxDelay)
@@ -377,7 +382,7 @@ func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 		return err
 	}
 	if !res.Allowed {
-		return &waitError{n: n, retryAfter: res.RetryAfter}
+		return &waitError{n: n, retryAfter: res.RetryAfter, deadline: hasDeadline}
 	}
 	if res.Delay <= 0 {
 		return nil
@@ -423,17 +428,22 @@ func (l *limiter) step(ctx context.Context, key string, req Request) (Result, er
 	return l.store.Apply(ctx, key, req)
 }
 
-// waitError is returned by Wait when the delay needed exceeds the deadline.
-// It matches ErrWaitExceedsDeadline and context.DeadlineExceeded.
+// waitError is returned by Wait when it cannot be admitted in time. It
+// matches ErrWaitExceedsDeadline, and context.DeadlineExceeded when the
+// context has a deadline.
 type waitError struct {
 	n          int64
 	retryAfter time.Duration
+	deadline   bool // the context has a deadline
 }
 
 func (e *waitError) Error() string {
+	if !e.deadline {
+		return fmt.Sprintf("floodgate: Wait(n=%d) cannot be admitted by waiting (retry after %v)", e.n, e.retryAfter)
+	}
 	return fmt.Sprintf("floodgate: Wait(n=%d) would exceed the context deadline (retry after %v)", e.n, e.retryAfter)
 }
 
 func (e *waitError) Is(target error) bool {
-	return target == ErrWaitExceedsDeadline || target == context.DeadlineExceeded
+	return target == ErrWaitExceedsDeadline || (e.deadline && target == context.DeadlineExceeded)
 }

@@ -1,6 +1,7 @@
 package floodgate_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
 )
 
 // TestSlidingWindowFlatEstimate: with a huge Limit and Prev = 1 the
@@ -49,4 +51,26 @@ func TestTakeUpToOverLoweredLimit(t *testing.T) {
 	assert.False(t, res.Allowed, "SlidingLog AllowUpTo over a lowered limit")
 	assert.Zero(t, res.Granted)
 	assert.Zero(t, res.Remaining)
+}
+
+// TestWaitWithoutDeadlineOnFullQueue: a leaky bucket whose queue is full
+// cannot admit a Wait; without a deadline the error must not claim one.
+func TestWaitWithoutDeadlineOnFullQueue(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	s, err := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	lim, err := floodgate.New(s, floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 1})
+	require.NoError(t, err)
+	d, err := lim.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	err = lim.Wait(context.Background(), "k", 1)
+	assert.ErrorIs(t, err, floodgate.ErrWaitExceedsDeadline)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "Wait without a deadline")
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	err = lim.Wait(ctx, "k", 1)
+	assert.ErrorIs(t, err, floodgate.ErrWaitExceedsDeadline)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Wait with a deadline")
 }
