@@ -42,12 +42,7 @@ var _ Algorithm = FixedWindow{}
 func (a FixedWindow) Validate() error { return checkWindow(a.Limit, a.Window) }
 
 // Policy returns Limit units per Window.
-func (a FixedWindow) Policy() Policy {
-	if a.Validate() != nil {
-		return Policy{}
-	}
-	return Policy{Quota: a.Limit, Window: a.Window}
-}
+func (a FixedWindow) Policy() Policy { return windowPolicy(a.Limit, a.Window) }
 
 // Kind returns KindFixedWindow.
 func (a FixedWindow) Kind() Kind { return KindFixedWindow }

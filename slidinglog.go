@@ -35,12 +35,7 @@ var _ Algorithm = SlidingLog{}
 func (a SlidingLog) Validate() error { return checkWindow(a.Limit, a.Window) }
 
 // Policy returns Limit units per Window.
-func (a SlidingLog) Policy() Policy {
-	if a.Validate() != nil {
-		return Policy{}
-	}
-	return Policy{Quota: a.Limit, Window: a.Window}
-}
+func (a SlidingLog) Policy() Policy { return windowPolicy(a.Limit, a.Window) }
 
 // Kind returns KindSlidingLog.
 func (a SlidingLog) Kind() Kind { return KindSlidingLog }

@@ -57,12 +57,7 @@ var _ Algorithm = SlidingWindow{}
 func (a SlidingWindow) Validate() error { return checkWindow(a.Limit, a.Window) }
 
 // Policy returns Limit units per Window.
-func (a SlidingWindow) Policy() Policy {
-	if a.Validate() != nil {
-		return Policy{}
-	}
-	return Policy{Quota: a.Limit, Window: a.Window}
-}
+func (a SlidingWindow) Policy() Policy { return windowPolicy(a.Limit, a.Window) }
 
 // Kind returns KindSlidingWindow.
 func (a SlidingWindow) Kind() Kind { return KindSlidingWindow }

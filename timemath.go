@@ -84,6 +84,15 @@ func checkWindow(limit int64, window time.Duration) error {
 	return nil
 }
 
+// windowPolicy returns the Policy of a window algorithm: Limit units per
+// Window, or the zero Policy for an invalid configuration.
+func windowPolicy(limit int64, window time.Duration) Policy {
+	if checkWindow(limit, window) != nil {
+		return Policy{}
+	}
+	return Policy{Quota: limit, Window: window}
+}
+
 // checkStep validates a Request against a quota, and the store's clock.
 func checkStep(req Request, quota int64, now time.Time) error {
 	if sec := now.Unix(); req.N >= 1 && req.MaxDelay >= 0 && req.Op <= OpRefund &&
