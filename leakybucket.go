@@ -60,12 +60,16 @@ func (a LeakyBucket) Kind() Kind { return KindLeakyBucket }
 // Step returns the new value to store and the result. A denial returns tail
 // unchanged. Every Store must produce the same results.
 func (a LeakyBucket) Step(tail int64, now time.Time, req Request) (int64, Result, error) {
-	interval, tau, err := emission(a.Rate, a.Per, a.Capacity, "Capacity")
-	if err != nil {
-		return tail, Result{}, err
+	// The fast paths inline; the slow ones build the errors.
+	interval, tau, ok := emissionFast(a.Rate, a.Per, a.Capacity)
+	if !ok {
+		var err error
+		if interval, tau, err = emissionSlow(a.Rate, a.Per, a.Capacity, "Capacity"); err != nil {
+			return tail, Result{}, err
+		}
 	}
-	if err := checkStep(req, a.Capacity, now); err != nil {
-		return tail, Result{}, err
+	if !okStep(req, a.Capacity, now.Unix()) {
+		return tail, Result{}, badStep(req, a.Capacity, now)
 	}
 	t := now.UnixNano()
 	res := Result{At: now, Decision: Decision{Limit: a.Capacity}}

@@ -28,13 +28,22 @@ func windowStart(now, w int64) int64 { return floorDiv(now, w) * w }
 // a whole nanosecond, and the tolerance size·interval. It rejects rates above
 // one unit per nanosecond and tolerances above MaxWindow.
 func emission(rate int64, per time.Duration, size int64, sizeName string) (interval, tolerance int64, err error) {
-	if rate == 1 && per > 0 && size > 0 {
-		// The fast path of a store that normalized the config to Rate 1:
-		// the bound checked with a 128-bit product instead of a division.
-		if hi, lo := bits.Mul64(uint64(size), uint64(per)); hi == 0 && lo <= uint64(MaxWindow) {
-			return int64(per), int64(lo), nil
-		}
+	if interval, tolerance, ok := emissionFast(rate, per, size); ok {
+		return interval, tolerance, nil
 	}
+	return emissionSlow(rate, per, size, sizeName)
+}
+
+// emissionFast is emission for a config a store normalized to Rate 1, small
+// enough to inline into the Steps: the bound is checked with a 128-bit
+// product instead of a division. It reports false for anything else.
+func emissionFast(rate int64, per time.Duration, size int64) (interval, tolerance int64, ok bool) {
+	hi, lo := bits.Mul64(uint64(size), uint64(per))
+	return int64(per), int64(lo), rate == 1 && per > 0 && size > 0 && hi == 0 && lo <= uint64(MaxWindow)
+}
+
+// emissionSlow is emission for any rate, with the errors.
+func emissionSlow(rate int64, per time.Duration, size int64, sizeName string) (interval, tolerance int64, err error) {
 	switch {
 	case rate < 1:
 		return 0, 0, fmt.Errorf("%w: Rate must be at least 1, got %d", ErrInvalidConfig, rate)
@@ -95,11 +104,17 @@ func windowPolicy(limit int64, window time.Duration) Policy {
 
 // checkStep validates a Request against a quota, and the store's clock.
 func checkStep(req Request, quota int64, now time.Time) error {
-	if sec := now.Unix(); req.N >= 1 && req.MaxDelay >= 0 && req.Op <= OpRefund &&
-		(req.N <= quota || req.Op != OpTake) && sec >= 0 && sec <= latestUnix {
+	if okStep(req, quota, now.Unix()) {
 		return nil
 	}
 	return badStep(req, quota, now)
+}
+
+// okStep reports whether a request passes checkStep at Unix second sec; it
+// is small enough to inline.
+func okStep(req Request, quota, sec int64) bool {
+	return req.N >= 1 && req.MaxDelay >= 0 && req.Op <= OpRefund &&
+		(req.N <= quota || req.Op != OpTake) && uint64(sec) <= latestUnix
 }
 
 // latestUnix is the last second whose nanoseconds fit an int64 (in 2262).

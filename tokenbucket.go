@@ -58,12 +58,16 @@ func (a TokenBucket) Kind() Kind { return KindTokenBucket }
 // key); Step returns the new value to store and the result. A denial returns
 // tat unchanged. Every Store must produce the same results.
 func (a TokenBucket) Step(tat int64, now time.Time, req Request) (int64, Result, error) {
-	interval, tau, err := emission(a.Rate, a.Per, a.Burst, "Burst")
-	if err != nil {
-		return tat, Result{}, err
+	// The fast paths inline; the slow ones build the errors.
+	interval, tau, ok := emissionFast(a.Rate, a.Per, a.Burst)
+	if !ok {
+		var err error
+		if interval, tau, err = emissionSlow(a.Rate, a.Per, a.Burst, "Burst"); err != nil {
+			return tat, Result{}, err
+		}
 	}
-	if err := checkStep(req, a.Burst, now); err != nil {
-		return tat, Result{}, err
+	if !okStep(req, a.Burst, now.Unix()) {
+		return tat, Result{}, badStep(req, a.Burst, now)
 	}
 	t := now.UnixNano()
 	base := max(tat, t)
