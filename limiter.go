@@ -289,20 +289,58 @@ func New(store Store, alg Algorithm) (Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
-	if alg == nil {
-		return nil, fmt.Errorf("%w: nil algorithm", ErrInvalidConfig)
+	alg, err := derefAlgorithm(alg)
+	if err != nil {
+		return nil, err
 	}
 	if err := alg.Validate(); err != nil {
 		return nil, err
 	}
 	var bound Bound = unbound{store: store, alg: alg}
 	if b, ok := store.(Binder); ok {
-		var err error
 		if bound, err = b.Bind(alg); err != nil {
 			return nil, err
 		}
 	}
 	return &limiter{store: bound, alg: alg, policy: alg.Policy()}, nil
+}
+
+// derefAlgorithm returns alg as a value: a pointer to one of the five
+// configurations also implements Algorithm (their methods have value
+// receivers), and stores compare and switch on the values. A nil alg, or a
+// nil pointer, whose methods would panic, is ErrInvalidConfig.
+func derefAlgorithm(alg Algorithm) (Algorithm, error) {
+	nilAlg := fmt.Errorf("%w: nil algorithm", ErrInvalidConfig)
+	switch a := alg.(type) {
+	case nil:
+		return nil, nilAlg
+	case *TokenBucket:
+		if a == nil {
+			return nil, nilAlg
+		}
+		return *a, nil
+	case *LeakyBucket:
+		if a == nil {
+			return nil, nilAlg
+		}
+		return *a, nil
+	case *FixedWindow:
+		if a == nil {
+			return nil, nilAlg
+		}
+		return *a, nil
+	case *SlidingWindow:
+		if a == nil {
+			return nil, nilAlg
+		}
+		return *a, nil
+	case *SlidingLog:
+		if a == nil {
+			return nil, nilAlg
+		}
+		return *a, nil
+	}
+	return alg, nil
 }
 
 // limiter is the Limiter returned by New: argument checks and the Wait loop

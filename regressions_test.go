@@ -74,3 +74,20 @@ func TestWaitWithoutDeadlineOnFullQueue(t *testing.T) {
 	assert.ErrorIs(t, err, floodgate.ErrWaitExceedsDeadline)
 	assert.ErrorIs(t, err, context.DeadlineExceeded, "Wait with a deadline")
 }
+
+// TestNewPointerConfigs: pointers to the configurations implement Algorithm
+// too; New accepts them on every store and rejects nil ones without a panic.
+func TestNewPointerConfigs(t *testing.T) {
+	s, err := memstore.New(nil)
+	require.NoError(t, err)
+	lim, err := floodgate.New(s, &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 2})
+	require.NoError(t, err)
+	d, err := lim.AllowN(context.Background(), "k", 2)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	for _, alg := range []floodgate.Algorithm{(*floodgate.TokenBucket)(nil), (*floodgate.LeakyBucket)(nil),
+		(*floodgate.FixedWindow)(nil), (*floodgate.SlidingWindow)(nil), (*floodgate.SlidingLog)(nil)} {
+		_, err := floodgate.New(s, alg)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "New(%T(nil))", alg)
+	}
+}
