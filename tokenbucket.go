@@ -3,6 +3,8 @@ package floodgate
 import (
 	"fmt"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/gcra"
 )
 
 // TokenBucket admits up to Burst units at once and refills at Rate units per
@@ -70,31 +72,25 @@ func (a TokenBucket) Step(tat int64, now time.Time, req Request) (int64, Result,
 		return tat, Result{}, badStep(req, a.Burst, now)
 	}
 	t := now.UnixNano()
-	base := max(tat, t)
 	if req.Op == OpTake {
-		// The hot path, written out: no closure, one division.
-		next := base + req.N*interval
-		wait := next - tau - t // when the bucket holds the units again
-		if maxDelay := int64(min(req.MaxDelay, MaxDelay)); wait > maxDelay {
+		next, remaining, wait, reset, ok := gcra.Take(tat, t, req.N, interval, tau, maxDelayNs(req))
+		if !ok {
 			return tat, Result{At: now, Decision: Decision{
 				Limit:      a.Burst,
-				Remaining:  max(floorDiv(t+tau-base, interval), 0),
-				RetryAfter: time.Duration(wait - maxDelay),
-				ResetAfter: time.Duration(base - t),
+				Remaining:  remaining,
+				RetryAfter: time.Duration(wait),
+				ResetAfter: time.Duration(reset),
 			}}, nil
-		}
-		remaining := int64(0)
-		if wait < 0 { // not in debt: whole tokens left
-			remaining = -wait / interval
 		}
 		return next, Result{At: now, Granted: req.N, Decision: Decision{
 			Allowed:    true,
 			Limit:      a.Burst,
 			Remaining:  remaining,
-			Delay:      nsDur(wait),
-			ResetAfter: time.Duration(next - t),
+			Delay:      time.Duration(wait),
+			ResetAfter: time.Duration(reset),
 		}}, nil
 	}
+	base := max(tat, t)
 	res := Result{At: now, Decision: Decision{Limit: a.Burst}}
 	// tokens reports the whole units in the bucket when the schedule ends at
 	// end; negative in debt.
