@@ -302,7 +302,19 @@ func New(store Store, alg Algorithm) (Limiter, error) {
 			return nil, err
 		}
 	}
-	return &limiter{store: bound, alg: alg, policy: alg.Policy()}, nil
+	l := &limiter{store: bound, alg: alg, policy: alg.Policy()}
+	l.taker, _ = bound.(taker)
+	return l, nil
+}
+
+// taker is implemented by a Bound with a faster path than Apply for a plain
+// take (OpTake without delay): memstore's token bucket returns the fields of
+// the Decision that vary as scalars, which stay in registers, where a
+// Result or a Decision (structs of more than four fields) is copied through
+// memory at each call. Take must decide exactly as Apply would; the Decision
+// has Limit the quota and Delay 0.
+type taker interface {
+	Take(ctx context.Context, key string, n int64) (allowed bool, remaining int64, retryAfter, resetAfter time.Duration, err error)
 }
 
 // derefAlgorithm returns alg as a value: a pointer to one of the five
@@ -347,6 +359,7 @@ func derefAlgorithm(alg Algorithm) (Algorithm, error) {
 // over a Store.
 type limiter struct {
 	store  Bound
+	taker  taker // store's fast path for Allow and AllowN, or nil
 	alg    Algorithm
 	policy Policy
 }
@@ -364,6 +377,16 @@ func (l *limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
+	if l.taker != nil {
+		// Written out rather than in a method: returning a Decision from one
+		// costs a copy through memory (Go keeps structs of more than four
+		// fields out of registers).
+		ok, remaining, retry, reset, err := l.taker.Take(ctx, key, 1)
+		if err != nil {
+			return Decision{}, err
+		}
+		return Decision{Allowed: ok, Limit: l.policy.Quota, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}, nil
+	}
 	res, err := l.store.Apply(ctx, key, Request{Op: OpTake, N: 1})
 	return res.Decision, err
 }
@@ -374,6 +397,16 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	}
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
+	}
+	if l.taker != nil {
+		// Written out rather than in a method: returning a Decision from one
+		// costs a copy through memory (Go keeps structs of more than four
+		// fields out of registers).
+		ok, remaining, retry, reset, err := l.taker.Take(ctx, key, n)
+		if err != nil {
+			return Decision{}, err
+		}
+		return Decision{Allowed: ok, Limit: l.policy.Quota, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}, nil
 	}
 	res, err := l.store.Apply(ctx, key, Request{Op: OpTake, N: n})
 	return res.Decision, err

@@ -269,5 +269,29 @@ func fwRestoreAt(st floodgate.FixedWindowState, w int64) int64 {
 	return st.Start + w
 }
 
-// nowNs returns the store's clock in nanoseconds since the Unix epoch.
-func (s *Store) nowNs() int64 { return s.clock().UnixNano() }
+// stepNow is nowNs for a step, with whether the instant is one a step
+// accepts: from 1970 until the nanoseconds overflow in 2262, as
+// floodgate.TokenBucket.Step checks.
+func (s *Store) stepNow() (int64, bool) {
+	if s.now == nil {
+		ns := s.baseNs + int64(time.Since(s.base))
+		return ns, ns >= 0
+	}
+	now := s.now()
+	return now.UnixNano(), uint64(now.Unix()) <= latestUnix
+}
+
+// latestUnix is the last second whose nanoseconds fit an int64.
+const latestUnix = (1<<63 - 1) / 1_000_000_000
+
+// nowNs returns the store's clock in nanoseconds since the Unix epoch for
+// reclamation, or math.MinInt64, before which nothing is restored, when the
+// clock is outside the range steps accept: there its nanoseconds would
+// overflow and could reclaim entries that still count.
+func (s *Store) nowNs() int64 {
+	ns, ok := s.stepNow()
+	if !ok {
+		return math.MinInt64
+	}
+	return ns
+}
