@@ -171,29 +171,38 @@ type Token struct {
 	part     int32
 }
 
-// outcome is how a request ended.
-type outcome uint8
+// Outcome is how an admitted request ended, as a value: one of the three
+// ways to end a Token, for code that decides the ending apart from making
+// the call (see MiddlewareOptions.Outcome). The zero value is Success.
+type Outcome uint8
 
 const (
-	outcomeSuccess outcome = iota
-	outcomeDropped
-	outcomeIgnored
+	// Success is the ending of Token.Success: the request completed, and its
+	// latency is a sample.
+	Success Outcome = iota
+	// Dropped is the ending of Token.Dropped: the request timed out or was
+	// refused for overload, and its latency is a sample marked Dropped.
+	Dropped
+	// Ignore is the ending of Token.Ignore: the request ended without a
+	// sample.
+	Ignore
 )
 
 // Success ends the request normally: its latency is a sample for the Limit.
-func (t *Token) Success() { t.end(outcomeSuccess) }
+func (t *Token) Success() { t.end(Success) }
 
 // Dropped ends a request that timed out or was refused for overload (by this
 // server's dependencies or a deadline). Its latency is a sample marked
 // Dropped, which loss-based limits answer by cutting the limit.
-func (t *Token) Dropped() { t.end(outcomeDropped) }
+func (t *Token) Dropped() { t.end(Dropped) }
 
 // Ignore ends a request without a sample: it failed before its latency meant
 // anything (a panic, a bad request rejected early, a client that went away),
 // and its short RTT would otherwise pull the limit's RTT estimate down.
-func (t *Token) Ignore() { t.end(outcomeIgnored) }
+func (t *Token) Ignore() { t.end(Ignore) }
 
-func (t *Token) end(o outcome) {
+// end ends the token with o, which is one of Success, Dropped and Ignore.
+func (t *Token) end(o Outcome) {
 	if t.l == nil {
 		return
 	}
@@ -283,22 +292,22 @@ func (l *Limiter) await(ctx context.Context, w *waiter) (Token, error) {
 
 // release ends a token: it updates the counters and the Limit, and hands
 // freed slots to waiters.
-func (l *Limiter) release(t Token, o outcome) {
+func (l *Limiter) release(t Token, o Outcome) {
 	now := l.clock()
 	l.mu.Lock()
 	l.inflight--
 	l.parts[t.part].busy--
 	old := l.current
 	switch o {
-	case outcomeSuccess:
+	case Success:
 		l.succeeded++
-	case outcomeDropped:
+	case Dropped:
 		l.dropped++
-	case outcomeIgnored:
+	case Ignore:
 		l.ignored++
 	}
-	if o != outcomeIgnored {
-		s := Sample{Start: l.base.Add(t.start), RTT: max(0, now-t.start), InFlight: int(t.inflight), Dropped: o == outcomeDropped}
+	if o != Ignore {
+		s := Sample{Start: l.base.Add(t.start), RTT: max(0, now-t.start), InFlight: int(t.inflight), Dropped: o == Dropped}
 		if next := max(1, l.limit.Update(s)); next != old {
 			l.setLimit(next)
 		}
