@@ -21,6 +21,10 @@
 //	mw, _ := adaptive.Middleware(l, nil)
 //	http.ListenAndServe(addr, mw(handler))
 //
+// It reports a handler that overran its deadline as Dropped; set
+// [MiddlewareOptions.Outcome] to count the handler's own 503 and 504 answers
+// as Dropped too, so that the limit backs off when a dependency is saturated.
+//
 // Anywhere else, call [Limiter.Acquire] before the work and end the returned
 // [Token] with exactly one of [Token.Success], [Token.Dropped] (the work timed
 // out or a dependency was overloaded) or [Token.Ignore] (it failed in a way

@@ -105,3 +105,40 @@ func ExampleMiddleware() {
 	// "": 503 Retry-After="1"
 	// "checkout": 200 Retry-After=""
 }
+
+func ExampleMiddlewareOptions_outcome() {
+	// The handler answers 503 itself when its database is saturated. Counted
+	// as Dropped, those answers make AIMD cut its limit.
+	limit, err := adaptive.NewAIMD(&adaptive.AIMDOptions{InitialLimit: 10, MinLimit: 1})
+	if err != nil {
+		panic(err)
+	}
+	l, err := adaptive.NewLimiter(limit, nil)
+	if err != nil {
+		panic(err)
+	}
+	mw, err := adaptive.Middleware(l, &adaptive.MiddlewareOptions{
+		Outcome: func(status int, _ *http.Request) adaptive.Outcome {
+			switch status {
+			case http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+				return adaptive.Dropped
+			case http.StatusBadRequest, http.StatusNotFound:
+				return adaptive.Ignore // fast failures say nothing about capacity
+			}
+			return adaptive.Success
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "database saturated", http.StatusServiceUnavailable)
+	}))
+	for range 2 {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/", nil))
+		fmt.Println("limit", l.Limit())
+	}
+	// Output:
+	// limit 9
+	// limit 8
+}

@@ -34,12 +34,32 @@ type MiddlewareOptions struct {
 	// header is already set. The default writes RejectStatus with a short
 	// plain-text body.
 	Rejected http.Handler
+	// Outcome, when set, decides how a request is reported to the Limiter
+	// when its handler returned before the request's context ended (the
+	// case that is otherwise a Success). It gets the status code the
+	// handler wrote (200 if it wrote none) and the request as the handler
+	// saw it. Return Dropped for responses that mean overload, such as the
+	// handler's own 503 or 504 when a dependency is saturated, so that
+	// loss-based limits back off; Ignore for failures whose latency says
+	// nothing about capacity (a fast 400); Success otherwise. Any other
+	// value counts as Ignore. A request whose context ended, or whose
+	// handler panicked, is reported as described at Middleware and Outcome
+	// is not called; a panic in Outcome releases the slot with Ignore.
+	//
+	// Setting it wraps the ResponseWriter to record the status, which costs
+	// one small allocation per request. The wrapper implements http.Flusher
+	// and Unwrap, so http.ResponseController reaches every other method of
+	// the original writer (Hijack, deadlines); a type assertion on the
+	// wrapped writer finds only http.Flusher. The default is nil: such a
+	// request is a Success and the writer is passed on unwrapped.
+	Outcome func(status int, r *http.Request) Outcome
 }
 
 // Middleware returns net/http middleware that admits each request through
 // l and reports how it ended:
 //
-//   - the handler returned before its context ended: Success;
+//   - the handler returned before its context ended: Success, or what
+//     MiddlewareOptions.Outcome returns for the status the handler wrote;
 //   - the request's context passed its deadline (the handler overran the
 //     deadline set by Timeout or by an outer layer): Dropped, so that
 //     loss-based limits back off;
@@ -107,22 +127,90 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 		r = r.WithContext(ctx)
 	}
-	// The deferred Ignore runs only if the handler panics: recovering and
-	// re-panicking would lose the original stack.
-	returned := false
+	// The writer is wrapped only for Outcome, so that the default path
+	// allocates nothing.
+	var sw *statusWriter
+	if m.o.Outcome != nil {
+		sw = &statusWriter{ResponseWriter: w}
+		w = sw
+	}
+	// The deferred Ignore runs only if the handler or Outcome panics:
+	// recovering and re-panicking would lose the original stack.
+	ended := false
 	defer func() {
-		if !returned {
+		if !ended {
 			tok.Ignore()
 		}
 	}()
 	m.next.ServeHTTP(w, r)
-	returned = true
+	o := m.outcome(r, sw)
+	ended = true
+	tok.end(o)
+}
+
+// outcome returns how the request r, whose handler has returned, ended; sw
+// is its status recorder, nil without MiddlewareOptions.Outcome.
+func (m *middleware) outcome(r *http.Request, sw *statusWriter) Outcome {
 	switch err := r.Context().Err(); {
 	case err == nil:
-		tok.Success()
 	case errors.Is(err, context.DeadlineExceeded):
-		tok.Dropped()
+		return Dropped
 	default:
-		tok.Ignore()
+		return Ignore
+	}
+	if sw == nil {
+		return Success
+	}
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK // what net/http sends for a handler that wrote nothing
+	}
+	switch o := m.o.Outcome(status, r); o {
+	case Success, Dropped:
+		return o
+	default:
+		return Ignore
 	}
 }
+
+// statusWriter records the status code a handler writes, for
+// MiddlewareOptions.Outcome. It intercepts only what it must; Unwrap lets
+// http.ResponseController reach the wrapped writer's other methods, and Flush
+// is there too because handlers that stream still assert http.Flusher.
+type statusWriter struct {
+	http.ResponseWriter
+	status int // the final status; 0 until the header is written
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	// As in net/http, informational 1xx headers other than 101 may precede
+	// the final status and do not fix it.
+	if w.status == 0 && (code < 100 || code > 199 || code == http.StatusSwitchingProtocols) {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Flush implements http.Flusher. Over a writer that cannot flush it does
+// nothing (http.Flusher has no way to say so; FlushError does).
+func (w *statusWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is the method http.ResponseController.Flush prefers, so that
+// the wrapped writer's error (http.ErrNotSupported included) reaches it.
+func (w *statusWriter) FlushError() error {
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if err == nil && w.status == 0 {
+		w.status = http.StatusOK // flushing sent the header
+	}
+	return err
+}
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
