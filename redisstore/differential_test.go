@@ -331,7 +331,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 		require.NoError(t, err)
 		r, err := newReplyReader(reply)
 		require.NoError(t, err)
-		require.Equal(t, tc.allowed, r.int(3), "maxDelay %d", tc.maxDelay)
+		require.Equal(t, tc.allowed, r.int(4), "maxDelay %d", tc.maxDelay)
 		require.NoError(t, r.err)
 	}
 }

@@ -347,7 +347,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, 
 		}
 		return floodgate.Result{}, err
 	}
-	return s.apply(ctx, key, a, req)
+	return s.apply(ctx, key, a, nil, req)
 }
 
 // Bind implements floodgate.Binder: it validates alg once, so that the
@@ -358,23 +358,25 @@ func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bound{s: s, a: a}, nil
+	return &bound{s: s, a: a, args: new(argsCache)}, nil
 }
 
 var _ floodgate.Binder = (*Store)(nil)
 
 // bound is a Store bound to one algorithm.
 type bound struct {
-	s *Store
-	a algo
+	s    *Store
+	a    algo
+	args *argsCache
 }
 
 func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	return b.s.apply(ctx, key, b.a, req)
+	return b.s.apply(ctx, key, b.a, b.args, req)
 }
 
-// apply executes one step of a resolved algorithm.
-func (s *Store) apply(ctx context.Context, key string, a algo, req floodgate.Request) (floodgate.Result, error) {
+// apply executes one step of a resolved algorithm; args caches its
+// arguments, or is nil.
+func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, req floodgate.Request) (floodgate.Result, error) {
 	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
@@ -403,7 +405,7 @@ func (s *Store) apply(ctx context.Context, key string, a algo, req floodgate.Req
 	if !ok {
 		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
 	}
-	reply, err, cold := s.call(ctx, a.kind, s.Key(key, a.kind), a.args(now, req, s.marginMs))
+	reply, err, cold := s.call(ctx, a.kind, s.Key(key, a.kind), args.args(a, now, req, s.marginMs))
 	o, err := classify(ctx, err)
 	if o == timedOut && cold {
 		// The first calls dial connections and load the scripts: their

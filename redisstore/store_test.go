@@ -167,12 +167,14 @@ func TestMismatchIsAnError(t *testing.T) {
 		"decision flipped":  {tb, time.Second, "if (b - tau) + d <= maxd then", "if (b - tau) + d > maxd then", ErrMismatch},
 		"state off by 1ns":  {tb, time.Second, "new = fmt(add(bs, bns, d))", "new = fmt(add(bs, bns, d + 1))", ErrMismatch},
 		"granted wrong":     {tb, time.Second, "allowed, granted = 1, n", "allowed, granted = 1, n + 1", ErrMismatch},
-		"short reply":       {tb, time.Second, "return {fmt(ts, tns), old, new, allowed, granted}", "return {fmt(ts, tns), old}", ErrReply},
-		"not an array":      {tb, time.Second, "return {fmt(ts, tns), old, new, allowed, granted}", "return 7", ErrReply},
-		"state not decimal": {tb, time.Second, "return {fmt(ts, tns), old, new, allowed, granted}", "return {fmt(ts, tns), 'x', new, allowed, granted}", ErrReply},
+		"short reply":       {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old}", ErrReply},
+		"not an array":      {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return 7", ErrReply},
+		"state not decimal": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, 'x', new, allowed, granted}", ErrReply},
+		"new state garbage": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old, new .. 'x', allowed, granted}", ErrMismatch},
+		"instant too large": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, 1000000000, old, new, allowed, granted}", ErrReply},
 		"script error":      {tb, time.Second, "local key = KEYS[1]", "error('floodgate: boom')", ErrReply},
 		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch},
-		"log total wrong":   {sl, time.Second - 1, "return {fmt(ts, tns), allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {fmt(ts, tns), allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch},
+		"log total wrong":   {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch},
 	} {
 		t.Run(name, func(t *testing.T) {
 			kind := tc.alg.Kind()

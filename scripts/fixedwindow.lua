@@ -3,30 +3,33 @@
 -- KEYS[1]  the key's state: a string "start:count", the start of the window
 --          the count belongs to (decimal nanoseconds since the Unix epoch)
 --          and the units admitted in it; missing means "0:0".
--- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
--- ARGV[2]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[3]  n, the units
--- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[5]  the refund instant, in decimal ns
--- ARGV[6]  the TTL margin, in ms
--- ARGV[7]  the limit
--- ARGV[8]  the window, in ns: a whole number of microseconds, at most 2^52
+-- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[2]  n, the units
+-- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[4]  the TTL margin, in ms
+-- ARGV[5]  the limit
+-- ARGV[6]  the window, in ns: a whole number of microseconds, at most 2^52
+-- ARGV[7]  0 (unused)
+-- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
+--          TIME
+-- ARGV[9]  the refund instant, in decimal ns
 --
--- Reply: {now, old state, new state, allowed (0 or 1), granted}, the
--- states as stored. The new state equals the old one when nothing was
--- written. redisstore re-runs FixedWindow.Step on the old state and now to
--- build the Result, and checks that it agrees with the reply.
+-- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
+-- state, allowed (0 or 1), granted}, the states as stored. The new state
+-- equals the old one when nothing was written. redisstore re-runs
+-- FixedWindow.Step on the old state and now to build the Result, and checks
+-- that it agrees with the reply.
 --
--- Time: the client's clock when ARGV[1] is set, else Redis TIME. Windows
+-- Time: the client's clock when ARGV[8] is set, else Redis TIME. Windows
 -- are aligned to the Unix epoch; window starts are computed exactly from
 -- the instant in microseconds. The TTL is the time until the window ends
 -- (or, for an emptied window reserved ahead, until it starts) plus the
 -- margin.
 
 local key = KEYS[1]
-local ts, tns = clock(ARGV[1])
-local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
-local limit, w = tonumber(ARGV[7]), tonumber(ARGV[8])
+local ts, tns = clock(ARGV[8])
+local op, n, maxd, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local limit, w = tonumber(ARGV[5]), tonumber(ARGV[6])
 local wu = w / 1000
 
 local old = redis.call('GET', key) or '0:0'
@@ -82,7 +85,7 @@ elseif op == 1 then
   end
 else
   -- Only into the window the units were counted in.
-  local as, ans = parse(ARGV[5])
+  local as, ans = parse(ARGV[9])
   local ws, wns = wstart(as, ans, wu)
   if ws and same(ws, wns, cs, cns) then
     local back = math.min(n, cc)
@@ -94,4 +97,4 @@ else
   end
 end
 
-return {fmt(ts, tns), old, new, allowed, granted}
+return {ts, tns, old, new, allowed, granted}

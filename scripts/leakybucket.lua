@@ -3,28 +3,30 @@
 --
 -- KEYS[1]  the key's state: a string, the tail (the next departure slot),
 --          in decimal nanoseconds since the Unix epoch; missing means 0.
--- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
--- ARGV[2]  op: 0 take, 1 take up to n, 2 refund (gives nothing back)
--- ARGV[3]  n, the units
--- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[5]  the refund instant (unused)
--- ARGV[6]  the TTL margin, in ms
--- ARGV[7]  the capacity
--- ARGV[8]  the emission interval Per/Rate, in ns (rounded up)
--- ARGV[9]  tau = capacity * interval, in ns (at most 2^52)
+-- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[2]  n, the units
+-- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[4]  the TTL margin, in ms
+-- ARGV[5]  the capacity
+-- ARGV[6]  the emission interval Per/Rate, in ns (rounded up)
+-- ARGV[7]  tau = capacity * interval, in ns (at most 2^52)
+-- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
+--          TIME
+-- ARGV[9]  the refund instant (unused)
 --
--- Reply: {now, old tail, new tail, allowed (0 or 1), granted}, instants as
--- decimal strings. The new tail equals the old one when nothing was
--- written. redisstore re-runs LeakyBucket.Step on the old tail and now to
--- build the Result, and checks that it agrees with the reply.
+-- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old tail, new
+-- tail, allowed (0 or 1), granted}, instants as decimal strings. The new
+-- tail equals the old one when nothing was written. redisstore re-runs
+-- LeakyBucket.Step on the old tail and now to build the Result, and checks
+-- that it agrees with the reply.
 --
--- Time: the client's clock when ARGV[1] is set, else Redis TIME. The TTL is
+-- Time: the client's clock when ARGV[8] is set, else Redis TIME. The TTL is
 -- the time until the queue drains (the tail) plus the margin.
 
 local key = KEYS[1]
-local ts, tns = clock(ARGV[1])
-local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
-local capacity, interval, tau = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local ts, tns = clock(ARGV[8])
+local op, n, maxd, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local capacity, interval, tau = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 
 local old = redis.call('GET', key) or '0'
 local as, ans = parse(old)
@@ -59,4 +61,4 @@ end
 -- op 2: departure slots are promised to the requests behind; nothing comes
 -- back.
 
-return {fmt(ts, tns), old, new, allowed, granted}
+return {ts, tns, old, new, allowed, granted}

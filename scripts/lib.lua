@@ -12,7 +12,7 @@
 --
 -- Writes. Every key written gets a TTL: the time until its state is
 -- equivalent to a missing key (the quota fully restored), rounded up to a
--- millisecond, plus a margin in whole milliseconds (ARGV[6]). A denial
+-- millisecond, plus a margin in whole milliseconds (ARGV[4]). A denial
 -- writes nothing.
 
 local E9 = 1000000000
@@ -38,26 +38,30 @@ local function ceildiv(a, b)
 end
 
 -- parse returns the pair of an instant given as a decimal int64 string.
+-- It is on every decision's path, so it checks only what it must to stay
+-- exact (integral parts, at most 20 characters): redisstore parses the
+-- states a script returns strictly and fails a decision on a state that
+-- floodgate did not write.
 local function parse(str)
-  local neg = string.sub(str, 1, 1) == '-'
-  if neg then
-    str = string.sub(str, 2)
-  end
-  if #str == 0 or #str > 19 or not string.find(str, '^%d+$') then
-    error('floodgate: not an instant: ' .. str)
-  end
-  local s, ns = 0, tonumber(str)
-  if #str > 9 then
-    s = tonumber(string.sub(str, 1, -10))
-    ns = tonumber(string.sub(str, -9))
-  end
-  if neg then
-    if ns > 0 then
-      return -s - 1, E9 - ns
+  local n = #str
+  if n <= 15 then
+    -- Below 10^15 < 2^53: one exact number.
+    local v = tonumber(str)
+    if v and v % 1 == 0 then
+      return fdiv(v, E9)
     end
-    return -s, 0
+  elseif n <= 20 then
+    local s, ns = tonumber(string.sub(str, 1, n - 9)), tonumber(string.sub(str, n - 8))
+    if s and ns and s % 1 == 0 and ns % 1 == 0 and ns >= 0 then
+      if s >= 0 then
+        return s, ns
+      elseif ns > 0 then
+        return s - 1, E9 - ns
+      end
+      return s, 0
+    end
   end
-  return s, ns
+  error('floodgate: not an instant: ' .. str)
 end
 
 -- fmt returns the canonical decimal string of the instant (s, ns).
@@ -104,10 +108,10 @@ local function same(as, ans, bs, bns)
   return as == bs and ans == bns
 end
 
--- clock returns the decision's instant: the client's clock when ARGV[1]
+-- clock returns the decision's instant: the client's clock when ARGV[8]
 -- holds one, else the Redis server's TIME (microseconds).
 local function clock(arg)
-  if arg ~= '' then
+  if arg and arg ~= '' then
     return parse(arg)
   end
   -- Redis before 5 replicates scripts verbatim unless told to replicate

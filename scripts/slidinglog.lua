@@ -10,16 +10,19 @@
 --          left the window is found with one ZRANGEBYSCORE. The log holds at
 --          most limit entries (each holds at least one unit). A missing key
 --          is an empty log.
--- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
--- ARGV[2]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[3]  n, the units
--- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[5]  the refund instant, in decimal ns
--- ARGV[6]  the TTL margin, in ms
--- ARGV[7]  the limit
--- ARGV[8]  the window, in ns: a whole number of microseconds, at most 2^52
+-- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[2]  n, the units
+-- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[4]  the TTL margin, in ms
+-- ARGV[5]  the limit
+-- ARGV[6]  the window, in ns: a whole number of microseconds, at most 2^52
+-- ARGV[7]  0 (unused)
+-- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
+--          TIME
+-- ARGV[9]  the refund instant, in decimal ns
 --
--- Reply: {now, allowed (0 or 1), granted, from, at, before, after, last}:
+-- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), allowed (0 or 1),
+-- granted, from, at, before, after, last}:
 --   from    max(now, the newest instant) before the step
 --   at      take: the admission instant, also when denied; take up to n,
 --           denied: when one unit fits; otherwise ""
@@ -34,15 +37,15 @@
 -- once); a refund also moves the score of every entry admitted after the
 -- refunded instant.
 --
--- Time: the client's clock when ARGV[1] is set, else Redis TIME. As in
+-- Time: the client's clock when ARGV[8] is set, else Redis TIME. As in
 -- SlidingLog.Step, a denial drops the entries that have left the window,
 -- which no decision can observe; it changes nothing else, not the TTL. The
 -- TTL is the time until the newest entry leaves the window plus the margin.
 
 local key = KEYS[1]
-local ts, tns = clock(ARGV[1])
-local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
-local limit, w = tonumber(ARGV[7]), tonumber(ARGV[8])
+local ts, tns = clock(ARGV[8])
+local op, n, maxd, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local limit, w = tonumber(ARGV[5]), tonumber(ARGV[6])
 
 -- B is the base, C the newest score: the log holds C - B units.
 local B, C = 0, 0
@@ -175,7 +178,7 @@ elseif op == 1 then
   end
 elseif last then
   -- Refund: take units back from the entry admitted at the instant given.
-  local member = fmt(parse(ARGV[5]))
+  local member = fmt(parse(ARGV[9]))
   local score = redis.call('ZSCORE', key, member)
   if score then
     local r = redis.call('ZRANK', key, member)
@@ -203,4 +206,4 @@ elseif last then
   end
 end
 
-return {fmt(ts, tns), allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}
+return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}

@@ -2,28 +2,30 @@
 --
 -- KEYS[1]  the key's state: a string, the theoretical arrival time (TAT),
 --          in decimal nanoseconds since the Unix epoch; missing means 0.
--- ARGV[1]  now in decimal ns (the client's clock), or "" for Redis TIME
--- ARGV[2]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[3]  n, the units
--- ARGV[4]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[5]  the refund instant (unused)
--- ARGV[6]  the TTL margin, in ms
--- ARGV[7]  the burst
--- ARGV[8]  the emission interval Per/Rate, in ns (rounded up)
--- ARGV[9]  tau = burst * interval, in ns (at most 2^52)
+-- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
+-- ARGV[2]  n, the units
+-- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
+-- ARGV[4]  the TTL margin, in ms
+-- ARGV[5]  the burst
+-- ARGV[6]  the emission interval Per/Rate, in ns (rounded up)
+-- ARGV[7]  tau = burst * interval, in ns (at most 2^52)
+-- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
+--          TIME
+-- ARGV[9]  the refund instant (unused)
 --
--- Reply: {now, old TAT, new TAT, allowed (0 or 1), granted}, instants as
--- decimal strings. The new TAT equals the old one when nothing was written.
--- redisstore re-runs TokenBucket.Step on the old TAT and now to build the
--- Result, and checks that it agrees with allowed, granted and the new TAT.
+-- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old TAT, new TAT,
+-- allowed (0 or 1), granted}, instants as decimal strings. The new TAT
+-- equals the old one when nothing was written. redisstore re-runs
+-- TokenBucket.Step on the old TAT and now to build the Result, and checks
+-- that it agrees with allowed, granted and the new TAT.
 --
--- Time: the client's clock when ARGV[1] is set, else Redis TIME. The TTL is
+-- Time: the client's clock when ARGV[8] is set, else Redis TIME. The TTL is
 -- the time until the TAT (when the bucket is full again) plus the margin.
 
 local key = KEYS[1]
-local ts, tns = clock(ARGV[1])
-local op, n, maxd, margin = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
-local interval, tau = tonumber(ARGV[8]), tonumber(ARGV[9])
+local ts, tns = clock(ARGV[8])
+local op, n, maxd, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local interval, tau = tonumber(ARGV[6]), tonumber(ARGV[7])
 
 local old = redis.call('GET', key) or '0'
 local as, ans = parse(old)
@@ -71,4 +73,4 @@ else
   end
 end
 
-return {fmt(ts, tns), old, new, allowed, granted}
+return {ts, tns, old, new, allowed, granted}

@@ -12,14 +12,14 @@ n=${1:-200000}
 dir=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../scripts" && pwd)
 cli() { redis-cli -h "$host" -p "$port" "$@"; }
 
-# algorithm file, then ARGV[2..9] after the empty ARGV[1] (server TIME):
-# op n maxDelay at marginMs quota arg8 arg9
+# algorithm file, then ARGV (no ARGV[8]: server TIME):
+# op n maxDelay marginMs quota arg6 arg7
 cases=(
-	"tb tokenbucket   0 1 0 0 1000 1000 1000000 1000000000"
-	"lb leakybucket   0 1 0 0 1000 1000 1000000 1000000000"
-	"fw fixedwindow   0 1 0 0 1000 1000 1000000000 0"
-	"sw slidingwindow 0 1 0 0 1000 1000 1000000000 0"
-	"sl slidinglog    0 1 0 0 1000 100  1000000000 0"
+	"tb tokenbucket   0 1 0 1000 1000 1000000 1000000000"
+	"lb leakybucket   0 1 0 1000 1000 1000000 1000000000"
+	"fw fixedwindow   0 1 0 1000 1000 1000000000 0"
+	"sw slidingwindow 0 1 0 1000 1000 1000000000 0"
+	"sl slidinglog    0 1 0 1000 100  1000000000 0"
 )
 printf '%-4s %14s %14s\n' alg 'rps -P 1' 'rps -P 16'
 for c in "${cases[@]}"; do
