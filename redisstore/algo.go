@@ -186,7 +186,7 @@ func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error)
 		return floodgate.Result{}, err
 	}
 	if a.kind == floodgate.KindSlidingLog {
-		return a.decodeLog(r, req)
+		return a.decodeLog(&r, req)
 	}
 	now, old, next := r.now(), r.str(2), r.str(3)
 	allowed, granted := r.int(4) == 1, r.int(5)
@@ -386,12 +386,14 @@ type replyReader struct {
 	err  error
 }
 
-func newReplyReader(reply any) (*replyReader, error) {
+// newReplyReader returns a reader of reply, an array; a value, so that it
+// stays on the caller's stack.
+func newReplyReader(reply any) (replyReader, error) {
 	vals, ok := reply.([]any)
 	if !ok {
-		return nil, badReply("%T, want an array", reply)
+		return replyReader{}, badReply("%T, want an array", reply)
 	}
-	return &replyReader{vals: vals}, nil
+	return replyReader{vals: vals}, nil
 }
 
 // str returns element i, a string.

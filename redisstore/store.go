@@ -400,7 +400,10 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 
-	ok, probe, c := s.breaker.allow(s.wall())
+	// One reading of the clock serves the breaker before and after the
+	// call: its tallies count calls per second.
+	wall := s.wall()
+	ok, probe, c := s.breaker.allow(wall)
 	s.report(c)
 	if !ok {
 		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
@@ -411,9 +414,9 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		// The first calls dial connections and load the scripts: their
 		// timeouts say little of Redis. Errors (a refused connection)
 		// still count.
-		s.report(s.breaker.done(s.wall(), probe, ignored))
+		s.report(s.breaker.done(wall, probe, ignored))
 	} else {
-		s.report(s.breaker.done(s.wall(), probe, o))
+		s.report(s.breaker.done(wall, probe, o))
 	}
 	if err == nil {
 		res, derr := a.decode(reply, req)

@@ -163,18 +163,22 @@ func TestMismatchIsAnError(t *testing.T) {
 		from     string        // script text replaced
 		to       string
 		want     error
+		server   bool // on Redis TIME, where the token bucket's fast path runs
 	}{
-		"decision flipped":  {tb, time.Second, "if (b - tau) + d <= maxd then", "if (b - tau) + d > maxd then", ErrMismatch},
-		"state off by 1ns":  {tb, time.Second, "new = fmt(add(bs, bns, d))", "new = fmt(add(bs, bns, d + 1))", ErrMismatch},
-		"granted wrong":     {tb, time.Second, "allowed, granted = 1, n", "allowed, granted = 1, n + 1", ErrMismatch},
-		"short reply":       {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old}", ErrReply},
-		"not an array":      {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return 7", ErrReply},
-		"state not decimal": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, 'x', new, allowed, granted}", ErrReply},
-		"new state garbage": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old, new .. 'x', allowed, granted}", ErrMismatch},
-		"instant too large": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, 1000000000, old, new, allowed, granted}", ErrReply},
-		"script error":      {tb, time.Second, "local key = KEYS[1]", "error('floodgate: boom')", ErrReply},
-		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch},
-		"log total wrong":   {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch},
+		"decision flipped":  {tb, time.Second, "if (b - tau) + d <= maxd then", "if (b - tau) + d > maxd then", ErrMismatch, false},
+		"state off by 1ns":  {tb, time.Second, "new = fmt(add(bs, bns, d))", "new = fmt(add(bs, bns, d + 1))", ErrMismatch, false},
+		"granted wrong":     {tb, time.Second, "allowed, granted = 1, n\n    new = fmt", "allowed, granted = 1, n + 1\n    new = fmt", ErrMismatch, false},
+		"short reply":       {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old}", ErrReply, false},
+		"not an array":      {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return 7", ErrReply, false},
+		"state not decimal": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, 'x', new, allowed, granted}", ErrReply, false},
+		"new state garbage": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old, new .. 'x', allowed, granted}", ErrMismatch, false},
+		"instant too large": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, 1000000000, old, new, allowed, granted}", ErrReply, false},
+		"script error":      {tb, time.Second, "\nlocal key = KEYS[1]\n", "\nerror('floodgate: boom')\n", ErrReply, false},
+		"fast flipped":      {tb, time.Second, "if (b - tau) + d <= tonumber(ARGV[3]) then", "if (b - tau) + d > tonumber(ARGV[3]) then", ErrMismatch, true},
+		"fast granted":      {tb, time.Second, "allowed, granted = 1, n\n          -- The new", "allowed, granted = 1, n + 1\n          -- The new", ErrMismatch, true},
+		"fast state off":    {tb, time.Second, "string.format('%d%09d', bs + (x - r) / 1e9, r)", "string.format('%d%09d', bs + (x - r) / 1e9, r + 1)", ErrMismatch, true},
+		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch, false},
+		"log total wrong":   {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch, false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			kind := tc.alg.Kind()
@@ -189,11 +193,20 @@ func TestMismatchIsAnError(t *testing.T) {
 			ctx := context.Background()
 			clock := conformance.NewClock(t0)
 			var events []Event
-			s := newStore(t, c, &Options{
+			opts := &Options{
 				Now:       srv.clock(clock),
 				OnFailure: FailOpen,
 				Observer:  ObserverFunc(func(e Event) { events = append(events, e) }),
-			})
+			}
+			if tc.server {
+				// Redis TIME: miniredis' stands still at t0, a real
+				// Redis's moves by far less than the unit's second.
+				opts.Now = nil
+				if srv.mini != nil {
+					srv.mini.SetTime(t0)
+				}
+			}
+			s := newStore(t, c, opts)
 			programs[kind] = saved
 			for range 5 {
 				_, err := s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1})

@@ -10,20 +10,25 @@
 // gives its KEYS, ARGV, reply and time source, and lib.lua, the helpers they
 // share (exact instants as (seconds, nanoseconds) pairs, since Lua numbers
 // are doubles). Source returns lib.lua followed by an algorithm's file,
-// which is the script to run.
+// which is the script to run; the token bucket's starts with
+// tokenbucket_fast.lua, its common case written out, which needs none of
+// lib.lua (measured with redis-benchmark: 6.8 µs per call instead of 7.8).
 //
 // Every script takes the same arguments: one key, and
 //
-//	ARGV[1] now in decimal nanoseconds since the Unix epoch, or "" to use
-//	        the Redis server's TIME
-//	ARGV[2] the floodgate.Op (0 take, 1 take up to n, 2 refund)
-//	ARGV[3] n
-//	ARGV[4] the maximum delay of a take, in nanoseconds
-//	ARGV[5] the refund instant, in decimal nanoseconds
-//	ARGV[6] the TTL margin, in milliseconds
-//	ARGV[7] the quota (burst, capacity or limit)
-//	ARGV[8] the emission interval (buckets) or the window (windows), in ns
-//	ARGV[9] tau, the time to restore the full quota (buckets), in ns
+//	ARGV[1] the floodgate.Op (0 take, 1 take up to n, 2 refund)
+//	ARGV[2] n
+//	ARGV[3] the maximum delay of a take, in nanoseconds
+//	ARGV[4] the TTL margin, in milliseconds
+//	ARGV[5] the quota (burst, capacity or limit)
+//	ARGV[6] the emission interval (buckets) or the window (windows), in ns
+//	ARGV[7] tau, the time to restore the full quota (buckets), in ns, or 0
+//	ARGV[8] now in decimal nanoseconds since the Unix epoch; absent or ""
+//	        to use the Redis server's TIME
+//	ARGV[9] the refund instant, in decimal nanoseconds (refunds only)
+//
+// The optional arguments come last, so that a decision on Redis TIME sends
+// seven.
 package scripts
 
 import (
@@ -35,6 +40,8 @@ import (
 var (
 	//go:embed lib.lua
 	lib string
+	//go:embed tokenbucket_fast.lua
+	tokenBucketFast string
 	//go:embed tokenbucket.lua
 	tokenBucket string
 	//go:embed leakybucket.lua
@@ -49,7 +56,7 @@ var (
 
 // sources are the complete scripts, indexed by floodgate.Kind.
 var sources = [...]string{
-	floodgate.KindTokenBucket:   lib + "\n" + tokenBucket,
+	floodgate.KindTokenBucket:   tokenBucketFast + "\n" + lib + "\n" + tokenBucket,
 	floodgate.KindLeakyBucket:   lib + "\n" + leakyBucket,
 	floodgate.KindFixedWindow:   lib + "\n" + fixedWindow,
 	floodgate.KindSlidingWindow: lib + "\n" + slidingWindow,
@@ -57,7 +64,8 @@ var sources = [...]string{
 }
 
 // Source returns the complete Lua script of the algorithm kind (lib.lua
-// followed by the algorithm's file), or "" for a Kind without a script.
+// followed by the algorithm's file, after tokenbucket_fast.lua for the
+// token bucket), or "" for a Kind without a script.
 func Source(kind floodgate.Kind) string {
 	if int(kind) >= len(sources) {
 		return ""

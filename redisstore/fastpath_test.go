@@ -1,0 +1,84 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// TestTokenBucketFastPath runs random steps on Redis TIME, where the token
+// bucket's script takes its fast path (tokenbucket_fast.lua) for takes and
+// its general path for the other operations. Every reply is checked against the reference
+// Step (a disagreement fails the step with ErrMismatch); on miniredis, whose
+// TIME the test sets, the stored state and its TTL are checked too. States
+// written on a client clock (nanoseconds) make the fast path fall through.
+func TestTokenBucketFastPath(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(7, 11))
+	for _, alg := range []floodgate.TokenBucket{
+		{Rate: 1000, Per: time.Second, Burst: 10},      // 1ms
+		{Rate: 3, Per: 3 * time.Millisecond, Burst: 4}, // 1ms
+		{Rate: 7, Per: 5 * time.Microsecond, Burst: 3}, // 715ns
+		{Rate: 3, Per: time.Second, Burst: 2},          // 333,333,334ns
+		{Rate: 1, Per: 1500 * time.Millisecond, Burst: 3},
+	} {
+		t.Run(alg.String(), func(t *testing.T) {
+			now := t0.Add(time.Duration(r.Int64N(int64(time.Second))))
+			if srv.mini != nil {
+				srv.mini.SetTime(now)
+			}
+			s := newStore(t, c, nil)
+			// A second store on a client clock writes nanosecond states
+			// into the same keys now and then.
+			nsStore := newStore(t, c, &Options{Prefix: s.prefix, Now: func() time.Time {
+				if srv.mini != nil {
+					return now.Add(time.Duration(1 + r.Int64N(999)))
+				}
+				return time.Now().Add(time.Duration(1 + r.Int64N(999)))
+			}})
+			margin := int64(DefaultExpiryMargin / time.Millisecond)
+			for i := range 400 {
+				if srv.mini != nil {
+					now = now.Add(time.Duration(r.Int64N(int64(3 * time.Millisecond))))
+					srv.mini.SetTime(now)
+				}
+				key := "k" + strconv.Itoa(r.IntN(3))
+				req := floodgate.Request{Op: floodgate.OpTake, N: 1 + r.Int64N(alg.Burst)}
+				switch r.IntN(8) {
+				case 0:
+					req.Op = floodgate.OpTakeUpTo
+				case 1, 2:
+					req.MaxDelay = time.Duration(r.Int64N(int64(5 * time.Millisecond)))
+				}
+				store := s
+				if r.IntN(20) == 0 {
+					store = nsStore
+				}
+				res, err := store.Apply(ctx, key, alg, req)
+				require.NoError(t, err, "step %d: %+v", i, req)
+				if srv.mini == nil || store != s || !res.Allowed {
+					continue
+				}
+				// The state is the new arrival time; its TTL the time until
+				// it, rounded up to a millisecond, plus the margin.
+				rkey := s.Key(key, floodgate.KindTokenBucket)
+				v, err := c.Get(ctx, rkey).Result()
+				require.NoError(t, err)
+				tat, err := strconv.ParseInt(v, 10, 64)
+				require.NoError(t, err)
+				d := tat - res.At.UnixNano()
+				require.Equal(t, res.ResetAfter, time.Duration(d), "step %d: the state is now + ResetAfter", i)
+				ttl := srv.mini.TTL(rkey)
+				require.Equal(t, time.Duration((d+999_999)/1_000_000+margin)*time.Millisecond, ttl, "step %d: TTL of %q", i, v)
+			}
+		})
+	}
+}
