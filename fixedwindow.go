@@ -3,6 +3,8 @@ package floodgate
 import (
 	"fmt"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/take"
 )
 
 // FixedWindow admits Limit units per window; windows are aligned to the Unix
@@ -82,24 +84,14 @@ func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (Fixe
 	}
 	switch req.Op {
 	case OpTake:
-		// Compared as req.N > Limit − Count: Count + N overflows for limits
-		// near MaxInt64.
-		next := FixedWindowState{Start: cur.Start + w, Count: req.N}
-		if req.N <= a.Limit-cur.Count {
-			next = FixedWindowState{Start: cur.Start, Count: cur.Count + req.N}
-		}
-		wait := max(next.Start-t, 0)
-		if wait > maxDelayNs(req) {
-			res.Remaining = remaining(cur)
-			res.RetryAfter = time.Duration(wait - maxDelayNs(req))
-			res.ResetAfter = resetAfter(cur)
+		start, count, remaining, wait, reset, ok := take.Window(st.Start, st.Count, t, req.N, a.Limit, w, maxDelayNs(req))
+		res.Remaining, res.ResetAfter = remaining, time.Duration(reset)
+		if !ok {
+			res.RetryAfter = time.Duration(wait)
 			return st, res, nil
 		}
-		res.Allowed, res.Granted = true, req.N
-		res.Delay = time.Duration(wait)
-		res.Remaining = remaining(next)
-		res.ResetAfter = resetAfter(next)
-		return next, res, nil
+		res.Allowed, res.Granted, res.Delay = true, req.N, time.Duration(wait)
+		return FixedWindowState{Start: start, Count: count}, res, nil
 	case OpTakeUpTo:
 		m := int64(0)
 		if open {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/floodgate-go/floodgate/internal/gcra"
+	"github.com/floodgate-go/floodgate/internal/take"
 )
 
 // TokenBucket admits up to Burst units at once and refills at Rate units per
@@ -73,7 +73,7 @@ func (a TokenBucket) Step(tat int64, now time.Time, req Request) (int64, Result,
 	}
 	t := now.UnixNano()
 	if req.Op == OpTake {
-		next, remaining, wait, reset, ok := gcra.Take(tat, t, req.N, interval, tau, maxDelayNs(req))
+		next, remaining, wait, reset, ok := take.Bucket(tat, t, req.N, interval, tau, maxDelayNs(req))
 		if !ok {
 			return tat, Result{At: now, Decision: Decision{
 				Limit:      a.Burst,

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/gcra"
+	"github.com/floodgate-go/floodgate/internal/take"
 )
 
 // dead marks a word entry that a sweep removed from its table. A step that
@@ -37,12 +37,13 @@ func newWordTable(s *Store, kind wordKind, tb floodgate.TokenBucket, lb floodgat
 		table: newTable(s.shards,
 			func(e *wordEntry) string { return e.key },
 			func(key string) *wordEntry { return &wordEntry{key: key} }),
-		s:    s,
-		kind: kind,
-		tb:   tb,
-		tau:  tb.Burst * int64(tb.Per),
-		lb:   lb,
-		fw:   fw,
+		s:     s,
+		kind:  kind,
+		tb:    tb,
+		tau:   tb.Burst * int64(tb.Per),
+		lb:    lb,
+		quota: max(tb.Burst, lb.Capacity, fw.a.Limit),
+		fw:    fw,
 	}
 }
 
@@ -54,12 +55,13 @@ func newWordTable(s *Store, kind wordKind, tb floodgate.TokenBucket, lb floodgat
 // once more).
 type wordTable struct {
 	*table[wordEntry]
-	s    *Store
-	kind wordKind
-	tb   floodgate.TokenBucket
-	tau  int64 // tb's tolerance: Burst emission intervals
-	lb   floodgate.LeakyBucket
-	fw   fwPacking
+	s     *Store
+	kind  wordKind
+	tb    floodgate.TokenBucket
+	tau   int64 // tb's tolerance: Burst emission intervals
+	lb    floodgate.LeakyBucket
+	fw    fwPacking
+	quota int64 // the algorithm's Limit, Burst or Capacity
 }
 
 // restoreAt returns the instant at which word carries no information.
@@ -115,17 +117,17 @@ func (t *wordTable) Apply(_ context.Context, key string, req floodgate.Request) 
 }
 
 // Take is Apply of a plain take (OpTake, no delay) returning the Decision's
-// fields that vary: floodgate.New finds it on the token bucket's table, and
-// Allow and AllowN call it. A Result is ten words and a Decision six, and
-// Go copies structs of more than four fields through memory at every call
-// boundary; these scalars stay in registers (measured: the copies were a
-// quarter of a decision's time). Other algorithms, a clock outside 1970 to
-// 2262 and bad arguments take Apply's path, which reports them.
+// fields that vary: floodgate.New finds it on the token bucket's and the
+// fixed window's tables, and Allow and AllowN call it. A Result is ten words
+// and a Decision six, and Go copies structs of more than four fields
+// through memory at every call boundary; these scalars stay in registers
+// (measured: the copies were a quarter of a decision's time). The leaky
+// bucket, a clock outside 1970 to 2262 and bad arguments take Apply's path,
+// which reports them.
 func (t *wordTable) Take(ctx context.Context, key string, n int64) (allowed bool, remaining int64, retryAfter, resetAfter time.Duration, err error) {
-	if t.kind != wordTB || key == "" || len(key) > floodgate.MaxKeyLen || n < 1 || n > t.tb.Burst {
+	if t.kind == wordLB || key == "" || len(key) > floodgate.MaxKeyLen || n < 1 || n > t.quota {
 		return t.slowTake(ctx, key, n)
 	}
-	interval, tau := int64(t.tb.Per), t.tau
 	sh, h, e := t.lookup(key)
 	for {
 		if e == nil {
@@ -140,7 +142,14 @@ func (t *wordTable) Take(ctx context.Context, key string, n int64) (allowed bool
 			if old == dead {
 				break
 			}
-			next, remaining, wait, reset, ok := gcra.Take(old, now, n, interval, tau, 0)
+			var next, remaining, wait, reset int64
+			if t.kind == wordTB {
+				next, remaining, wait, reset, ok = take.Bucket(old, now, n, int64(t.tb.Per), t.tau, 0)
+			} else {
+				st := t.fw.decode(old)
+				st.Start, st.Count, remaining, wait, reset, ok = take.Window(st.Start, st.Count, now, n, t.fw.a.Limit, t.fw.w, 0)
+				next = t.fw.encode(st)
+			}
 			if !ok {
 				return false, remaining, time.Duration(wait), time.Duration(reset), nil
 			}

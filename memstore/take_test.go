@@ -47,17 +47,25 @@ func sameError(t tb, got, want error, msg string) {
 }
 
 // TestTakeMatchesApply runs random traces through two Limiters on one
-// clock, one whose Allow and AllowN take memstore's fast path and one that
-// goes through Apply, and requires the same decisions and errors. Reserve
+// clock, one whose Allow and AllowN take memstore's fast path (token bucket
+// or fixed window) and one that goes through Apply, and requires the same
+// decisions and errors. Reserve
 // puts the buckets in debt, Sweep reclaims entries under the fast path, and
 // the clock sometimes leaves 1970 to 2262.
 func TestTakeMatchesApply(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		alg := floodgate.TokenBucket{
+		var alg floodgate.Algorithm = floodgate.TokenBucket{
 			Rate:  rapid.Int64Range(1, 5).Draw(rt, "rate"),
 			Per:   time.Duration(rapid.Int64Range(1, 3000).Draw(rt, "perMs")) * ms,
 			Burst: rapid.Int64Range(1, 5).Draw(rt, "burst"),
 		}
+		if rapid.Bool().Draw(rt, "fixedWindow") {
+			alg = floodgate.FixedWindow{
+				Limit:  rapid.Int64Range(1, 5).Draw(rt, "limit"),
+				Window: time.Duration(rapid.Int64Range(1, 3000).Draw(rt, "windowMs")) * ms,
+			}
+		}
+		quota := alg.Policy().Quota
 		var clock atomic.Pointer[time.Time]
 		now := t0.Add(time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(rt, "start")))
 		clock.Store(&now)
@@ -66,7 +74,7 @@ func TestTakeMatchesApply(t *testing.T) {
 		bound, err := fast.Bind(alg)
 		require.NoError(rt, err)
 		_, ok := bound.(taker)
-		require.True(rt, ok, "memstore's token bucket has no fast path")
+		require.True(rt, ok, "memstore's %v has no fast path", alg)
 		limFast, err := floodgate.New(fast, alg)
 		require.NoError(rt, err)
 		limSlow, err := floodgate.New(applyOnly{slow}, alg)
@@ -95,7 +103,7 @@ func TestTakeMatchesApply(t *testing.T) {
 				fast.Sweep()
 			}
 			key := keys[rapid.IntRange(0, len(keys)-1).Draw(rt, "key")]
-			n := rapid.Int64Range(-1, alg.Burst+1).Draw(rt, "n")
+			n := rapid.Int64Range(-1, quota+1).Draw(rt, "n")
 			msg := "step " + time.Duration(i).String()
 			switch rapid.IntRange(0, 3).Draw(rt, "op") {
 			case 0:
@@ -122,7 +130,15 @@ func TestTakeMatchesApply(t *testing.T) {
 // TestTakeArguments calls the fast path directly with arguments the Limiter
 // refuses before it, and requires Apply's answers.
 func TestTakeArguments(t *testing.T) {
-	alg := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 2}
+	for _, alg := range []floodgate.Algorithm{
+		floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 2},
+		floodgate.FixedWindow{Limit: 2, Window: time.Second},
+	} {
+		takeArguments(t, alg)
+	}
+}
+
+func takeArguments(t *testing.T, alg floodgate.Algorithm) {
 	for _, tc := range []struct {
 		key string
 		n   int64
@@ -140,12 +156,22 @@ func TestTakeArguments(t *testing.T) {
 
 // TestLimiterExactUnderContention is TestExactUnderContention through
 // Limiter.Allow, which takes the fast path: 64 goroutines on one key of a
-// token bucket on a frozen clock admit exactly its burst.
+// token bucket or a fixed window on a frozen clock admit exactly its quota.
 func TestLimiterExactUnderContention(t *testing.T) {
+	const quota = 100_000
+	for _, alg := range []floodgate.Algorithm{
+		floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: quota},
+		floodgate.FixedWindow{Limit: quota, Window: time.Hour},
+	} {
+		t.Run(alg.Kind().String(), func(t *testing.T) { limiterExact(t, alg) })
+	}
+}
+
+func limiterExact(t *testing.T, alg floodgate.Algorithm) {
 	const goroutines, calls, quota = 64, 2_000, 100_000
 	frozen := t0.Add(30*time.Minute + 500)
 	s := newMemStore(t, &memstore.Options{Now: func() time.Time { return frozen }})
-	lim, err := floodgate.New(s, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: quota})
+	lim, err := floodgate.New(s, alg)
 	require.NoError(t, err)
 	var allowed, denied atomic.Int64
 	var wg sync.WaitGroup
