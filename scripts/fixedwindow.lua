@@ -28,8 +28,8 @@
 
 local key = KEYS[1]
 local ts, tns = clock(ARGV[8])
-local op, n, maxd, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local limit, w = tonumber(ARGV[5]), tonumber(ARGV[6])
+local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+local limit, w = ARGV[5] + 0, ARGV[6] + 0
 local wu = w / 1000
 
 local old = redis.call('GET', key) or '0:0'

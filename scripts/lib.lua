@@ -121,11 +121,11 @@ local function clock(arg)
     redis.replicate_commands()
   end
   local t = redis.call('TIME')
-  local s = tonumber(t[1])
+  local s = t[1] + 0
   if s >= 9000000000 then
     error('floodgate: server clock beyond 2255')
   end
-  return s, tonumber(t[2]) * 1000
+  return s, t[2] * 1000
 end
 
 -- wmod returns the offset of the instant (s, ns) into its epoch-aligned

@@ -24,8 +24,8 @@
 
 local key = KEYS[1]
 local ts, tns = clock(ARGV[8])
-local op, n, maxd, margin = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local interval, tau = tonumber(ARGV[6]), tonumber(ARGV[7])
+local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
+local interval, tau = ARGV[6] + 0, ARGV[7] + 0
 
 local old = redis.call('GET', key) or '0'
 local as, ans = parse(old)

@@ -27,9 +27,11 @@ do
         redis.replicate_commands()
       end
       local t = redis.call('TIME')
-      local ts, tns = tonumber(t[1]), tonumber(t[2]) * 1000
+      local ts, tns = t[1] + 0, t[2] * 1000
       if ts < 9000000000 then
-        local n, interval, tau = tonumber(ARGV[2]), tonumber(ARGV[6]), tonumber(ARGV[7])
+        -- Arithmetic converts the decimal arguments, at half the cost of
+        -- tonumber calls.
+        local n, interval, tau = ARGV[2] + 0, ARGV[6] + 0, ARGV[7] + 0
         -- b = base - now, base = max(tat, now), as in tokenbucket.lua.
         local bs, bns, b = ts, tns, 0
         local o = (as - ts) * 1e9 + (ans - tns)
@@ -38,7 +40,7 @@ do
         end
         local d = n * interval
         local allowed, granted, new = 0, 0, old or '0'
-        if (b - tau) + d <= tonumber(ARGV[3]) then
+        if (b - tau) + d <= ARGV[3] + 0 then
           allowed, granted = 1, n
           -- The new state base + d, and its TTL: b + d rounded up to a
           -- millisecond, plus the margin.
@@ -51,7 +53,7 @@ do
           if r > 0 then
             x = x + 1
           end
-          redis.call('SET', key, new, 'PX', string.format('%d', x + tonumber(ARGV[4])))
+          redis.call('SET', key, new, 'PX', string.format('%d', x + ARGV[4]))
         end
         fast = {ts, tns, old or '0', new, allowed, granted}
       end
