@@ -58,8 +58,9 @@ func windowedAIMD(timeout time.Duration) func(Env) (*adaptive.Limiter, error) {
 
 // assertUnderOverload runs the four-phase scenario on 20 seeds for each
 // service distribution and checks the 3x criteria, with maxP99 (in units of
-// S) as the latency bound, and the false-shedding criterion at 0.5x.
-func assertUnderOverload(t *testing.T, limiter func(Env) (*adaptive.Limiter, error), maxP99 float64) {
+// S) as the latency bound, and the false-shedding criterion at 0.5x. A
+// non-nil band also bounds the median limit at 3x, given the capacity C.
+func assertUnderOverload(t *testing.T, limiter func(Env) (*adaptive.Limiter, error), maxP99 float64, band func(c int) (lo, hi int)) {
 	t.Helper()
 	const c = 20
 	capacity := float64(c) / S.Seconds()
@@ -75,6 +76,11 @@ func assertUnderOverload(t *testing.T, limiter func(Env) (*adaptive.Limiter, err
 			}, phases("over", "low", "recover"))
 			for seed, st := range runs {
 				over := st[0]
+				if band != nil {
+					lo, hi := band(c)
+					assert.Truef(t, over.LimitMedian >= lo && over.LimitMedian <= hi,
+						"seed %d: median limit at 3x = %d, want in [%d, %d]", seed, over.LimitMedian, lo, hi)
+				}
 				good := over.Goodput / capacity
 				assert.GreaterOrEqualf(t, good, 0.9, "seed %d: goodput at 3x = %.3f of capacity, want >= 0.9", seed, good)
 				p99 := float64(over.P99) / float64(S)
@@ -128,7 +134,7 @@ func TestGradient2UnderOverload(t *testing.T) {
 	// (its 600 windows span more than the whole run): short ≈
 	// 1.5·long·L/(L-4), a limit near 2C and latency near 2·S. The lognormal
 	// tail brings the worst p99 close to the 3·S bound (2.98·S).
-	assertUnderOverload(t, windowedGradient2(), 3)
+	assertUnderOverload(t, windowedGradient2(), 3, nil)
 }
 
 func TestAIMDUnderOverload(t *testing.T) {
@@ -152,7 +158,7 @@ func TestAIMDUnderOverload(t *testing.T) {
 		{2 * S, 3},
 	} {
 		t.Run(fmt.Sprintf("timeout=%dS", tc.timeout/S), func(t *testing.T) {
-			assertUnderOverload(t, windowedAIMD(tc.timeout), tc.maxP99)
+			assertUnderOverload(t, windowedAIMD(tc.timeout), tc.maxP99, nil)
 		})
 	}
 }

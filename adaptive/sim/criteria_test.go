@@ -114,40 +114,7 @@ func vegasBand(c int) (lo, hi int) {
 }
 
 func TestVegasUnderOverload(t *testing.T) {
-	const c = 20
-	capacity := float64(c) / S.Seconds()
-	lo, hi := vegasBand(c)
-	for _, dist := range []struct {
-		name string
-		d    Distribution
-	}{{"deterministic", Deterministic}, {"lognormal", Lognormal}} {
-		t.Run(dist.name, func(t *testing.T) {
-			var minGood, maxP99, maxShed float64 = 1e9, 0, 0
-			minL, maxL := 1<<30, 0
-			runs := perSeed(t, seeds, func(seed uint64) Config {
-				return standard(seed, c, dist.d, windowedVegas(nil))
-			}, phases("over", "low", "recover"))
-			for seed, st := range runs {
-				over := st[0]
-				assert.Truef(t, over.LimitMedian >= lo && over.LimitMedian <= hi,
-					"seed %d: median limit at 3x = %d, want in [%d, %d]", seed, over.LimitMedian, lo, hi)
-				good := over.Goodput / capacity
-				assert.GreaterOrEqualf(t, good, 0.9, "seed %d: goodput at 3x = %.3f of capacity, want >= 0.9", seed, good)
-				p99 := float64(over.P99) / float64(S)
-				assert.LessOrEqualf(t, p99, 3.0, "seed %d: admitted p99 at 3x = %.2f·S, want <= 3·S", seed, p99)
-				assert.Zerof(t, over.Late, "seed %d: late requests at 3x", seed)
-				for _, s := range st[1:] {
-					shed := float64(s.Rejected) / float64(s.Offered)
-					assert.Lessf(t, shed, 0.001, "seed %d: false shedding at 0.5x = %.4f, want < 0.001", seed, shed)
-					maxShed = max(maxShed, shed)
-				}
-				minGood, maxP99 = min(minGood, good), max(maxP99, p99)
-				minL, maxL = min(minL, over.LimitMedian), max(maxL, over.LimitMedian)
-			}
-			t.Logf("over 20 seeds at 3x: median limit in [%d, %d], goodput >= %.3f of capacity, p99 <= %.2f·S; shed at 0.5x <= %.4f",
-				minL, maxL, minGood, maxP99, maxShed)
-		})
-	}
+	assertUnderOverload(t, windowedVegas(nil), 3, vegasBand)
 }
 
 func TestCollapseBaseline(t *testing.T) {
