@@ -308,10 +308,10 @@ func New(store Store, alg Algorithm) (Limiter, error) {
 }
 
 // taker is implemented by a Bound with a faster path than Apply for a plain
-// take (OpTake without delay): memstore's token bucket returns the fields of
-// the Decision that vary as scalars, which stay in registers, where a
-// Result or a Decision (structs of more than four fields) is copied through
-// memory at each call. Take must decide exactly as Apply would; the Decision
+// take (OpTake without delay): memstore's token bucket and fixed window
+// return the fields of the Decision that vary as scalars, which stay in
+// registers, where a Result or a Decision (structs of more than four
+// fields) is copied through memory at each call. Take must decide exactly as Apply would; the Decision
 // has Limit the quota and Delay 0.
 type taker interface {
 	Take(ctx context.Context, key string, n int64) (allowed bool, remaining int64, retryAfter, resetAfter time.Duration, err error)
