@@ -464,13 +464,18 @@ func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		// Give the units back so that the capacity this caller will not use
-		// serves others. The refund runs on a context that outlives ctx but
-		// keeps its values; a failed refund only leaves the units spent.
-		refund := Request{Op: OpRefund, N: n, At: res.At.Add(res.Delay)}
-		_, _ = l.store.Apply(context.WithoutCancel(ctx), key, refund)
+		l.refund(ctx, key, n, res)
 		return ctx.Err()
 	}
+}
+
+// refund gives back the n units of res, an admission with a delay whose
+// caller gave up before it, so that the capacity it will not use serves
+// others. It runs on a context that outlives ctx but keeps its values; a
+// failed refund only leaves the units spent.
+func (l *limiter) refund(ctx context.Context, key string, n int64, res Result) {
+	req := Request{Op: OpRefund, N: n, At: res.At.Add(res.Delay)}
+	_, _ = l.store.Apply(context.WithoutCancel(ctx), key, req)
 }
 
 func (l *limiter) Policy() Policy { return l.policy }

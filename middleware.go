@@ -68,8 +68,11 @@ type MiddlewareOptions struct {
 	// Use it with a LeakyBucket, which shapes traffic into a steady flow,
 	// or a TokenBucket, which then absorbs bursts by queueing. A request
 	// whose context ends while it waits goes to ErrorHandler with the
-	// context's error, and the units it reserved stay spent. The default,
-	// 0, admits or denies at once (Limiter.AllowN).
+	// context's error; with a Limiter made by New, its units are given back
+	// where the algorithm allows, as Limiter.Wait does (the token bucket and
+	// the windows give them back; a leaky bucket's departure slots are
+	// promised and stay taken), with another Limiter they stay spent. The default, 0, admits or denies at once
+	// (Limiter.AllowN).
 	MaxDelay time.Duration
 
 	// Style selects the rate-limit fields sent on every decided response.
@@ -254,12 +257,24 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	ctx := r.Context()
 	var d Decision
 	var err error
+	var refund func() // gives back a delayed admission that is not served
 	if m.shaping {
 		maxDelay := o.MaxDelay
 		if deadline, ok := ctx.Deadline(); ok {
 			maxDelay = max(0, min(maxDelay, time.Until(deadline)))
 		}
-		d, err = m.lim.Reserve(ctx, key, n, maxDelay)
+		if l, ok := m.lim.(*limiter); ok {
+			// floodgate's own Limiter tells the instant of the admission,
+			// which a refund needs.
+			var res Result
+			res, err = l.take(ctx, key, n, maxDelay)
+			d = res.Decision
+			if err == nil && res.Allowed && res.Delay > 0 {
+				refund = func() { l.refund(ctx, key, n, res) }
+			}
+		} else {
+			d, err = m.lim.Reserve(ctx, key, n, maxDelay)
+		}
 	} else {
 		d, err = m.lim.AllowN(ctx, key, n)
 	}
@@ -282,6 +297,9 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	if d.Delay > 0 {
 		if err := sleep(ctx, d.Delay); err != nil {
+			if refund != nil {
+				refund()
+			}
 			for _, f := range rateLimitFields {
 				w.Header().Del(f)
 			}

@@ -533,3 +533,43 @@ func (b *blockingLimiter) AllowN(ctx context.Context, key string, n int64) (floo
 	<-ctx.Done()
 	return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrUnavailable, ctx.Err())
 }
+
+// TestMiddlewareShapingRefundsWhenCancelled: a shaped request whose client
+// goes away during its delay gives its units back, so the next request
+// waits as if it had never come.
+func TestMiddlewareShapingRefundsWhenCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// One unit per second, a burst of one: each request is served a
+		// second after the one before. (A leaky bucket would keep the slot:
+		// its departures are promised.)
+		lim, err := floodgate.New(newStore(t), floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
+		require.NoError(t, err)
+		var served []time.Duration
+		start := time.Now()
+		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+			MaxDelay:     10 * time.Second,
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(499) },
+		})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = append(served, time.Since(start)) }))
+
+		rec := do(t, h, "192.0.2.1:1") // served now
+		require.Equal(t, http.StatusOK, rec.Code)
+		// Queued for 1s, but its client goes away after 300ms (a
+		// cancellation, not a deadline, which would bound the delay).
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			cancel()
+		}()
+		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
+		req.RemoteAddr = "192.0.2.1:1"
+		rec = httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, 499, rec.Code)
+		// Its unit came back: the next request is served 1s after the
+		// first, not 2s.
+		rec = do(t, h, "192.0.2.1:1")
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, []time.Duration{0, time.Second}, served, "the cancelled request's slot was not given back")
+	})
+}
