@@ -71,8 +71,8 @@ type MiddlewareOptions struct {
 	// context's error; with a Limiter made by New, its units are given back
 	// where the algorithm allows, as Limiter.Wait does (the token bucket and
 	// the windows give them back; a leaky bucket's departure slots are
-	// promised and stay taken), with another Limiter they stay spent. The default, 0, admits or denies at once
-	// (Limiter.AllowN).
+	// promised and stay taken); with another Limiter they stay spent. The
+	// default, 0, admits or denies at once (Limiter.AllowN).
 	MaxDelay time.Duration
 
 	// Style selects the rate-limit fields sent on every decided response.
