@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,25 +13,30 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// TestTokenBucketFastPath runs random steps on Redis TIME, where the token
-// bucket's script takes its fast path (tokenbucket_fast.lua) for takes and
-// its general path for the other operations. Every reply is checked against the reference
-// Step (a disagreement fails the step with ErrMismatch); on miniredis, whose
-// TIME the test sets, the stored state and its TTL are checked too. States
-// written on a client clock (nanoseconds) make the fast path fall through.
-func TestTokenBucketFastPath(t *testing.T) {
+// TestScriptFastPaths runs random steps on Redis TIME, where the token
+// bucket's and the fixed window's scripts take their fast paths
+// (tokenbucket_fast.lua, fixedwindow_fast.lua) for takes and their general
+// paths for the other operations. Every reply is checked against the
+// reference Step (a disagreement fails the step with ErrMismatch); on
+// miniredis, whose TIME the test sets, each admission's stored state and
+// TTL are checked too. States written on a client clock (nanoseconds, not
+// microseconds) are mixed in.
+func TestScriptFastPaths(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
 	ctx := context.Background()
 	r := rand.New(rand.NewPCG(7, 11))
-	for _, alg := range []floodgate.TokenBucket{
-		{Rate: 1000, Per: time.Second, Burst: 10},      // 1ms
-		{Rate: 3, Per: 3 * time.Millisecond, Burst: 4}, // 1ms
-		{Rate: 7, Per: 5 * time.Microsecond, Burst: 3}, // 715ns
-		{Rate: 3, Per: time.Second, Burst: 2},          // 333,333,334ns
-		{Rate: 1, Per: 1500 * time.Millisecond, Burst: 3},
+	for _, alg := range []floodgate.Algorithm{
+		floodgate.TokenBucket{Rate: 1000, Per: time.Second, Burst: 10},      // 1ms
+		floodgate.TokenBucket{Rate: 3, Per: 3 * time.Millisecond, Burst: 4}, // 1ms
+		floodgate.TokenBucket{Rate: 7, Per: 5 * time.Microsecond, Burst: 3}, // 715ns
+		floodgate.TokenBucket{Rate: 3, Per: time.Second, Burst: 2},          // 333,333,334ns
+		floodgate.TokenBucket{Rate: 1, Per: 1500 * time.Millisecond, Burst: 3},
+		floodgate.FixedWindow{Limit: 5, Window: 3 * time.Millisecond},
+		floodgate.FixedWindow{Limit: 2, Window: 7 * time.Microsecond},
+		floodgate.FixedWindow{Limit: 3, Window: 1500 * time.Millisecond},
 	} {
-		t.Run(alg.String(), func(t *testing.T) {
+		t.Run(alg.(interface{ String() string }).String(), func(t *testing.T) {
 			now := t0.Add(time.Duration(r.Int64N(int64(time.Second))))
 			if srv.mini != nil {
 				srv.mini.SetTime(now)
@@ -44,6 +50,7 @@ func TestTokenBucketFastPath(t *testing.T) {
 				}
 				return time.Now().Add(time.Duration(1 + r.Int64N(999)))
 			}})
+			quota := alg.Policy().Quota
 			margin := int64(DefaultExpiryMargin / time.Millisecond)
 			for i := range 400 {
 				if srv.mini != nil {
@@ -51,7 +58,7 @@ func TestTokenBucketFastPath(t *testing.T) {
 					srv.mini.SetTime(now)
 				}
 				key := "k" + strconv.Itoa(r.IntN(3))
-				req := floodgate.Request{Op: floodgate.OpTake, N: 1 + r.Int64N(alg.Burst)}
+				req := floodgate.Request{Op: floodgate.OpTake, N: 1 + r.Int64N(quota)}
 				switch r.IntN(8) {
 				case 0:
 					req.Op = floodgate.OpTakeUpTo
@@ -67,15 +74,20 @@ func TestTokenBucketFastPath(t *testing.T) {
 				if srv.mini == nil || store != s || !res.Allowed {
 					continue
 				}
-				// The state is the new arrival time; its TTL the time until
-				// it, rounded up to a millisecond, plus the margin.
-				rkey := s.Key(key, floodgate.KindTokenBucket)
+				// The TTL is the time until the state carries no
+				// information (the bucket full, the window over), rounded
+				// up to a millisecond, plus the margin.
+				rkey := s.Key(key, alg.Kind())
 				v, err := c.Get(ctx, rkey).Result()
 				require.NoError(t, err)
-				tat, err := strconv.ParseInt(v, 10, 64)
+				start, _, _ := strings.Cut(v, ":")
+				at, err := strconv.ParseInt(start, 10, 64)
 				require.NoError(t, err)
-				d := tat - res.At.UnixNano()
-				require.Equal(t, res.ResetAfter, time.Duration(d), "step %d: the state is now + ResetAfter", i)
+				d := at - res.At.UnixNano()
+				if fw, ok := alg.(floodgate.FixedWindow); ok {
+					d += int64(fw.Window)
+				}
+				require.Equal(t, res.ResetAfter, time.Duration(d), "step %d: state %q against ResetAfter", i, v)
 				ttl := srv.mini.TTL(rkey)
 				require.Equal(t, time.Duration((d+999_999)/1_000_000+margin)*time.Millisecond, ttl, "step %d: TTL of %q", i, v)
 			}

@@ -157,6 +157,7 @@ func TestMismatchIsAnError(t *testing.T) {
 	c := srv.client(t)
 	tb := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 5}
 	sl := floodgate.SlidingLog{Limit: 5, Window: time.Second}
+	fw := floodgate.FixedWindow{Limit: 5, Window: time.Second}
 	for name, tc := range map[string]struct {
 		alg      floodgate.Algorithm
 		maxDelay time.Duration // of the step checked, once the quota is spent
@@ -177,6 +178,8 @@ func TestMismatchIsAnError(t *testing.T) {
 		"fast flipped":      {tb, time.Second, "if (b - tau) + d <= ARGV[3] + 0 then", "if (b - tau) + d > ARGV[3] + 0 then", ErrMismatch, true},
 		"fast granted":      {tb, time.Second, "allowed, granted = 1, n\n          -- The new", "allowed, granted = 1, n + 1\n          -- The new", ErrMismatch, true},
 		"fast state off":    {tb, time.Second, "string.format('%d%09d', bs + (x - r) / 1e9, r)", "string.format('%d%09d', bs + (x - r) / 1e9, r + 1)", ErrMismatch, true},
+		"fw fast flipped":   {fw, time.Second, "if math.max(xo, 0) <= ARGV[3] + 0 then", "if math.max(xo, 0) > ARGV[3] + 0 then", ErrMismatch, true},
+		"fw fast state off": {fw, time.Second, "new = string.format('%d%09d:%d', xs, xns, xc)", "new = string.format('%d%09d:%d', xs, xns, xc + 1)", ErrMismatch, true},
 		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch, false},
 		"log total wrong":   {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch, false},
 	} {

@@ -24,10 +24,10 @@ cases=(
 printf '%-4s %14s %14s\n' alg 'rps -P 1' 'rps -P 16'
 for c in "${cases[@]}"; do
 	read -r kind file args <<<"$c"
-	# The scripts as scripts.Source builds them: the token bucket's fast
-	# path first.
+	# The scripts as scripts.Source builds them: the fast paths first.
 	pre=()
 	if [[ $kind == tb ]]; then pre=("$dir/tokenbucket_fast.lua"); fi
+	if [[ $kind == fw ]]; then pre=("$dir/fixedwindow_fast.lua"); fi
 	sha=$(cli script load "$(cat "${pre[@]}" "$dir/lib.lua" "$dir/$file.lua")")
 	row=()
 	for p in 1 16; do
