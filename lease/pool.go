@@ -312,11 +312,13 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 	e.fill.Store(nil)
 	due := l.dueLocked(e)
 	e.mu.Unlock()
+	// Count the round trip before waking its waiters, so a caller that
+	// waited for it sees it in Stats.
+	l.leases.Add(1)
+	l.leased.Add(granted)
 	close(r.done)
 
 	l.jan.schedule(e, due)
-	l.leases.Add(1)
-	l.leased.Add(granted)
 	if l.cfg.observer != nil {
 		l.cfg.observer.Observe(Event{Kind: EventLease, Key: e.key, Units: r.asked, Granted: granted, Err: err,
 			Latency: time.Duration(max(end-r.start, 0)), Local: local, Waited: waiters})
