@@ -380,20 +380,62 @@ func badReply(format string, args ...any) error {
 }
 
 // replyReader reads the elements of a script's reply, remembering the
-// first error; it never panics on an unexpected reply.
+// first error; it never panics on an unexpected reply. A reply is an array,
+// or a string of elements separated by single spaces: the fast paths'
+// replies (see package scripts), which cost Redis less to build and the
+// client less to read than an array.
 type replyReader struct {
-	vals []any
-	err  error
+	vals   []any
+	fields [maxFields]string
+	n      int // the number of fields of a string reply
+	err    error
 }
 
-// newReplyReader returns a reader of reply, an array; a value, so that it
-// stays on the caller's stack.
+// maxFields is the most elements of a string reply.
+const maxFields = 6
+
+// newReplyReader returns a reader of reply, an array or a string; a value,
+// so that it stays on the caller's stack.
 func newReplyReader(reply any) (replyReader, error) {
-	vals, ok := reply.([]any)
-	if !ok {
-		return replyReader{}, badReply("%T, want an array", reply)
+	switch v := reply.(type) {
+	case []any:
+		return replyReader{vals: v}, nil
+	case string:
+		var r replyReader
+		for {
+			f, rest, more := strings.Cut(v, " ")
+			if r.n == maxFields || f == "" {
+				return replyReader{}, badReply("reply %q, want at most %d elements separated by single spaces", reply, maxFields)
+			}
+			r.fields[r.n] = f
+			r.n++
+			if !more {
+				return r, nil
+			}
+			v = rest
+		}
 	}
-	return replyReader{vals: vals}, nil
+	return replyReader{}, badReply("%T, want an array or a string", reply)
+}
+
+// field returns element i of a string reply, or false (noting the error)
+// if the reply is shorter.
+func (r *replyReader) field(i int) (string, bool) {
+	if i < r.n {
+		return r.fields[i], true
+	}
+	r.err = badReply("%d elements, want more than %d", r.n, i)
+	return "", false
+}
+
+// elem returns element i of an array reply, or false (noting the error)
+// if the reply is shorter.
+func (r *replyReader) elem(i int) (any, bool) {
+	if i < len(r.vals) {
+		return r.vals[i], true
+	}
+	r.err = badReply("%d elements, want more than %d", len(r.vals), i)
+	return nil, false
 }
 
 // str returns element i, a string.
@@ -401,13 +443,17 @@ func (r *replyReader) str(i int) string {
 	if r.err != nil {
 		return ""
 	}
-	if i >= len(r.vals) {
-		r.err = badReply("%d elements, want more than %d", len(r.vals), i)
+	if r.vals == nil {
+		s, _ := r.field(i)
+		return s
+	}
+	v, ok := r.elem(i)
+	if !ok {
 		return ""
 	}
-	s, ok := r.vals[i].(string)
+	s, ok := v.(string)
 	if !ok {
-		r.err = badReply("element %d is %T, want a string", i, r.vals[i])
+		r.err = badReply("element %d is %T, want a string", i, v)
 	}
 	return s
 }
@@ -427,20 +473,32 @@ func (r *replyReader) int(i int) int64 {
 	if r.err != nil {
 		return 0
 	}
-	if i >= len(r.vals) {
-		r.err = badReply("%d elements, want more than %d", len(r.vals), i)
+	if r.vals == nil {
+		s, ok := r.field(i)
+		if !ok {
+			return 0
+		}
+		return r.parse(i, s)
+	}
+	v, ok := r.elem(i)
+	if !ok {
 		return 0
 	}
-	switch v := r.vals[i].(type) {
+	switch v := v.(type) {
 	case int64:
 		return v
 	case string:
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			r.err = badReply("element %d is %q, want an integer", i, v)
-		}
-		return n
+		return r.parse(i, v)
 	}
-	r.err = badReply("element %d is %T, want an integer", i, r.vals[i])
+	r.err = badReply("element %d is %T, want an integer", i, v)
 	return 0
+}
+
+// parse returns element i, the decimal s.
+func (r *replyReader) parse(i int, s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		r.err = badReply("element %d is %q, want an integer", i, s)
+	}
+	return n
 }

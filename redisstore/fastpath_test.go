@@ -94,3 +94,42 @@ func TestScriptFastPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestStringReply checks how a fast path's one-string reply is split: single
+// spaces between at most six non-empty elements, or an ErrReply.
+func TestStringReply(t *testing.T) {
+	for _, tc := range []struct {
+		reply string
+		want  []string // nil: an ErrReply
+	}{
+		{"1 2 3 4 5 6", []string{"1", "2", "3", "4", "5", "6"}},
+		{"1795979871 51212000 0 1795979871052212000 1 1", []string{"1795979871", "51212000", "0", "1795979871052212000", "1", "1"}},
+		{"7", []string{"7"}},
+		{"", nil},
+		{" 1", nil},
+		{"1 ", nil},
+		{"1  2", nil},
+		{"1 2 3 4 5 6 7", nil},
+	} {
+		r, err := newReplyReader(tc.reply)
+		if tc.want == nil {
+			require.ErrorIs(t, err, ErrReply, "%q", tc.reply)
+			continue
+		}
+		require.NoError(t, err, "%q", tc.reply)
+		var got []string
+		for i := range tc.want {
+			got = append(got, r.str(i))
+		}
+		require.NoError(t, r.err)
+		require.Equal(t, tc.want, got)
+		r.str(len(tc.want))
+		require.ErrorIs(t, r.err, ErrReply, "%q has %d elements", tc.reply, len(tc.want))
+	}
+	r, err := newReplyReader("1 x")
+	require.NoError(t, err)
+	r.int(1)
+	require.ErrorIs(t, r.err, ErrReply)
+	_, err = newReplyReader(int64(7))
+	require.ErrorIs(t, err, ErrReply)
+}

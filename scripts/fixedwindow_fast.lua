@@ -51,9 +51,9 @@ do
           local r = math.fmod(x, 1e9)
           xs, xns, xo, xc = cs + (x - r) / 1e9, r, co + w, n
         end
-        local allowed, granted, new = 0, 0, old or '0:0'
+        local flags, new = ' 0 0', old or '0:0'
         if math.max(xo, 0) <= ARGV[3] + 0 then
-          allowed, granted = 1, n
+          flags = ' 1 ' .. ARGV[2]
           new = string.format('%d%09d:%d', xs, xns, xc)
           -- The TTL: until the window ends, rounded up to a millisecond,
           -- plus the margin.
@@ -65,7 +65,9 @@ do
           end
           redis.call('SET', key, new, 'PX', string.format('%d', d + ARGV[4]))
         end
-        fast = {ts, tns, old or '0:0', new, allowed, granted}
+        -- The reply of fixedwindow.lua as one string (see scripts.go),
+        -- joined from strings at hand: no number is formatted.
+        fast = t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0:0') .. ' ' .. new .. flags
       end
     end
   end

@@ -31,6 +31,14 @@
 //
 // The optional arguments come last, so that a decision on Redis TIME sends
 // seven.
+//
+// A reply is an array whose first two elements are the instant of the step
+// (seconds and nanoseconds since the Unix epoch); each file's header gives
+// the rest. The fast paths reply with the same elements as one string,
+// separated by single spaces ("1795979871 51212000 0 1795979871052212000
+// 1 1"): they join strings already at hand (TIME's, the states, ARGV[2]),
+// which costs Redis about 0.5 µs less per call than building an array,
+// and the client a parse instead of five allocations.
 package scripts
 
 import (

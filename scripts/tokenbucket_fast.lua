@@ -39,9 +39,9 @@ do
           bs, bns, b = as, ans, o
         end
         local d = n * interval
-        local allowed, granted, new = 0, 0, old or '0'
+        local flags, new = ' 0 0', old or '0'
         if (b - tau) + d <= ARGV[3] + 0 then
-          allowed, granted = 1, n
+          flags = ' 1 ' .. ARGV[2]
           -- The new state base + d, and its TTL: b + d rounded up to a
           -- millisecond, plus the margin.
           local x = bns + d
@@ -55,7 +55,9 @@ do
           end
           redis.call('SET', key, new, 'PX', string.format('%d', x + ARGV[4]))
         end
-        fast = {ts, tns, old or '0', new, allowed, granted}
+        -- The reply of tokenbucket.lua as one string (see scripts.go),
+        -- joined from strings at hand: no number is formatted.
+        fast = t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0') .. ' ' .. new .. flags
       end
     end
   end
