@@ -27,17 +27,21 @@ type batcher struct {
 	cold    int64        // the number of first batches with coldTimeout
 }
 
-// pending is one decision waiting for its reply.
+// pending is one decision waiting for its reply. A caller that gets its
+// reply returns its pending to pendings for the next decision; one that
+// gives up (its context ended) leaves it to the batcher and the GC.
 type pending struct {
 	ctx   context.Context
 	kind  floodgate.Kind
-	keys  []string
+	key   [1]string // KEYS
 	args  []any
 	reply any
 	err   error
-	cold  bool // sent in one of the first batches
-	done  chan struct{}
+	cold  bool          // sent in one of the first batches
+	done  chan struct{} // signalled once the reply is in; buffered
 }
+
+var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
 func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pipelines int, timeout time.Duration) *batcher {
 	b := &batcher{
@@ -59,20 +63,32 @@ func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pi
 // do queues a decision and waits for its reply or for ctx's end. The
 // store's timeout bounds each pipeline, not the wait in the queue.
 func (b *batcher) do(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error, bool) {
-	p := &pending{ctx: ctx, kind: kind, keys: []string{rkey}, args: args, done: make(chan struct{})}
+	p := pendings.Get().(*pending)
+	p.ctx, p.kind, p.key[0], p.args = ctx, kind, rkey, args
 	select {
 	case b.in <- p:
 	case <-b.quit:
+		p.reset()
 		return nil, unavailable(ErrClosed, nil), false
 	case <-ctx.Done():
+		p.reset()
 		return nil, ctx.Err(), false
 	}
 	select {
 	case <-p.done:
-		return p.reply, p.err, p.cold
+		reply, err, cold := p.reply, p.err, p.cold
+		p.reset()
+		return reply, err, cold
 	case <-ctx.Done():
 		return nil, ctx.Err(), false
 	}
+}
+
+// reset clears p and returns it to pendings.
+func (p *pending) reset() {
+	done := p.done
+	*p = pending{done: done}
+	pendings.Put(p)
 }
 
 // stop ends the goroutines after their pipelines in flight, failing the
@@ -84,7 +100,7 @@ func (b *batcher) stop() {
 		select {
 		case p := <-b.in:
 			p.err = unavailable(ErrClosed, nil)
-			close(p.done)
+			p.done <- struct{}{}
 		default:
 			return
 		}
@@ -152,7 +168,7 @@ func (b *batcher) exec(batch []*pending) {
 		if p.ctx.Err() != nil {
 			continue // its caller is gone: do not spend its units
 		}
-		cmds[i] = programs[p.kind].EvalSha(ctx, pipe, p.keys, p.args...)
+		cmds[i] = programs[p.kind].EvalSha(ctx, pipe, p.key[:], p.args...)
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx)
@@ -166,7 +182,7 @@ func (b *batcher) exec(batch []*pending) {
 				retry = b.client.Pipeline()
 			}
 			p := batch[i]
-			cmds[i] = programs[p.kind].Eval(ctx, retry, p.keys, p.args...)
+			cmds[i] = programs[p.kind].Eval(ctx, retry, p.key[:], p.args...)
 		}
 	}
 	if retry != nil {
@@ -179,7 +195,7 @@ func (b *batcher) exec(batch []*pending) {
 			p.err = p.ctx.Err()
 		}
 		p.cold = cold
-		close(p.done)
+		p.done <- struct{}{} // the caller may reuse p from here on
 	}
 }
 

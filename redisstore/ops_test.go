@@ -388,3 +388,52 @@ func TestRedisKilled(t *testing.T) {
 	require.Greater(t, hook.eval.Load(), evals, "the restarted server lacked the script")
 	require.Equal(t, int64(9), count(20))
 }
+
+// TestBatchedCallersGivingUp runs batched decisions whose callers give up
+// at random points (before their batch is sent, while it is in flight,
+// after the reply) and checks that every reply reaches its own caller: the
+// batcher reuses a caller's pending only once the caller has taken its
+// reply. Each goroutine's key starts at its own count, so a reply meant
+// for another key would show a Remaining out of the goroutine's range.
+func TestBatchedCallersGivingUp(t *testing.T) {
+	srv := newServer(t)
+	s := newStore(t, srv.client(t), &Options{BatchSize: 8, BatchPipelines: 2})
+	const limit, span, goroutines, calls = int64(1) << 40, int64(1_000_000), 16, 300
+	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: limit, Window: time.Hour})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var given, answered atomic.Int64
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := "giving-up:" + strconv.Itoa(g)
+			base := int64(g+1) * span // the units this goroutine's key starts with
+			_, err := lim.AllowN(context.Background(), key, base)
+			if !assert.NoError(t, err) {
+				return
+			}
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for range calls {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if rng.IntN(3) == 0 {
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(rng.IntN(300))*time.Microsecond)
+				}
+				d, err := lim.Allow(ctx, key)
+				cancel()
+				if err != nil {
+					assert.ErrorIs(t, err, context.DeadlineExceeded)
+					given.Add(1)
+					continue
+				}
+				answered.Add(1)
+				used := limit - d.Remaining
+				assert.True(t, d.Allowed)
+				assert.True(t, used > base && used <= base+calls, "goroutine %d got a Remaining of %d: %d used, want (%d, %d]", g, d.Remaining, used, base, base+calls)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d answered, %d given up", answered.Load(), given.Load())
+	require.Positive(t, answered.Load())
+}
