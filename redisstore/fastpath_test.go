@@ -13,10 +13,10 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// TestScriptFastPaths runs random steps on Redis TIME, where the token
-// bucket's and the fixed window's scripts take their fast paths
-// (tokenbucket_fast.lua, fixedwindow_fast.lua) for takes and their general
-// paths for the other operations. Every reply is checked against the
+// TestScriptFastPaths runs random steps on Redis TIME, where the buckets'
+// and the fixed window's scripts take their fast paths (bucket_fast.lua,
+// fixedwindow_fast.lua) for takes and their general paths for the other
+// operations. Every reply is checked against the
 // reference Step (a disagreement fails the step with ErrMismatch); on
 // miniredis, whose TIME the test sets, each admission's stored state and
 // TTL are checked too. States written on a client clock (nanoseconds, not
@@ -32,6 +32,10 @@ func TestScriptFastPaths(t *testing.T) {
 		floodgate.TokenBucket{Rate: 7, Per: 5 * time.Microsecond, Burst: 3}, // 715ns
 		floodgate.TokenBucket{Rate: 3, Per: time.Second, Burst: 2},          // 333,333,334ns
 		floodgate.TokenBucket{Rate: 1, Per: 1500 * time.Millisecond, Burst: 3},
+		floodgate.LeakyBucket{Rate: 1000, Per: time.Second, Capacity: 10},
+		floodgate.LeakyBucket{Rate: 7, Per: 5 * time.Microsecond, Capacity: 3},
+		floodgate.LeakyBucket{Rate: 3, Per: time.Second, Capacity: 2},
+		floodgate.LeakyBucket{Rate: 1, Per: 1500 * time.Millisecond, Capacity: 3},
 		floodgate.FixedWindow{Limit: 5, Window: 3 * time.Millisecond},
 		floodgate.FixedWindow{Limit: 2, Window: 7 * time.Microsecond},
 		floodgate.FixedWindow{Limit: 3, Window: 1500 * time.Millisecond},

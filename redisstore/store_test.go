@@ -158,6 +158,9 @@ func TestMismatchIsAnError(t *testing.T) {
 	tb := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 5}
 	sl := floodgate.SlidingLog{Limit: 5, Window: time.Second}
 	fw := floodgate.FixedWindow{Limit: 5, Window: time.Second}
+	// The spending admits one unit into each leaky bucket.
+	lb1 := floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 1}
+	lb5 := floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 5}
 	for name, tc := range map[string]struct {
 		alg      floodgate.Algorithm
 		maxDelay time.Duration // of the step checked, once the quota is spent
@@ -175,7 +178,7 @@ func TestMismatchIsAnError(t *testing.T) {
 		"new state garbage": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old, new .. 'x', allowed, granted}", ErrMismatch, false},
 		"instant too large": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, 1000000000, old, new, allowed, granted}", ErrReply, false},
 		"script error":      {tb, time.Second, "\nlocal key = KEYS[1]\n", "\nerror('floodgate: boom')\n", ErrReply, false},
-		"fast flipped":      {tb, time.Second, "if (b - tau) + d <= ARGV[3] + 0 then", "if (b - tau) + d > ARGV[3] + 0 then", ErrMismatch, true},
+		"fast flipped":      {tb, time.Second, "admit = (b - tau) + d <= ARGV[3] + 0", "admit = (b - tau) + d > ARGV[3] + 0", ErrMismatch, true},
 		"fast granted":      {tb, time.Second, "flags = ' 1 ' .. ARGV[2]", "flags = ' 1 ' .. ARGV[2] + 1", ErrMismatch, true},
 		"fast denied flags": {tb, 0, "local flags, new = ' 0 0'", "local flags, new = ' 1 0'", ErrMismatch, true},
 		"fast instant":      {tb, time.Second, "fast = t[1] .. ' '", "fast = (t[1] - 1) .. ' '", ErrMismatch, true},
@@ -184,6 +187,8 @@ func TestMismatchIsAnError(t *testing.T) {
 		"fast long reply":   {tb, time.Second, ".. ' ' .. new .. flags", ".. ' ' .. new .. flags .. ' 0'", ErrReply, true},
 		"fw fast granted":   {fw, time.Second, "flags = ' 1 ' .. ARGV[2]", "flags = ' 1 2'", ErrMismatch, true},
 		"fast state off":    {tb, time.Second, "string.format('%d%09d', bs + (x - r) / 1e9, r)", "string.format('%d%09d', bs + (x - r) / 1e9, r + 1)", ErrMismatch, true},
+		"lb fast overfills": {lb1, 10 * time.Second, "admit = b + d <= tau and", "admit = b <= tau and", ErrMismatch, true},
+		"lb fast late":      {lb5, time.Second / 2, "and b <= ARGV[3] + 0", "and b <= ARGV[3] + 1e10", ErrMismatch, true},
 		"fw fast flipped":   {fw, time.Second, "if math.max(xo, 0) <= ARGV[3] + 0 then", "if math.max(xo, 0) > ARGV[3] + 0 then", ErrMismatch, true},
 		"fw fast state off": {fw, time.Second, "new = string.format('%d%09d:%d', xs, xns, xc)", "new = string.format('%d%09d:%d', xs, xns, xc + 1)", ErrMismatch, true},
 		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch, false},

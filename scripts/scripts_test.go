@@ -21,7 +21,11 @@ func TestSource(t *testing.T) {
 		src := Source(k)
 		i := strings.Index(src, lib)
 		require.GreaterOrEqual(t, i, 0, "%v holds lib.lua", k)
-		require.Equal(t, k == floodgate.KindTokenBucket || k == floodgate.KindFixedWindow, i > 0, "%v: only the token bucket and the fixed window have a fast path before lib.lua", k)
+		fast := k == floodgate.KindTokenBucket || k == floodgate.KindLeakyBucket || k == floodgate.KindFixedWindow
+		require.Equal(t, fast, i > 0, "%v: only the buckets and the fixed window have a fast path before lib.lua", k)
+		if k == floodgate.KindTokenBucket || k == floodgate.KindLeakyBucket {
+			require.True(t, strings.HasPrefix(src, "local leaky = "+strconv.FormatBool(k == floodgate.KindLeakyBucket)+"\n"+bucketFast), "%v sets leaky for bucket_fast.lua", k)
+		}
 		for _, header := range []string{"KEYS[1]", "ARGV[1]", "Reply:", "Time:"} {
 			require.Contains(t, src[i+len(lib):], header, "%v's header", k)
 		}

@@ -26,7 +26,8 @@ for c in "${cases[@]}"; do
 	read -r kind file args <<<"$c"
 	# The scripts as scripts.Source builds them: the fast paths first.
 	pre=()
-	if [[ $kind == tb ]]; then pre=("$dir/tokenbucket_fast.lua"); fi
+	if [[ $kind == tb ]]; then pre=(<(echo 'local leaky = false') "$dir/bucket_fast.lua"); fi
+	if [[ $kind == lb ]]; then pre=(<(echo 'local leaky = true') "$dir/bucket_fast.lua"); fi
 	if [[ $kind == fw ]]; then pre=("$dir/fixedwindow_fast.lua"); fi
 	sha=$(cli script load "$(cat "${pre[@]}" "$dir/lib.lua" "$dir/$file.lua")")
 	row=()

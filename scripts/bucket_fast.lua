@@ -1,12 +1,15 @@
--- tokenbucket_fast.lua: the common case of tokenbucket.lua, run before
--- lib.lua's definitions (each costs a closure per call) and written out
--- without its helpers: a take on Redis TIME, on a missing key or a state of
--- 19 digits (an instant from 2001 to 2286, which is every state a take on
--- Redis TIME writes until 2255). Anything else falls through to
--- tokenbucket.lua. Both make the decision of floodgate.TokenBucket.Step
--- with the same exact (seconds, nanoseconds) arithmetic (see lib.lua), and
--- write the same state and TTL; redisstore checks every reply against the
--- Step.
+-- bucket_fast.lua: the common case of tokenbucket.lua and leakybucket.lua,
+-- run before lib.lua's definitions (each costs a closure per call) and
+-- written out without its helpers: a take on Redis TIME, on a missing key
+-- or a state of 19 digits (an instant from 2001 to 2286, which is every
+-- state a take on Redis TIME writes until 2255). Anything else falls through
+-- to the algorithm's script. Both buckets keep one instant (the token
+-- bucket's TAT, the leaky bucket's tail) and move it the same way; they
+-- differ only in the admission test, chosen by `leaky`, which Source sets
+-- before this file. The fast path and the general script make the decision
+-- of the algorithm's Step with the same exact (seconds, nanoseconds)
+-- arithmetic (see lib.lua), and write the same state and TTL; redisstore
+-- checks every reply against the Step.
 local fast
 do
   if ARGV[1] == '0' and (ARGV[8] or '') == '' then
@@ -32,7 +35,7 @@ do
         -- Arithmetic converts the decimal arguments, at half the cost of
         -- tonumber calls.
         local n, interval, tau = ARGV[2] + 0, ARGV[6] + 0, ARGV[7] + 0
-        -- b = base - now, base = max(tat, now), as in tokenbucket.lua.
+        -- b = base - now, base = max(state, now), as in both scripts.
         local bs, bns, b = ts, tns, 0
         local o = (as - ts) * 1e9 + (ans - tns)
         if o > 0 then
@@ -40,7 +43,17 @@ do
         end
         local d = n * interval
         local flags, new = ' 0 0', old or '0'
-        if (b - tau) + d <= ARGV[3] + 0 then
+        local admit
+        if leaky then
+          -- The queue ahead plus this request fits in the bucket, and the
+          -- departure is within the maximum delay (leakybucket.lua).
+          admit = b + d <= tau and b <= ARGV[3] + 0
+        else
+          -- The request conforms within the maximum delay (GCRA,
+          -- tokenbucket.lua).
+          admit = (b - tau) + d <= ARGV[3] + 0
+        end
+        if admit then
           flags = ' 1 ' .. ARGV[2]
           -- The new state base + d, and its TTL: b + d rounded up to a
           -- millisecond, plus the margin.
@@ -55,7 +68,7 @@ do
           end
           redis.call('SET', key, new, 'PX', string.format('%d', x + ARGV[4]))
         end
-        -- The reply of tokenbucket.lua as one string (see scripts.go),
+        -- The reply of the general scripts as one string (see scripts.go),
         -- joined from strings at hand: no number is formatted.
         fast = t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0') .. ' ' .. new .. flags
       end
