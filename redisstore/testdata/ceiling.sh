@@ -25,11 +25,11 @@ printf '%-4s %14s %14s\n' alg 'rps -P 1' 'rps -P 16'
 for c in "${cases[@]}"; do
 	read -r kind file args <<<"$c"
 	# The scripts as scripts.Source builds them: the fast paths first.
-	pre=()
-	if [[ $kind == tb ]]; then pre=(<(echo 'local leaky = false') "$dir/bucket_fast.lua"); fi
-	if [[ $kind == lb ]]; then pre=(<(echo 'local leaky = true') "$dir/bucket_fast.lua"); fi
+	head='' pre=()
+	if [[ $kind == tb ]]; then head='local leaky = false' pre=("$dir/bucket_fast.lua"); fi
+	if [[ $kind == lb ]]; then head='local leaky = true' pre=("$dir/bucket_fast.lua"); fi
 	if [[ $kind == fw ]]; then pre=("$dir/fixedwindow_fast.lua"); fi
-	sha=$(cli script load "$(cat "${pre[@]}" "$dir/lib.lua" "$dir/$file.lua")")
+	sha=$(cli script load "$(printf '%s\n' "$head"; cat "${pre[@]}" "$dir/lib.lua" "$dir/$file.lua")")
 	row=()
 	for p in 1 16; do
 		rps=$(redis-benchmark -h "$host" -p "$port" -c 64 -n "$n" -P "$p" -r 10000 --csv \
