@@ -160,8 +160,12 @@ func (b *batcher) exec(batch []*pending) {
 	if b.started.Load() < b.cold && b.started.Add(1) <= b.cold {
 		timeout, cold = max(timeout, coldTimeout), true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	ctx := context.Background()
+	if timeout != NoTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	cmds := make([]*redis.Cmd, len(batch))
 	pipe := b.client.Pipeline()
 	for i, p := range batch {

@@ -29,9 +29,16 @@ func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args
 	if s.started.Load() < s.cold && s.started.Add(1) <= s.cold {
 		cold, timeout = true, max(timeout, coldTimeout)
 	}
+	script := programs[kind]
+	if timeout == NoTimeout {
+		// The caller's context and go-redis' timeouts bound the call: no
+		// context of our own, and no goroutine to stop waiting early.
+		defer func() { <-s.gate }()
+		reply, err = script.Run(ctx, s.client, []string{rkey}, args...).Result()
+		return reply, err, cold
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	script := programs[kind]
 	if !s.guard {
 		defer func() { <-s.gate }()
 		reply, err = script.Run(ctx, s.client, []string{rkey}, args...).Result()

@@ -47,7 +47,8 @@
 //
 // # Failures
 //
-// Each call waits at most Options.Timeout (20ms by default) for Redis to
+// Each call waits at most Options.Timeout (20ms by default; NoTimeout
+// leaves the bound to the caller's context and go-redis) for Redis to
 // answer, once it is sent: decisions beyond Options.MaxInFlight (the
 // client's pool size) queue in the process, bounded by their context, rather
 // than fail (a Store's first calls, which dial and load scripts, get at

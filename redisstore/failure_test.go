@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -327,6 +328,51 @@ func TestTimeout(t *testing.T) {
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
 			require.Len(t, rec.take(), 1, "only the store's timeout is reported")
 			require.Equal(t, 1, s.breaker.cur.failures+s.breaker.prev.failures)
+		})
+	}
+}
+
+// TestNoTimeout checks that with Options.Timeout NoTimeout a stalled call
+// waits for the caller's context (or go-redis' own timeouts), unbatched
+// and batched: the store adds no deadline of its own, and the caller's
+// deadline is the caller's, not counted against Redis.
+func TestNoTimeout(t *testing.T) {
+	alg := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 10}
+	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	for _, batch := range []int{0, 4} {
+		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
+			srv := newServer(t)
+			px := newProxy(t, srv.addr)
+			c := redis.NewClient(&redis.Options{
+				Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
+				ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+			})
+			t.Cleanup(func() { _ = c.Close() })
+			rec := &recorder{}
+			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: NoTimeout, Observer: rec, BatchSize: batch})
+			ctx := context.Background()
+			_, err := s.Apply(ctx, "k", alg, take)
+			require.NoError(t, err)
+
+			px.setStalled(true)
+			// Released after 300ms, far beyond DefaultTimeout: the call
+			// waits it out and succeeds.
+			go func() {
+				time.Sleep(300 * time.Millisecond)
+				px.setStalled(false)
+			}()
+			res, err := s.Apply(ctx, "k", alg, take)
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+
+			px.setStalled(true)
+			defer px.setStalled(false)
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, err = s.Apply(short, "k", alg, take)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
+			require.Empty(t, rec.take(), "the caller's deadline is not Redis failing")
 		})
 	}
 }

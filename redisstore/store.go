@@ -30,6 +30,15 @@ const (
 	DefaultBatchPipelines   = 4
 )
 
+// NoTimeout, as Options.Timeout, turns the store's per-call timeout off: a
+// call then ends when the caller's context ends or when go-redis' own
+// timeouts (the client's ReadTimeout, WriteTimeout, PoolTimeout and
+// DialTimeout) end it, as calls of a plain go-redis client do. It saves a
+// context and a timer per unbatched decision (about 0.6 µs of CPU and five
+// allocations, measured on two CPUs); it suits callers whose contexts
+// carry their own deadlines.
+const NoTimeout = time.Duration(math.MaxInt64)
+
 // Options configures a Store. A nil *Options means the defaults; so does
 // the zero value of each field.
 type Options struct {
@@ -62,7 +71,8 @@ type Options struct {
 	// a loopback or same-zone round trip takes well under 1ms, and the
 	// rest leaves room for GC pauses and loaded hosts (at 5ms, 512
 	// goroutines on a loaded 2-core machine saw a few timeouts per
-	// thousand). Lower it where failing fast matters more.
+	// thousand). Lower it where failing fast matters more; NoTimeout turns
+	// it off.
 	// The first MaxInFlight calls of a Store (the first BatchPipelines
 	// batches), which dial connections and load scripts, get at least
 	// 250ms, and their timeouts do not count against the breaker.
