@@ -296,13 +296,8 @@ func TestTimeout(t *testing.T) {
 	for _, honours := range []bool{true, false} {
 		t.Run(map[bool]string{true: "ContextTimeoutEnabled", false: "ContextTimeoutDisabled"}[honours], func(t *testing.T) {
 			srv := newServer(t)
-			px := newProxy(t, srv.addr)
-			c := redis.NewClient(&redis.Options{
-				Addr: px.addr(), ContextTimeoutEnabled: honours, MaxRetries: -1,
-				// go-redis' own bounds, which Options.Timeout must beat.
-				ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
-			})
-			t.Cleanup(func() { _ = c.Close() })
+			// go-redis' own bounds, which Options.Timeout must beat.
+			px, c := proxiedClient(t, srv, honours, 2*time.Second)
 			rec := &recorder{}
 			// One slot: only the first call is a cold one, with a longer
 			// timeout.
@@ -332,6 +327,19 @@ func TestTimeout(t *testing.T) {
 	}
 }
 
+// proxiedClient returns a proxy to srv and a client of it that does not
+// retry, with go-redis' read and write timeouts set to rw.
+func proxiedClient(t *testing.T, srv *server, honours bool, rw time.Duration) (*proxy, *redis.Client) {
+	t.Helper()
+	px := newProxy(t, srv.addr)
+	c := redis.NewClient(&redis.Options{
+		Addr: px.addr(), ContextTimeoutEnabled: honours, MaxRetries: -1,
+		ReadTimeout: rw, WriteTimeout: rw,
+	})
+	t.Cleanup(func() { _ = c.Close() })
+	return px, c
+}
+
 // TestNoTimeout checks that with Options.Timeout NoTimeout a stalled call
 // waits for the caller's context (or go-redis' own timeouts), unbatched
 // and batched: the store adds no deadline of its own, and the caller's
@@ -342,12 +350,7 @@ func TestNoTimeout(t *testing.T) {
 	for _, batch := range []int{0, 4} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			srv := newServer(t)
-			px := newProxy(t, srv.addr)
-			c := redis.NewClient(&redis.Options{
-				Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1,
-				ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
-			})
-			t.Cleanup(func() { _ = c.Close() })
+			px, c := proxiedClient(t, srv, true, 10*time.Second)
 			rec := &recorder{}
 			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: NoTimeout, Observer: rec, BatchSize: batch})
 			ctx := context.Background()
