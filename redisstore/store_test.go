@@ -181,7 +181,7 @@ func TestMismatchIsAnError(t *testing.T) {
 		"fast flipped":      {tb, time.Second, "admit = (b - tau) + d <= ARGV[3] + 0", "admit = (b - tau) + d > ARGV[3] + 0", ErrMismatch, true},
 		"fast granted":      {tb, time.Second, "flags = ' 1 ' .. ARGV[2]", "flags = ' 1 ' .. ARGV[2] + 1", ErrMismatch, true},
 		"fast denied flags": {tb, 0, "local flags, new = ' 0 0'", "local flags, new = ' 1 0'", ErrMismatch, true},
-		"fast instant":      {tb, time.Second, "fast = t[1] .. ' '", "fast = (t[1] - 1) .. ' '", ErrMismatch, true},
+		"fast instant":      {tb, time.Second, "return t[1] .. ' '", "return (t[1] - 1) .. ' '", ErrMismatch, true},
 		"fast short reply":  {tb, time.Second, ".. ' ' .. new .. flags", ".. ' ' .. new", ErrReply, true},
 		"fast double space": {tb, time.Second, "t[1] .. ' ' .. t[2]", "t[1] .. '  ' .. t[2]", ErrReply, true},
 		"fast long reply":   {tb, time.Second, ".. ' ' .. new .. flags", ".. ' ' .. new .. flags .. ' 0'", ErrReply, true},

@@ -10,10 +10,11 @@
 -- of the algorithm's Step with the same exact (seconds, nanoseconds)
 -- arithmetic (see lib.lua), and write the same state and TTL; redisstore
 -- checks every reply against the Step.
-local fast
-do
+--
+-- fast(key, ARGV, t) returns the reply, or nil to fall through. t is the
+-- TIME of a batch (batch.lua), or nil to ask Redis once the state parses.
+local function fast(key, ARGV, t)
   if ARGV[1] == '0' and (ARGV[8] or '') == '' then
-    local key = KEYS[1]
     local old = redis.call('GET', key)
     local as, ans = 0, 0
     if old then
@@ -26,10 +27,12 @@ do
       end
     end
     if as then
-      if redis.replicate_commands then
-        redis.replicate_commands()
+      if not t then
+        if redis.replicate_commands then
+          redis.replicate_commands()
+        end
+        t = redis.call('TIME')
       end
-      local t = redis.call('TIME')
       local ts, tns = t[1] + 0, t[2] * 1000
       if ts < 9000000000 then
         -- Arithmetic converts the decimal arguments, at half the cost of
@@ -70,11 +73,8 @@ do
         end
         -- The reply of the general scripts as one string (see scripts.go),
         -- joined from strings at hand: no number is formatted.
-        fast = t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0') .. ' ' .. new .. flags
+        return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0') .. ' ' .. new .. flags
       end
     end
   end
-end
-if fast then
-  return fast
 end

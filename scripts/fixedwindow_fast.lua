@@ -6,10 +6,11 @@
 -- Both make the decision of floodgate.FixedWindow.Step with the same exact
 -- (seconds, nanoseconds) arithmetic (see lib.lua), and write the same state
 -- and TTL; redisstore checks every reply against the Step.
-local fast
-do
+--
+-- fast(key, ARGV, t) returns the reply, or nil to fall through. t is the
+-- TIME of a batch (batch.lua), or nil to ask Redis once the state parses.
+local function fast(key, ARGV, t)
   if ARGV[1] == '0' and (ARGV[8] or '') == '' then
-    local key = KEYS[1]
     local old = redis.call('GET', key)
     local ss, sns, cnt = 0, 0, 0
     if old then
@@ -23,10 +24,12 @@ do
       end
     end
     if ss then
-      if redis.replicate_commands then
-        redis.replicate_commands()
+      if not t then
+        if redis.replicate_commands then
+          redis.replicate_commands()
+        end
+        t = redis.call('TIME')
       end
-      local t = redis.call('TIME')
       local ts, tns = t[1] + 0, t[2] * 1000
       if ts < 9000000000 then
         local n, limit, w = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
@@ -67,11 +70,8 @@ do
         end
         -- The reply of fixedwindow.lua as one string (see scripts.go),
         -- joined from strings at hand: no number is formatted.
-        fast = t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0:0') .. ' ' .. new .. flags
+        return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0:0') .. ' ' .. new .. flags
       end
     end
   end
-end
-if fast then
-  return fast
 end

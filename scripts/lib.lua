@@ -108,19 +108,26 @@ local function same(as, ans, bs, bns)
   return as == bs and ans == bns
 end
 
+-- batchTime is the TIME reply batch.lua takes once for all the decisions
+-- of a batch; nil in a script of one decision.
+local batchTime
+
 -- clock returns the decision's instant: the client's clock when ARGV[8]
 -- holds one, else the Redis server's TIME (microseconds).
 local function clock(arg)
   if arg and arg ~= '' then
     return parse(arg)
   end
-  -- Redis before 5 replicates scripts verbatim unless told to replicate
-  -- their effects, and refuses writes after TIME; later versions always
-  -- replicate effects, and 7 keeps the function as a no-op.
-  if redis.replicate_commands then
-    redis.replicate_commands()
+  local t = batchTime
+  if not t then
+    -- Redis before 5 replicates scripts verbatim unless told to replicate
+    -- their effects, and refuses writes after TIME; later versions always
+    -- replicate effects, and 7 keeps the function as a no-op.
+    if redis.replicate_commands then
+      redis.replicate_commands()
+    end
+    t = redis.call('TIME')
   end
-  local t = redis.call('TIME')
   local s = t[1] + 0
   if s >= 9000000000 then
     error('floodgate: server clock beyond 2255')

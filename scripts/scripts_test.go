@@ -29,9 +29,24 @@ func TestSource(t *testing.T) {
 		for _, header := range []string{"KEYS[1]", "ARGV[1]", "Reply:", "Time:"} {
 			require.Contains(t, src[i+len(lib):], header, "%v's header", k)
 		}
+		require.Equal(t, fast, strings.Contains(src[:i], "local reply = fast(KEYS[1], ARGV)\n"), "%v calls its fast path", k)
+
+		// The batch script: the fast path defined but not called, lib.lua,
+		// the algorithm's file as the function one, then batch.lua.
+		bsrc := BatchSource(k)
+		j := strings.Index(bsrc, lib)
+		require.Positive(t, j, "%v's batch script holds lib.lua after its fast path", k)
+		require.NotContains(t, bsrc[:j], "fast(KEYS[1]", "%v's batch script calls its fast path per decision", k)
+		if fast {
+			require.True(t, strings.HasPrefix(src, bsrc[:j]), "%v: the fast path of both scripts", k)
+		} else {
+			require.Equal(t, "local fast = nil\n", bsrc[:j], "%v has no fast path", k)
+		}
+		require.True(t, strings.HasSuffix(bsrc, "\nlocal function one(KEYS, ARGV)\n"+src[i+len(lib)+1:]+"\nend\n"+batch), "%v: one, then batch.lua", k)
 	}
 	require.Empty(t, Source(0))
 	require.Empty(t, Source(floodgate.KindSlidingLog+1))
+	require.Empty(t, BatchSource(floodgate.KindSlidingLog+1))
 }
 
 // harness runs lib.lua's helpers on the instants given, as a script.

@@ -1,0 +1,38 @@
+// Command source prints a floodgate script as package scripts builds it,
+// for tools outside Go (redisstore/testdata/ceiling.sh loads it into
+// Redis):
+//
+//	go run ./scripts/internal/source [-batch] tb|lb|fw|sw|sl
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/scripts"
+)
+
+var kinds = map[string]floodgate.Kind{
+	"tb": floodgate.KindTokenBucket,
+	"lb": floodgate.KindLeakyBucket,
+	"fw": floodgate.KindFixedWindow,
+	"sw": floodgate.KindSlidingWindow,
+	"sl": floodgate.KindSlidingLog,
+}
+
+func main() {
+	batch := flag.Bool("batch", false, "print the script of a batch of decisions")
+	flag.Parse()
+	kind, ok := kinds[flag.Arg(0)]
+	if flag.NArg() != 1 || !ok {
+		fmt.Fprintln(os.Stderr, "usage: source [-batch] tb|lb|fw|sw|sl")
+		os.Exit(2)
+	}
+	if *batch {
+		fmt.Print(scripts.BatchSource(kind))
+	} else {
+		fmt.Print(scripts.Source(kind))
+	}
+}
