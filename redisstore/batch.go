@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,8 +14,10 @@ import (
 
 // batcher sends concurrent decisions to Redis in pipelines: each of its
 // goroutines takes the decisions queued (waiting up to linger for more, at
-// most size), sends them as one pipeline of EVALSHAs, re-sends those that
-// met NOSCRIPT as EVALs, and hands each reply to its caller.
+// most size), sends them as one pipeline of EVALSHAs (one per algorithm,
+// and per hash slot on a Cluster, each making all its decisions with
+// batch.lua), re-sends those that met NOSCRIPT as EVALs, and hands each
+// reply to its caller.
 type batcher struct {
 	client  redis.UniversalClient
 	size    int
@@ -25,6 +28,8 @@ type batcher struct {
 	wg      sync.WaitGroup
 	started atomic.Int64 // batches sent, up to cold
 	cold    int64        // the number of first batches with coldTimeout
+	// grouping says which decisions share a script call.
+	grouping grouping
 }
 
 // pending is one decision waiting for its reply. A caller that gets its
@@ -52,6 +57,8 @@ func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pi
 		in:      make(chan *pending, size*pipelines),
 		quit:    make(chan struct{}),
 		cold:    int64(pipelines),
+
+		grouping: groupingOf(client),
 	}
 	b.wg.Add(pipelines)
 	for range pipelines {
@@ -154,6 +161,136 @@ func (b *batcher) run() {
 	}
 }
 
+// grouping says which decisions of a batch may share one script call:
+// those whose keys a client sends to one server.
+type grouping int
+
+const (
+	groupNone grouping = iota // a call per decision (a Ring, a client of unknown kind)
+	groupAll                  // one server: a call per algorithm
+	groupSlot                 // a Cluster: a call per algorithm and hash slot
+)
+
+func groupingOf(client redis.UniversalClient) grouping {
+	switch client.(type) {
+	case *redis.Client:
+		return groupAll
+	case *redis.ClusterClient:
+		return groupSlot
+	}
+	return groupNone
+}
+
+// group is the decisions of a batch sent as one script call: the single
+// script for one decision, batch.lua's for more.
+type group struct {
+	kind    floodgate.Kind
+	slot    uint16
+	members []*pending
+	cmd     *redis.Cmd
+}
+
+// groups splits the live decisions of batch (those whose callers still
+// wait) into script calls, in the batch's order.
+func (b *batcher) groups(batch []*pending) []group {
+	var gs []group
+next:
+	for _, p := range batch {
+		if err := p.ctx.Err(); err != nil {
+			p.err = err // its caller is gone: do not spend its units
+			continue
+		}
+		var slot uint16
+		switch b.grouping {
+		case groupNone:
+			gs = append(gs, group{kind: p.kind, members: []*pending{p}})
+			continue next
+		case groupSlot:
+			slot = slotOf(p.key[0])
+		}
+		for i := range gs {
+			if g := &gs[i]; g.kind == p.kind && g.slot == slot {
+				g.members = append(g.members, p)
+				continue next
+			}
+		}
+		gs = append(gs, group{kind: p.kind, slot: slot, members: []*pending{p}})
+	}
+	return gs
+}
+
+// send adds g's script call to pipe, as EVALSHA or (after NOSCRIPT) as
+// EVAL.
+func (g *group) send(ctx context.Context, pipe redis.Pipeliner, eval bool) {
+	script, keys, args := programs[g.kind], g.members[0].key[:], g.members[0].args
+	if len(g.members) > 1 {
+		script, keys, args = batchPrograms[g.kind], make([]string, len(g.members)), batchArgs(g.members)
+		for i, p := range g.members {
+			keys[i] = p.key[0]
+		}
+	}
+	if eval {
+		g.cmd = script.Eval(ctx, pipe, keys, args...)
+	} else {
+		g.cmd = script.EvalSha(ctx, pipe, keys, args...)
+	}
+}
+
+// batchArgs returns batch.lua's ARGV for the decisions ps: each distinct
+// argument list once, then each decision's list number. Lists are told
+// apart by identity: a bound limiter's decisions mostly share one cached
+// slice (argsCache), and equal lists sent twice cost only bytes.
+func batchArgs(ps []*pending) []any {
+	lists := make([][]any, 0, 2)
+	index := make([]any, len(ps))
+	for i, p := range ps {
+		l := 0
+		for l < len(lists) && !sameList(lists[l], p.args) {
+			l++
+		}
+		if l == len(lists) {
+			lists = append(lists, p.args)
+		}
+		index[i] = l + 1
+	}
+	args := append(make([]any, 0, 1+len(lists)*8+len(ps)), len(lists))
+	for _, l := range lists {
+		args = append(args, len(l))
+		args = append(args, l...)
+	}
+	return append(args, index...)
+}
+
+// sameList reports whether a and b are the same slice.
+func sameList(a, b []any) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// deliver hands each member its reply: the call's, or its element of
+// batch.lua's array.
+func (g *group) deliver() {
+	v, err := g.cmd.Result()
+	if len(g.members) == 1 {
+		g.members[0].reply, g.members[0].err = v, err
+		return
+	}
+	replies, ok := v.([]any)
+	if err == nil && (!ok || len(replies) != len(g.members)) {
+		err = unavailable(ErrReply, fmt.Errorf("batch of %d decisions answered with %T %v", len(g.members), v, v))
+	}
+	for i, p := range g.members {
+		if err != nil {
+			p.err = err
+			continue
+		}
+		if e, ok := replies[i].(redis.Error); ok {
+			p.err = e
+		} else {
+			p.reply = replies[i]
+		}
+	}
+}
+
 // exec sends one batch and delivers its replies.
 func (b *batcher) exec(batch []*pending) {
 	timeout, cold := b.timeout, false
@@ -166,38 +303,32 @@ func (b *batcher) exec(batch []*pending) {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	cmds := make([]*redis.Cmd, len(batch))
-	pipe := b.client.Pipeline()
-	for i, p := range batch {
-		if p.ctx.Err() != nil {
-			continue // its caller is gone: do not spend its units
+	gs := b.groups(batch)
+	if len(gs) > 0 {
+		pipe := b.client.Pipeline()
+		for i := range gs {
+			gs[i].send(ctx, pipe, false)
 		}
-		cmds[i] = programs[p.kind].EvalSha(ctx, pipe, p.key[:], p.args...)
-	}
-	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx)
 	}
 	// A server that lacks a script (a new node, a restart, SCRIPT FLUSH)
 	// answers NOSCRIPT to each EVALSHA: send those again with the source.
 	var retry redis.Pipeliner
-	for i, c := range cmds {
-		if c != nil && isNoScript(c.Err()) {
+	for i := range gs {
+		if isNoScript(gs[i].cmd.Err()) {
 			if retry == nil {
 				retry = b.client.Pipeline()
 			}
-			p := batch[i]
-			cmds[i] = programs[p.kind].Eval(ctx, retry, p.key[:], p.args...)
+			gs[i].send(ctx, retry, true)
 		}
 	}
 	if retry != nil {
 		_, _ = retry.Exec(ctx)
 	}
-	for i, p := range batch {
-		if c := cmds[i]; c != nil {
-			p.reply, p.err = c.Result()
-		} else {
-			p.err = p.ctx.Err()
-		}
+	for i := range gs {
+		gs[i].deliver()
+	}
+	for _, p := range batch {
 		p.cold = cold
 		p.done <- struct{}{} // the caller may reuse p from here on
 	}

@@ -89,6 +89,10 @@ func classify(ctx context.Context, err error) (outcome, error) {
 	if errors.Is(err, ErrClosed) {
 		return ignored, err
 	}
+	if errors.Is(err, ErrReply) {
+		// A batch's reply of the wrong form: Redis answered.
+		return succeeded, err
+	}
 	var ne net.Error
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
@@ -118,7 +122,7 @@ func isDataError(err error) bool {
 		return false
 	}
 	msg := re.Error()
-	return strings.HasPrefix(msg, "WRONGTYPE") ||
+	return strings.Contains(msg, "WRONGTYPE") ||
 		strings.Contains(msg, "floodgate:") ||
 		strings.Contains(msg, "user_script") || // Lua errors on Redis 6 and 7
 		strings.Contains(msg, "Error running script")

@@ -75,7 +75,15 @@
 // With Options.BatchSize of 2 or more, concurrent decisions are sent
 // together: the store's goroutines (Options.BatchPipelines of them) each
 // take the decisions queued, up to BatchSize, wait up to
-// Options.BatchLinger for more, and send them as one pipeline of EVALSHAs,
-// re-sending those that met NOSCRIPT as EVALs. On a Cluster, go-redis
-// splits each pipeline per node. Close stops these goroutines.
+// Options.BatchLinger for more, and send them as one pipeline, re-sending
+// the calls that met NOSCRIPT as EVALs. Decisions of one algorithm share
+// one call of the batch script (scripts.BatchSource), which makes them in
+// the batch's order, atomically, at one Redis TIME: Redis spends about a
+// quarter less per decision than on a call per decision. A decision that
+// fails in the script (a key holding another type) fails alone. On a
+// Cluster, decisions share a call only when their keys share a hash slot
+// (decisions on one limiter key always do: a hot key costs its node least),
+// and go-redis splits each pipeline per node. On a Ring, or a
+// UniversalClient other than *redis.Client and *redis.ClusterClient, each
+// decision is its own call in the pipeline. Close stops the goroutines.
 package redisstore

@@ -195,6 +195,16 @@ var programs = [...]*redis.Script{
 	floodgate.KindSlidingLog:    redis.NewScript(scripts.Source(floodgate.KindSlidingLog)),
 }
 
+// batchPrograms are the scripts making a batch of decisions of one
+// algorithm (scripts.BatchSource), indexed by floodgate.Kind.
+var batchPrograms = [...]*redis.Script{
+	floodgate.KindTokenBucket:   redis.NewScript(scripts.BatchSource(floodgate.KindTokenBucket)),
+	floodgate.KindLeakyBucket:   redis.NewScript(scripts.BatchSource(floodgate.KindLeakyBucket)),
+	floodgate.KindFixedWindow:   redis.NewScript(scripts.BatchSource(floodgate.KindFixedWindow)),
+	floodgate.KindSlidingWindow: redis.NewScript(scripts.BatchSource(floodgate.KindSlidingWindow)),
+	floodgate.KindSlidingLog:    redis.NewScript(scripts.BatchSource(floodgate.KindSlidingLog)),
+}
+
 // New returns a Store that keeps its state in client, which may be any
 // go-redis client: a Client, a ClusterClient (every key of one limiter key
 // shares a hash slot), a Ring or a failover client. A nil opts means the
