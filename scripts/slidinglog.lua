@@ -160,7 +160,10 @@ if op == 0 then
   at = fmt(as, ans)
   if ao <= maxd then
     allowed, granted = 1, n
-    trim(as, ans)
+    if ao > fo then
+      -- Admitted later than from: more entries may have left by then.
+      trim(as, ans)
+    end
     push(as, ans, n)
     expire()
   end
