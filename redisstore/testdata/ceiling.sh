@@ -37,10 +37,11 @@ for c in "${cases[@]}"; do
 		row+=("$rps")
 	done
 	sha=$(cli script load "$("$bin/source" -batch "$kind")")
-	keys=() argv=()
+	# batch.lua's ARGV: one argument list, then each decision's list.
+	keys=() argv=(1 7 $args)
 	for _ in $(seq 16); do
 		keys+=("fgceil:{__rand_int__}:$kind")
-		argv+=(7 $args)
+		argv+=(1)
 	done
 	rps=$(redis-benchmark -h "$host" -p "$port" -c 64 -n "$((n / 16))" -r 10000 --csv \
 		evalsha "$sha" 16 "${keys[@]}" "${argv[@]}" | tail -n 1 | cut -d, -f2 | tr -d '"')
