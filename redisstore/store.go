@@ -185,24 +185,20 @@ const coldTimeout = 250 * time.Millisecond
 // microseconds, exact below 2^53.
 const maxUnix = 9_000_000_000
 
-// programs are the scripts, indexed by floodgate.Kind. A *redis.Script is
-// safe for concurrent use and immutable once made.
-var programs = [...]*redis.Script{
-	floodgate.KindTokenBucket:   redis.NewScript(scripts.Source(floodgate.KindTokenBucket)),
-	floodgate.KindLeakyBucket:   redis.NewScript(scripts.Source(floodgate.KindLeakyBucket)),
-	floodgate.KindFixedWindow:   redis.NewScript(scripts.Source(floodgate.KindFixedWindow)),
-	floodgate.KindSlidingWindow: redis.NewScript(scripts.Source(floodgate.KindSlidingWindow)),
-	floodgate.KindSlidingLog:    redis.NewScript(scripts.Source(floodgate.KindSlidingLog)),
-}
+// programs are the scripts, and batchPrograms those making a batch of
+// decisions of one algorithm (scripts.BatchSource), indexed by
+// floodgate.Kind. A *redis.Script is safe for concurrent use and immutable
+// once made.
+var (
+	programs      = scriptsOf(scripts.Source)
+	batchPrograms = scriptsOf(scripts.BatchSource)
+)
 
-// batchPrograms are the scripts making a batch of decisions of one
-// algorithm (scripts.BatchSource), indexed by floodgate.Kind.
-var batchPrograms = [...]*redis.Script{
-	floodgate.KindTokenBucket:   redis.NewScript(scripts.BatchSource(floodgate.KindTokenBucket)),
-	floodgate.KindLeakyBucket:   redis.NewScript(scripts.BatchSource(floodgate.KindLeakyBucket)),
-	floodgate.KindFixedWindow:   redis.NewScript(scripts.BatchSource(floodgate.KindFixedWindow)),
-	floodgate.KindSlidingWindow: redis.NewScript(scripts.BatchSource(floodgate.KindSlidingWindow)),
-	floodgate.KindSlidingLog:    redis.NewScript(scripts.BatchSource(floodgate.KindSlidingLog)),
+func scriptsOf(source func(floodgate.Kind) string) (p [floodgate.KindSlidingLog + 1]*redis.Script) {
+	for k := floodgate.KindTokenBucket; k <= floodgate.KindSlidingLog; k++ {
+		p[k] = redis.NewScript(source(k))
+	}
+	return p
 }
 
 // New returns a Store that keeps its state in client, which may be any
