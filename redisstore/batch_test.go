@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +18,9 @@ import (
 // that every decision in it gets the outcome it gets alone, made in the
 // batch's order: one key several times, every algorithm, takes up to n,
 // refunds, a key holding another type and a corrupt state (only their own
-// decisions fail). On a Cluster the batch splits by hash slot, and the
-// decisions on one key still share a call.
+// decisions fail), on Redis TIME and on the client's clock. On a Cluster
+// the batch splits by hash slot, and the decisions on one key still share
+// a call.
 func TestBatchScript(t *testing.T) {
 	clients := map[string]redis.UniversalClient{"standalone": newServer(t).client(t)}
 	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
@@ -33,14 +35,11 @@ func TestBatchScript(t *testing.T) {
 	sl := floodgate.SlidingLog{Limit: 2, Window: time.Hour}
 	take := func(n int64) floodgate.Request { return floodgate.Request{Op: floodgate.OpTake, N: n} }
 	upTo := func(n int64) floodgate.Request { return floodgate.Request{Op: floodgate.OpTakeUpTo, N: n} }
+	start := time.Now() // the client's clock, when the test uses it
 	refund := func(n int64) floodgate.Request {
-		return floodgate.Request{Op: floodgate.OpRefund, N: n, At: time.Now()}
+		return floodgate.Request{Op: floodgate.OpRefund, N: n, At: start}
 	}
-	steps := []struct {
-		key string
-		alg floodgate.Algorithm
-		req floodgate.Request
-	}{
+	steps := []batchStep{
 		{"a", tb, take(1)}, {"b", fw, take(3)}, {"a", tb, take(1)},
 		{"wrongtype", tb, take(1)},
 		{"a", tb, take(2)}, // one token left: denied
@@ -54,54 +53,76 @@ func TestBatchScript(t *testing.T) {
 		{"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, refund(1)}, {"e", sl, take(1)},
 		{"b", fw, upTo(9)},
 	}
-	for name, c := range clients {
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			batched := newStore(t, c, &Options{BatchSize: 64})
-			alone := newStore(t, c, nil)
-			for _, s := range []*Store{batched, alone} {
-				require.NoError(t, c.LPush(ctx, s.Key("wrongtype", floodgate.KindTokenBucket), "x").Err())
-				require.NoError(t, c.Set(ctx, s.Key("corrupt", floodgate.KindTokenBucket), "garbage", time.Minute).Err())
-			}
-			batch := make([]*pending, len(steps))
-			algos := make([]algo, len(steps))
-			for i, st := range steps {
-				a, err := resolve(st.alg)
-				require.NoError(t, err)
-				algos[i] = a
-				batch[i] = &pending{ctx: ctx, kind: a.kind, key: [1]string{batched.Key(st.key, a.kind)}, args: a.args("", st.req, batched.marginMs), done: make(chan struct{}, 1)}
-			}
-			// Every algorithm shares a call on one server; on a Cluster,
-			// each key's decisions do.
-			calls, largest := 0, 0
-			for _, g := range batched.batch.groups(batch) {
-				calls++
-				largest = max(largest, len(g.members))
-			}
-			if name == "standalone" {
-				require.Equal(t, []int{5, 8}, []int{calls, largest}, "a call per algorithm, 8 token bucket decisions")
-			} else {
-				require.GreaterOrEqual(t, largest, 6, "the decisions on key a")
-			}
-			batched.batch.exec(batch)
-			for i, st := range steps {
-				p := batch[i]
-				<-p.done
-				var got floodgate.Result
-				_, err := classify(ctx, p.err)
-				if err == nil {
-					got, err = algos[i].decode(p.reply, st.req)
-				}
-				want, wantErr := alone.Apply(ctx, st.key, st.alg, st.req)
-				if wantErr != nil {
-					require.ErrorIs(t, err, ErrReply, "step %d (%s): alone %v", i, st.key, wantErr)
-					require.ErrorIs(t, wantErr, ErrReply)
-					continue
-				}
-				require.NoError(t, err, "step %d (%s)", i, st.key)
-				require.WithinDuration(t, time.Now(), got.At, time.Minute, "step %d: the server's TIME", i)
-				require.Equal(t, []any{want.Allowed, want.Granted, want.Remaining}, []any{got.Allowed, got.Granted, got.Remaining}, "step %d (%s %v %+v)", i, st.key, st.alg, st.req)
-			}
-		})
+	for _, clock := range []string{"redis", "client"} {
+		for name, c := range clients {
+			t.Run(clock+"/"+name, func(t *testing.T) {
+				testBatchScript(t, c, name == "cluster", clock == "client", start, steps)
+			})
+		}
 	}
+}
+
+func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock bool, start time.Time, steps []batchStep) {
+	ctx := context.Background()
+	var opts Options
+	now := ""
+	if clientClock {
+		opts.Now = func() time.Time { return start }
+		now = strconv.FormatInt(start.UnixNano(), 10)
+	}
+	alone := newStore(t, c, &opts)
+	opts.BatchSize = 64
+	batched := newStore(t, c, &opts)
+	for _, s := range []*Store{batched, alone} {
+		require.NoError(t, c.LPush(ctx, s.Key("wrongtype", floodgate.KindTokenBucket), "x").Err())
+		require.NoError(t, c.Set(ctx, s.Key("corrupt", floodgate.KindTokenBucket), "garbage", time.Minute).Err())
+	}
+	batch := make([]*pending, len(steps))
+	algos := make([]algo, len(steps))
+	for i, st := range steps {
+		a, err := resolve(st.alg)
+		require.NoError(t, err)
+		algos[i] = a
+		batch[i] = &pending{ctx: ctx, kind: a.kind, key: [1]string{batched.Key(st.key, a.kind)}, args: a.args(now, st.req, batched.marginMs), done: make(chan struct{}, 1)}
+	}
+	// Every algorithm shares a call on one server; on a Cluster,
+	// each key's decisions do.
+	calls, largest := 0, 0
+	for _, g := range batched.batch.groups(batch) {
+		calls++
+		largest = max(largest, len(g.members))
+	}
+	if !cluster {
+		require.Equal(t, []int{5, 8}, []int{calls, largest}, "a call per algorithm, 8 token bucket decisions")
+	} else {
+		require.GreaterOrEqual(t, largest, 6, "the decisions on key a")
+	}
+	batched.batch.exec(batch)
+	for i, st := range steps {
+		p := batch[i]
+		<-p.done
+		var got floodgate.Result
+		_, err := classify(ctx, p.err)
+		if err == nil {
+			got, err = algos[i].decode(p.reply, st.req)
+		}
+		want, wantErr := alone.Apply(ctx, st.key, st.alg, st.req)
+		if wantErr != nil {
+			require.ErrorIs(t, err, ErrReply, "step %d (%s): alone %v", i, st.key, wantErr)
+			require.ErrorIs(t, wantErr, ErrReply)
+			continue
+		}
+		require.NoError(t, err, "step %d (%s)", i, st.key)
+		require.WithinDuration(t, time.Now(), got.At, time.Minute, "step %d: the server's TIME", i)
+		require.Equal(t, []any{want.Allowed, want.Granted, want.Remaining}, []any{got.Allowed, got.Granted, got.Remaining}, "step %d (%s %v %+v)", i, st.key, st.alg, st.req)
+		if clientClock {
+			require.Equal(t, want, got, "step %d: the same instant, the same Result", i)
+		}
+	}
+}
+
+type batchStep struct {
+	key string
+	alg floodgate.Algorithm
+	req floodgate.Request
 }
