@@ -73,7 +73,7 @@ var libraryNotes = []struct{ lib, note string }{
 	{"floodgate-slidingwindow", "floodgate's sliding window counter, for a like-for-like comparison with httprate."},
 	{"floodgate-leakybucket", "floodgate's leaky bucket (a shaper): called with Reserve and the whole window as maximum delay, so admitted requests are queued departures."},
 	{"floodgate-slidinglog", "floodgate's exact sliding log."},
-	{"floodgate-batched", "floodgate's Redis token bucket with batching (`BatchSize: 64`): concurrent decisions share pipelines."},
+	{"floodgate-batched", "floodgate's Redis token bucket with batching (`BatchSize: 64`): concurrent decisions share pipelines, and one script call per pipeline."},
 	{"floodgate-lease", "the lease layer over floodgate's Redis token bucket, with its defaults but the algorithm (which it must be told) and a 5s round-trip timeout: units leased in batches, served locally."},
 	{"floodgate-vegas", "adaptive.Limiter with the Vegas limit (defaults)."},
 	{"floodgate-gradient2", "adaptive.Limiter with Gradient2 in a Windowed limit (defaults)."},
