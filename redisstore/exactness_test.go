@@ -202,4 +202,13 @@ func TestClusterExactness(t *testing.T) {
 			})
 		}
 	}
+	// One hot key: batched, its decisions share calls of the batch script
+	// on the key's node.
+	t.Run("hot key/batch=32", func(t *testing.T) {
+		const quota = 1000
+		alg := floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: quota}
+		stores := gateways(t, clients, newClient, Options{BatchSize: 32, Prefix: testPrefix(t, probe)})
+		got := hammer(t, stores, []string{"hot"}, alg, goroutines, 6)
+		require.Equal(t, int64(quota), got["hot"], "admitted")
+	})
 }
