@@ -335,3 +335,52 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 		require.NoError(t, r.err)
 	}
 }
+
+// TestSlidingLogLong checks long logs against memstore: logs of 40 to 100
+// entries, of which 0 to all have left the window, then takes and takes up
+// to n. A log longer than 32 entries is read and trimmed 32 rows at a time
+// (slidinglog.lua), which the random traces of TestDifferential, at most
+// 40 steps long, rarely reach.
+func TestSlidingLogLong(t *testing.T) {
+	srv := newServer(t)
+	c := srv.client(t)
+	clock := conformance.NewClock(t0)
+	store := newStore(t, c, &Options{Now: srv.clock(clock)})
+	mem, err := memstore.New(&memstore.Options{Now: clock.Now})
+	require.NoError(t, err)
+	ctx := context.Background()
+	alg := floodgate.SlidingLog{Limit: 100, Window: time.Second}
+	both := func(key string, req floodgate.Request) floodgate.Result {
+		t.Helper()
+		want, err := mem.Apply(ctx, key, alg, req)
+		require.NoError(t, err)
+		got, err := store.Apply(ctx, key, alg, req)
+		require.NoError(t, err)
+		require.Equal(t, norm(want), norm(got), "%s at %v: %+v", key, clock.Now(), req)
+		return got
+	}
+	for _, entries := range []int{40, 70, 100} {
+		for _, gone := range []int{0, 1, 31, 32, 33, 39, 64, 65, 99, 100} {
+			if gone > entries {
+				continue
+			}
+			key := fmt.Sprintf("long:%d:%d", entries, gone)
+			clock.Set(t0)
+			for range entries {
+				require.True(t, both(key, floodgate.Request{Op: floodgate.OpTake, N: 1}).Allowed)
+				clock.Advance(5 * time.Millisecond)
+			}
+			// The first gone entries leave the window: entry i was taken
+			// at t0 + 5ms·i.
+			clock.Set(t0.Add(time.Second + time.Duration(gone-1)*5*time.Millisecond + time.Millisecond))
+			if gone == 0 {
+				clock.Set(t0.Add(time.Duration(entries) * 5 * time.Millisecond))
+			}
+			res := both(key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: 3})
+			require.Equal(t, int64(min(3, 100-entries+gone)), res.Granted, "%s: room for the entries gone", key)
+			both(key, floodgate.Request{Op: floodgate.OpTake, N: 2, MaxDelay: time.Second})
+			clock.Advance(time.Millisecond)
+			both(key, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		}
+	}
+}
