@@ -47,23 +47,31 @@ local ts, tns = clock(ARGV[8])
 local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
 local limit, w = ARGV[5] + 0, ARGV[6] + 0
 
--- B is the base, C the newest score: the log holds C - B units.
+-- B is the base, C the newest score: the log holds C - B units. One
+-- ZRANGE reads "b" and the 32 oldest entries (the first rows trim looks
+-- at), and the whole log when it holds at most 32 entries.
 local B, C = 0, 0
 local last = nil -- the newest instant, as stored
-local card = redis.call('ZCARD', key)
-if card > 0 then
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if card < 2 or first[1] ~= 'b' then
+local card = 0
+local head = redis.call('ZRANGE', key, 0, 32, 'WITHSCORES')
+if #head > 0 then
+  if #head < 4 or head[1] ~= 'b' then
     error('floodgate: corrupt sliding log')
   end
-  B, C = tonumber(first[2]), tonumber(newest[2])
-  last = newest[1]
+  B = tonumber(head[2])
+  if #head < 66 then
+    card, last, C = #head / 2, head[#head - 1], tonumber(head[#head])
+  else
+    card = redis.call('ZCARD', key)
+    local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    last, C = newest[1], tonumber(newest[2])
+  end
 end
 
 -- Scores are exact below 2^53. They only grow while the log is never empty;
 -- past 2^52 units, move the base back to 0 (once per 2^52 units admitted).
 if C >= 4503599627370496 then
+  head = nil
   local rows = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #rows, 2 do
     redis.call('ZADD', key, int(tonumber(rows[i + 1]) - B), rows[i])
@@ -82,12 +90,17 @@ if last then
 end
 
 -- trim drops the entries at or before the instant (ps, pns) minus the
--- window, oldest first, and the key with the last of them.
+-- window, oldest first, and the key with the last of them. Its first look
+-- uses head's rows while the log is as read.
 local function trim(ps, pns)
   while card > 1 do
-    local rows = redis.call('ZRANGE', key, 1, 32, 'WITHSCORES')
+    local rows, from = head, 3
+    if not rows then
+      rows, from = redis.call('ZRANGE', key, 1, 32, 'WITHSCORES'), 1
+    end
+    head = nil
     local k, nb = 0, nil
-    for i = 1, #rows, 2 do
+    for i = from, #rows, 2 do
       local es, ens = parse(rows[i])
       if sub(es, ens, ps, pns) > -w then
         break
@@ -134,6 +147,7 @@ local function expire()
 end
 
 trim(fs, fns)
+head = nil -- the log may have changed
 local before = C - B
 local allowed, granted, at = 0, 0, ''
 
