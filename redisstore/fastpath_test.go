@@ -13,10 +13,11 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// TestScriptFastPaths runs random steps on Redis TIME, where the buckets'
-// and the fixed window's scripts take their fast paths (bucket_fast.lua,
-// fixedwindow_fast.lua) for takes and their general paths for the other
-// operations. Every reply is checked against the
+// TestScriptFastPaths runs random steps on Redis TIME, where the buckets',
+// the fixed window's and the sliding window's scripts take their fast
+// paths (bucket_fast.lua, fixedwindow_fast.lua, slidingwindow_fast.lua) for
+// takes (the sliding window's without delay) and their general paths for
+// the other operations. Every reply is checked against the
 // reference Step (a disagreement fails the step with ErrMismatch); on
 // miniredis, whose TIME the test sets, each admission's stored state and
 // TTL are checked too. States written on a client clock (nanoseconds, not
@@ -39,6 +40,12 @@ func TestScriptFastPaths(t *testing.T) {
 		floodgate.FixedWindow{Limit: 5, Window: 3 * time.Millisecond},
 		floodgate.FixedWindow{Limit: 2, Window: 7 * time.Microsecond},
 		floodgate.FixedWindow{Limit: 3, Window: 1500 * time.Millisecond},
+		floodgate.SlidingWindow{Limit: 5, Window: 3 * time.Millisecond},
+		floodgate.SlidingWindow{Limit: 2, Window: 7 * time.Microsecond},
+		floodgate.SlidingWindow{Limit: 9, Window: 10 * time.Millisecond},
+		floodgate.SlidingWindow{Limit: 1000, Window: time.Second},
+		floodgate.FixedWindow{Limit: 1000, Window: time.Hour},
+		floodgate.SlidingWindow{Limit: 1000, Window: time.Hour},
 	} {
 		t.Run(alg.(interface{ String() string }).String(), func(t *testing.T) {
 			now := t0.Add(time.Duration(r.Int64N(int64(time.Second))))
@@ -75,7 +82,7 @@ func TestScriptFastPaths(t *testing.T) {
 				}
 				res, err := store.Apply(ctx, key, alg, req)
 				require.NoError(t, err, "step %d: %+v", i, req)
-				if srv.mini == nil || store != s || !res.Allowed {
+				if store != s || !res.Allowed {
 					continue
 				}
 				// The TTL is the time until the state carries no
@@ -88,12 +95,29 @@ func TestScriptFastPaths(t *testing.T) {
 				at, err := strconv.ParseInt(start, 10, 64)
 				require.NoError(t, err)
 				d := at - res.At.UnixNano()
-				if fw, ok := alg.(floodgate.FixedWindow); ok {
-					d += int64(fw.Window)
+				switch a := alg.(type) {
+				case floodgate.FixedWindow:
+					d += int64(a.Window)
+				case floodgate.SlidingWindow:
+					// Its current count leaves the estimate two windows
+					// after its window's start.
+					d += 2 * int64(a.Window)
 				}
-				require.Equal(t, res.ResetAfter, time.Duration(d), "step %d: state %q against ResetAfter", i, v)
-				ttl := srv.mini.TTL(rkey)
-				require.Equal(t, time.Duration((d+999_999)/1_000_000+margin)*time.Millisecond, ttl, "step %d: TTL of %q", i, v)
+				if _, ok := alg.(floodgate.SlidingWindow); !ok {
+					require.Equal(t, res.ResetAfter, time.Duration(d), "step %d: state %q against ResetAfter", i, v)
+				}
+				want := time.Duration((d+999_999)/1_000_000+margin) * time.Millisecond
+				if srv.mini != nil {
+					require.Equal(t, want, srv.mini.TTL(rkey), "step %d: TTL of %q", i, v)
+					continue
+				}
+				// A real Redis's TTL runs down from the write: a TTL
+				// within a minute below the one due (the hour-long
+				// windows tell a TTL a window short from it).
+				pttl, err := c.PTTL(ctx, rkey).Result()
+				require.NoError(t, err)
+				require.LessOrEqual(t, pttl, want, "step %d: TTL of %q", i, v)
+				require.Greater(t, pttl, want-time.Minute, "step %d: TTL of %q", i, v)
 			}
 		})
 	}
