@@ -161,3 +161,29 @@ func TestStringReply(t *testing.T) {
 	_, err = newReplyReader(int64(7))
 	require.ErrorIs(t, err, ErrReply)
 }
+
+// TestSlidingWindowAhead takes without delay on a sliding window whose
+// state was reserved two windows ahead, where it must deny: a state ahead
+// admits nothing now, however much room its estimate shows (here a window
+// of 1µs and a limit of a million, so that a reservation lands two windows
+// ahead without filling its window). It needs a clock that stands still.
+func TestSlidingWindowAhead(t *testing.T) {
+	srv := newServer(t)
+	if srv.real() {
+		t.Skip("a real Redis's clock passes a 1µs window between calls; miniredis's stands still")
+	}
+	srv.mini.SetTime(t0)
+	s := newStore(t, srv.client(t), nil)
+	ctx := context.Background()
+	alg := floodgate.SlidingWindow{Limit: 1_000_000, Window: time.Microsecond}
+	res, err := s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1_000_000})
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	res, err = s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 999_500, MaxDelay: time.Millisecond})
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.Greater(t, res.Delay, time.Microsecond, "reserved two windows ahead")
+	res, err = s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+}

@@ -158,6 +158,8 @@ func TestMismatchIsAnError(t *testing.T) {
 	tb := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 5}
 	sl := floodgate.SlidingLog{Limit: 5, Window: time.Second}
 	fw := floodgate.FixedWindow{Limit: 5, Window: time.Second}
+	// The spending leaves room for the step checked.
+	sw := floodgate.SlidingWindow{Limit: 10, Window: time.Hour}
 	// The spending admits one unit into each leaky bucket.
 	lb1 := floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 1}
 	lb5 := floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 5}
@@ -191,6 +193,8 @@ func TestMismatchIsAnError(t *testing.T) {
 		"lb fast late":      {lb5, time.Second / 2, "and b <= ARGV[3] + 0", "and b <= ARGV[3] + 1e10", ErrMismatch, true},
 		"fw fast flipped":   {fw, time.Second, "if math.max(xo, 0) <= ARGV[3] + 0 then", "if math.max(xo, 0) > ARGV[3] + 0 then", ErrMismatch, true},
 		"fw fast state off": {fw, time.Second, "new = string.format('%d%09d:%d', xs, xns, xc)", "new = string.format('%d%09d:%d', xs, xns, xc + 1)", ErrMismatch, true},
+		"sw fast flipped":   {sw, 0, "if co <= 0 and n <= (limit - cc)", "if co <= 0 and n > (limit - cc)", ErrMismatch, true},
+		"sw fast state off": {sw, 0, "string.format('%d%09d:%d:%d', cs, cns, cp, cc + n)", "string.format('%d%09d:%d:%d', cs, cns, cp, cc + n + 1)", ErrMismatch, true},
 		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch, false},
 		"log total wrong":   {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch, false},
 	} {

@@ -21,8 +21,8 @@ func TestSource(t *testing.T) {
 		src := Source(k)
 		i := strings.Index(src, lib)
 		require.GreaterOrEqual(t, i, 0, "%v holds lib.lua", k)
-		fast := k == floodgate.KindTokenBucket || k == floodgate.KindLeakyBucket || k == floodgate.KindFixedWindow
-		require.Equal(t, fast, i > 0, "%v: only the buckets and the fixed window have a fast path before lib.lua", k)
+		fast := k != floodgate.KindSlidingLog
+		require.Equal(t, fast, i > 0, "%v: all but the sliding log have a fast path before lib.lua", k)
 		if k == floodgate.KindTokenBucket || k == floodgate.KindLeakyBucket {
 			require.True(t, strings.HasPrefix(src, "local leaky = "+strconv.FormatBool(k == floodgate.KindLeakyBucket)+"\n"+bucketFast), "%v sets leaky for bucket_fast.lua", k)
 		}
