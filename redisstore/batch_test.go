@@ -126,3 +126,33 @@ type batchStep struct {
 	alg floodgate.Algorithm
 	req floodgate.Request
 }
+
+// TestBatchReplyOfWrongForm runs a batch script that answers with too few
+// replies, or with no array: every decision of the batch fails with
+// ErrReply, as an answer of Redis (not a failure for the breaker or the
+// failure policy).
+func TestBatchReplyOfWrongForm(t *testing.T) {
+	srv := newServer(t)
+	s := newStore(t, srv.client(t), &Options{BatchSize: 8})
+	alg := floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 5}
+	a, err := resolve(alg)
+	require.NoError(t, err)
+	saved := batchPrograms[a.kind]
+	defer func() { batchPrograms[a.kind] = saved }()
+	ctx := context.Background()
+	for _, reply := range []string{"return {'1 2 0 3 1 1'}", "return 'x'"} {
+		batchPrograms[a.kind] = redis.NewScript(reply)
+		batch := make([]*pending, 2)
+		for i := range batch {
+			batch[i] = &pending{ctx: ctx, kind: a.kind, key: [1]string{s.Key("k", a.kind)}, args: a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
+		}
+		s.batch.exec(batch)
+		for _, p := range batch {
+			<-p.done
+			o, err := classify(ctx, p.err)
+			require.ErrorIs(t, err, ErrReply, "%s", reply)
+			require.ErrorIs(t, err, floodgate.ErrUnavailable)
+			require.Equal(t, succeeded, o, "%s: Redis answered", reply)
+		}
+	}
+}
