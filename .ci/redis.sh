@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts and stops the Redis servers floodgate's tests use: one standalone
-# server and a 3-master Redis Cluster, on free loopback ports, without
-# persistence, with their data under a temporary directory.
+# server and a Redis Cluster of 3 masters with a replica each (six nodes,
+# cluster-node-timeout 1000ms, so that a failover takes a few seconds), on
+# free loopback ports, without persistence, with their data under a
+# temporary directory. REDIS_CLUSTER_ADDRS lists the 3 masters as seeds.
 #
 #   bash .ci/redis.sh start [ENVFILE]   # prints `export REDIS_ADDR=...` and
 #                                       # `export REDIS_CLUSTER_ADDRS=...`;
@@ -112,57 +114,90 @@ start() {
 
 	# Whatever fails from here stops what was started.
 	trap 'log "start failed; stopping what it started"; stop >/dev/null 2>&1' ERR
-	local single c1 c2 c3 port
+	local single port p nodes=() addrs=()
 	pick_port
 	single=$port
-	pick_port
-	c1=$port
-	pick_port
-	c2=$port
-	pick_port
-	c3=$port
-	echo "$single $c1 $c2 $c3" >"$state/ports"
+	for _ in 1 2 3 4 5 6; do
+		pick_port
+		nodes+=("$port")
+		addrs+=("127.0.0.1:$port")
+	done
+	echo "$single ${nodes[*]}" >"$state/ports"
 
 	start_server "$single"
-	for p in "$c1" "$c2" "$c3"; do
+	for p in "${nodes[@]}"; do
+		# The diskless sync's delay (5s by default) would hold back
+		# every replica's first sync. Without full coverage, a master
+		# that fails costs only its own slots, not every key of the
+		# Cluster (CLUSTERDOWN) until its replica takes over.
 		start_server "$p" --cluster-enabled yes \
 			--cluster-config-file "$state/nodes-$p.conf" \
-			--cluster-node-timeout 5000
+			--cluster-node-timeout 1000 \
+			--cluster-require-full-coverage no \
+			--repl-diskless-sync-delay 0
 	done
-	for p in "$single" "$c1" "$c2" "$c3"; do
+	for p in "$single" "${nodes[@]}"; do
 		wait_ping "$p"
 	done
 
-	if ! redis-cli --cluster create "127.0.0.1:$c1" "127.0.0.1:$c2" "127.0.0.1:$c3" \
-		--cluster-replicas 0 --cluster-yes >"$state/cluster-create.log" 2>&1; then
+	if ! redis-cli --cluster create "${addrs[@]}" \
+		--cluster-replicas 1 --cluster-yes >"$state/cluster-create.log" 2>&1; then
 		log "cluster create failed:"
 		cat "$state/cluster-create.log" >&2
 		false
 	fi
-	local i ok
+	local i why=""
 	for i in $(seq 1 150); do
-		ok=1
-		for p in "$c1" "$c2" "$c3"; do
-			if ! redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
-				ok=0
-			fi
-		done
-		[ "$ok" = 1 ] && break
+		why=$(cluster_unready "${nodes[@]}")
+		[ -z "$why" ] && break
 		sleep 0.2
 	done
-	if [ "$ok" != 1 ]; then
-		log "cluster did not reach cluster_state:ok"
+	if [ -n "$why" ]; then
+		log "the cluster is not ready after 30s: $why"
 		false
 	fi
+	# The masters, as seeds: redis-cli chose them among the six.
+	local seeds
+	seeds=$(redis-cli -p "${nodes[0]}" cluster nodes |
+		awk '$3 ~ /master/ && NF > 8 { split($2, a, "@"); print a[1] }' | sort | paste -sd, -)
 	trap - ERR
 
 	{
 		echo "export REDIS_ADDR=127.0.0.1:$single"
-		echo "export REDIS_CLUSTER_ADDRS=127.0.0.1:$c1,127.0.0.1:$c2,127.0.0.1:$c3"
+		echo "export REDIS_CLUSTER_ADDRS=$seeds"
 	} >"$state/env"
-	log "standalone on $single, cluster on $c1 $c2 $c3 (state in $state)"
+	log "standalone on $single, cluster on ${nodes[*]}, masters $seeds (state in $state)"
 	print_env
 	write_envfile "${1:-}"
+}
+
+# cluster_unready PORTS... prints why the cluster of those nodes is not
+# ready yet, or nothing when it is: every node says cluster_state:ok, sees
+# 3 masters serving slots and 3 replicas and none failing, and every
+# replica's link to its master is up (its first sync is done).
+cluster_unready() {
+	local p nodes repl
+	for p in "$@"; do
+		if ! redis-cli -p "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; then
+			echo "$p: cluster_state is not ok"
+			return
+		fi
+		nodes=$(redis-cli -p "$p" cluster nodes 2>/dev/null)
+		if [ "$(awk '$3 ~ /master/ && NF > 8' <<<"$nodes" | wc -l)" != 3 ] ||
+			[ "$(awk '$3 ~ /slave/' <<<"$nodes" | wc -l)" != 3 ]; then
+			echo "$p: does not see 3 masters serving slots and 3 replicas"
+			return
+		fi
+		if awk '$3 ~ /fail|handshake|noaddr/' <<<"$nodes" | grep -q .; then
+			echo "$p: sees a failing node"
+			return
+		fi
+		repl=$(redis-cli -p "$p" info replication 2>/dev/null | tr -d '\r')
+		if grep -q '^role:slave' <<<"$repl" && ! grep -q '^master_link_status:up' <<<"$repl"; then
+			echo "$p: replica not in sync with its master"
+			return
+		fi
+	done
 }
 
 write_envfile() {
