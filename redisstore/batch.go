@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -12,19 +13,19 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// batcher sends concurrent decisions to Redis in pipelines: each of its
-// goroutines takes the decisions queued (waiting up to linger for more, at
-// most size), sends them as one pipeline of EVALSHAs (one per algorithm,
-// and per hash slot on a Cluster, each making all its decisions with
-// batch.lua), re-sends those that met NOSCRIPT as EVALs, and hands each
-// reply to its caller.
+// batcher sends a node's concurrent decisions to Redis in pipelines: each
+// of its goroutines takes the decisions queued (waiting up to linger for
+// more, at most size), sends them as one pipeline of EVALSHAs to the node
+// (one per algorithm, and per hash slot on a Cluster, each making all its
+// decisions with batch.lua), re-sends those that met NOSCRIPT as EVALs,
+// re-runs alone those that a Cluster redirected, and hands each reply to
+// its caller.
 type batcher struct {
-	client  redis.UniversalClient
-	size    int
-	linger  time.Duration
-	timeout time.Duration
+	s       *Store
+	n       *node
 	in      chan *pending
-	quit    chan struct{}
+	quit    chan struct{} // closed by stop: the goroutines end
+	stopped chan struct{} // closed once they ended and the queue is drained
 	wg      sync.WaitGroup
 	started atomic.Int64 // batches sent, up to cold
 	cold    int64        // the number of first batches with coldTimeout
@@ -34,67 +35,142 @@ type batcher struct {
 
 // pending is one decision waiting for its reply. A caller that gets its
 // reply returns its pending to pendings for the next decision; one that
-// gives up (its context ended) leaves it to the batcher and the GC.
+// gives up (its context or its deadline ended) leaves it to the batcher
+// and the GC.
 type pending struct {
-	ctx   context.Context
-	kind  floodgate.Kind
-	key   [1]string // KEYS
-	args  []any
-	reply any
-	err   error
-	cold  bool          // sent in one of the first batches
-	done  chan struct{} // signalled once the reply is in; buffered
+	ctx    context.Context
+	kind   floodgate.Kind
+	key    [1]string // KEYS
+	args   []any
+	sendBy time.Time // a batch taking it later fails it unsent
+	reply  any
+	err    error
+	cold   bool          // sent in one of the first batches
+	done   chan struct{} // signalled once the reply is in; buffered
+	timer  *time.Timer   // the caller's deadline; reused with the pending
 }
 
 var pendings = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
 
-func newBatcher(client redis.UniversalClient, size int, linger time.Duration, pipelines int, timeout time.Duration) *batcher {
+func newBatcher(s *Store, n *node) *batcher {
 	b := &batcher{
-		client:  client,
-		size:    size,
-		linger:  linger,
-		timeout: timeout,
-		in:      make(chan *pending, size*pipelines),
+		s:       s,
+		n:       n,
+		in:      make(chan *pending, s.batchSize*s.pipelines),
 		quit:    make(chan struct{}),
-		cold:    int64(pipelines),
-
-		grouping: groupingOf(client),
+		stopped: make(chan struct{}),
+		cold:    int64(s.pipelines),
 	}
-	b.wg.Add(pipelines)
-	for range pipelines {
+	switch {
+	case s.cluster != nil:
+		b.grouping = groupSlot
+	case s.ring != nil || n.client.Load() != nil:
+		b.grouping = groupAll
+	}
+	b.wg.Add(s.pipelines)
+	for range s.pipelines {
 		go b.run()
 	}
 	return b
 }
 
-// do queues a decision and waits for its reply or for ctx's end. The
-// store's timeout bounds each pipeline, not the wait in the queue.
+// errLate reports a batched decision whose reply did not come by its
+// deadline.
+var errLate = errors.New("redisstore: no reply before the deadline")
+
+// do queues a decision and waits for its reply. With a timeout T
+// (Options.Timeout, or coldTimeout for the first batches), a decision
+// that no batch has taken within T fails unsent, and the batch that takes
+// it ends within T: the caller waits at most 2T, and stops waiting then
+// whatever the client does. With NoTimeout only ctx bounds the wait.
 func (b *batcher) do(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error, bool) {
 	p := pendings.Get().(*pending)
 	p.ctx, p.kind, p.key[0], p.args = ctx, kind, rkey, args
+	timeout := b.s.timeout
+	if timeout == NoTimeout {
+		select {
+		case b.in <- p:
+		case <-b.quit:
+			p.reset()
+			return nil, unavailable(ErrClosed, nil), false
+		case <-ctx.Done():
+			p.reset()
+			return nil, ctx.Err(), false
+		}
+		select {
+		case <-p.done:
+			return p.result()
+		case <-ctx.Done():
+			return nil, ctx.Err(), false
+		case <-b.stopped:
+			return b.orphan(p)
+		}
+	}
+	if b.started.Load() < b.cold {
+		timeout = max(timeout, coldTimeout)
+	}
+	p.sendBy = time.Now().Add(timeout)
+	if p.timer == nil {
+		p.timer = time.NewTimer(timeout)
+	} else {
+		p.timer.Reset(timeout)
+	}
 	select {
 	case b.in <- p:
 	case <-b.quit:
+		p.timer.Stop()
 		p.reset()
 		return nil, unavailable(ErrClosed, nil), false
 	case <-ctx.Done():
+		p.timer.Stop()
 		p.reset()
 		return nil, ctx.Err(), false
+	case <-p.timer.C:
+		p.reset()
+		return nil, fmt.Errorf("%w: %w", errStarved, context.DeadlineExceeded), false
 	}
+	// The batch ends by sendBy + timeout; the caller's deadline is a
+	// little later, so that it sees the batch's outcome rather than
+	// racing it, and holds only if the batch cannot end (a client that
+	// ignores deadlines).
+	p.timer.Reset(time.Until(p.sendBy) + timeout + timeout/8)
 	select {
 	case <-p.done:
-		reply, err, cold := p.reply, p.err, p.cold
-		p.reset()
-		return reply, err, cold
+		p.timer.Stop()
+		return p.result()
 	case <-ctx.Done():
 		return nil, ctx.Err(), false
+	case <-p.timer.C:
+		return nil, fmt.Errorf("%w: %w", errLate, context.DeadlineExceeded), false
+	case <-b.stopped:
+		p.timer.Stop()
+		return b.orphan(p)
+	}
+}
+
+// result returns p's reply and returns p to pendings.
+func (p *pending) result() (any, error, bool) {
+	reply, err, cold := p.reply, p.err, p.cold
+	p.reset()
+	return reply, err, cold
+}
+
+// orphan returns the outcome of p once the batcher has stopped: the reply
+// if a batch delivered it, else ErrClosed (p was queued after the queue
+// was drained, and no batch will take it).
+func (b *batcher) orphan(p *pending) (any, error, bool) {
+	select {
+	case <-p.done:
+		return p.result()
+	default:
+		return nil, unavailable(ErrClosed, nil), false
 	}
 }
 
 // reset clears p and returns it to pendings.
 func (p *pending) reset() {
-	done := p.done
-	*p = pending{done: done}
+	done, timer := p.done, p.timer
+	*p = pending{done: done, timer: timer}
 	pendings.Put(p)
 }
 
@@ -109,6 +185,7 @@ func (b *batcher) stop() {
 			p.err = unavailable(ErrClosed, nil)
 			p.done <- struct{}{}
 		default:
+			close(b.stopped)
 			return
 		}
 	}
@@ -116,10 +193,10 @@ func (b *batcher) stop() {
 
 func (b *batcher) run() {
 	defer b.wg.Done()
-	batch := make([]*pending, 0, b.size)
+	batch := make([]*pending, 0, b.s.batchSize)
 	var timer *time.Timer
-	if b.linger > 0 {
-		timer = time.NewTimer(b.linger)
+	if b.s.linger > 0 {
+		timer = time.NewTimer(b.s.linger)
 		timer.Stop()
 		defer timer.Stop()
 	}
@@ -131,10 +208,10 @@ func (b *batcher) run() {
 			return
 		}
 		if timer != nil {
-			timer.Reset(b.linger)
+			timer.Reset(b.s.linger)
 		}
 	fill:
-		for len(batch) < b.size {
+		for len(batch) < b.s.batchSize {
 			if timer == nil {
 				select {
 				case p := <-b.in:
@@ -171,16 +248,6 @@ const (
 	groupSlot                 // a Cluster: a call per algorithm and hash slot
 )
 
-func groupingOf(client redis.UniversalClient) grouping {
-	switch client.(type) {
-	case *redis.Client:
-		return groupAll
-	case *redis.ClusterClient:
-		return groupSlot
-	}
-	return groupNone
-}
-
 // group is the decisions of a batch sent as one script call: the single
 // script for one decision, batch.lua's for more.
 type group struct {
@@ -188,16 +255,23 @@ type group struct {
 	slot    uint16
 	members []*pending
 	cmd     *redis.Cmd
+	alone   bool // its members ran alone, after a redirection
 }
 
 // groups splits the live decisions of batch (those whose callers still
-// wait) into script calls, in the batch's order.
-func (b *batcher) groups(batch []*pending) []group {
+// wait, taken before their sendBy) into script calls, in the batch's
+// order.
+func (b *batcher) groups(batch []*pending, now time.Time) []group {
 	var gs []group
 next:
 	for _, p := range batch {
 		if err := p.ctx.Err(); err != nil {
 			p.err = err // its caller is gone: do not spend its units
+			continue
+		}
+		if !p.sendBy.IsZero() && now.After(p.sendBy) {
+			// Too late to be sent and answered by the caller's deadline.
+			p.err = fmt.Errorf("%w: %w", errStarved, context.DeadlineExceeded)
 			continue
 		}
 		var slot uint16
@@ -220,19 +294,26 @@ next:
 }
 
 // send adds g's script call to pipe, as EVALSHA or (after NOSCRIPT) as
-// EVAL.
+// EVAL, marked so that go-redis never sends it twice (see once).
 func (g *group) send(ctx context.Context, pipe redis.Pipeliner, eval bool) {
-	script, keys, args := programs[g.kind], g.members[0].key[:], g.members[0].args
+	keys, args := g.members[0].key[:], g.members[0].args
 	if len(g.members) > 1 {
-		script, keys, args = batchPrograms[g.kind], make([]string, len(g.members)), batchArgs(g.members)
+		keys, args = make([]string, len(g.members)), batchArgs(g.members)
 		for i, p := range g.members {
 			keys[i] = p.key[0]
 		}
 	}
-	if eval {
-		g.cmd = script.Eval(ctx, pipe, keys, args...)
-	} else {
-		g.cmd = script.EvalSha(ctx, pipe, keys, args...)
+	g.cmd = evalCmd(ctx, g.kind, len(g.members) > 1, eval, keys, args)
+	_ = pipe.Process(ctx, once{g.cmd})
+}
+
+// runAlone makes each of g's decisions alone through the ClusterClient,
+// which follows MOVED and ASK: a Cluster refused g's call (the slot moved
+// or is migrating), so none of its decisions ran.
+func (g *group) runAlone(ctx context.Context, c redis.UniversalClient) {
+	g.alone = true
+	for _, p := range g.members {
+		p.reply, p.err = run(ctx, c, p.kind, false, p.key[:], p.args)
 	}
 }
 
@@ -269,6 +350,9 @@ func sameList(a, b []any) bool {
 // deliver hands each member its reply: the call's, or its element of
 // batch.lua's array.
 func (g *group) deliver() {
+	if g.alone {
+		return
+	}
 	v, err := g.cmd.Result()
 	if len(g.members) == 1 {
 		g.members[0].reply, g.members[0].err = v, err
@@ -291,9 +375,17 @@ func (g *group) deliver() {
 	}
 }
 
+// pipeline returns a pipeline to the batcher's node.
+func (b *batcher) pipeline() redis.Pipeliner {
+	if c := b.n.client.Load(); c != nil {
+		return c.Pipeline()
+	}
+	return b.s.client.Pipeline()
+}
+
 // exec sends one batch and delivers its replies.
 func (b *batcher) exec(batch []*pending) {
-	timeout, cold := b.timeout, false
+	timeout, cold := b.s.timeout, false
 	if b.started.Load() < b.cold && b.started.Add(1) <= b.cold {
 		timeout, cold = max(timeout, coldTimeout), true
 	}
@@ -303,9 +395,9 @@ func (b *batcher) exec(batch []*pending) {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	gs := b.groups(batch)
+	gs := b.groups(batch, time.Now())
 	if len(gs) > 0 {
-		pipe := b.client.Pipeline()
+		pipe := b.pipeline()
 		for i := range gs {
 			gs[i].send(ctx, pipe, false)
 		}
@@ -317,7 +409,7 @@ func (b *batcher) exec(batch []*pending) {
 	for i := range gs {
 		if isNoScript(gs[i].cmd.Err()) {
 			if retry == nil {
-				retry = b.client.Pipeline()
+				retry = b.pipeline()
 			}
 			gs[i].send(ctx, retry, true)
 		}
@@ -326,14 +418,14 @@ func (b *batcher) exec(batch []*pending) {
 		_, _ = retry.Exec(ctx)
 	}
 	for i := range gs {
+		if b.s.cluster != nil && isRedirect(gs[i].cmd.Err()) {
+			gs[i].runAlone(ctx, b.s.client)
+		}
 		gs[i].deliver()
+		b.n.answered(gs[i].cmd.Err())
 	}
 	for _, p := range batch {
 		p.cold = cold
 		p.done <- struct{}{} // the caller may reuse p from here on
 	}
-}
-
-func isNoScript(err error) bool {
-	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
 }

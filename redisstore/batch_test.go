@@ -86,18 +86,33 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 		batch[i] = &pending{ctx: ctx, kind: a.kind, key: [1]string{batched.Key(st.key, a.kind)}, args: a.args(now, st.req, batched.marginMs), done: make(chan struct{}, 1)}
 	}
 	// Every algorithm shares a call on one server; on a Cluster,
-	// each key's decisions do.
+	// each key's decisions do. Each node's batcher takes the decisions
+	// on its keys.
+	byNode := map[*batcher][]*pending{}
+	var order []*batcher
+	for _, p := range batch {
+		n, err := batched.nodeFor(ctx, p.key[0])
+		require.NoError(t, err)
+		if _, ok := byNode[n.batch]; !ok {
+			order = append(order, n.batch)
+		}
+		byNode[n.batch] = append(byNode[n.batch], p)
+	}
 	calls, largest := 0, 0
-	for _, g := range batched.batch.groups(batch) {
-		calls++
-		largest = max(largest, len(g.members))
+	for _, b := range order {
+		for _, g := range b.groups(byNode[b], time.Now()) {
+			calls++
+			largest = max(largest, len(g.members))
+		}
 	}
 	if !cluster {
 		require.Equal(t, []int{5, 8}, []int{calls, largest}, "a call per algorithm, 8 token bucket decisions")
 	} else {
 		require.GreaterOrEqual(t, largest, 6, "the decisions on key a")
 	}
-	batched.batch.exec(batch)
+	for _, b := range order {
+		b.exec(byNode[b])
+	}
 	for i, st := range steps {
 		p := batch[i]
 		<-p.done
@@ -141,12 +156,12 @@ func TestBatchReplyOfWrongForm(t *testing.T) {
 	defer func() { batchPrograms[a.kind] = saved }()
 	ctx := context.Background()
 	for _, reply := range []string{"return {'1 2 0 3 1 1'}", "return 'x'"} {
-		batchPrograms[a.kind] = redis.NewScript(reply)
+		batchPrograms[a.kind] = newProgram(reply)
 		batch := make([]*pending, 2)
 		for i := range batch {
 			batch[i] = &pending{ctx: ctx, kind: a.kind, key: [1]string{s.Key("k", a.kind)}, args: a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
 		}
-		s.batch.exec(batch)
+		s.single.batch.exec(batch)
 		for _, p := range batch {
 			<-p.done
 			o, err := classify(ctx, p.err)

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -138,3 +139,47 @@ func TestMemoryUsage(t *testing.T) {
 }
 
 func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
+
+// BenchmarkStoreFanIn is 512 goroutines sharing one store with the default
+// Timeout (20ms), on a client with go-redis' default options: many more
+// callers than the store's MaxInFlight slots, so decisions wait for a slot,
+// and that wait counts against the timeout. It reports the share of
+// decisions that timed out (timeouts/1k), which is what Options.Timeout's
+// documentation quotes.
+func BenchmarkStoreFanIn(b *testing.B) {
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		b.Skip("set REDIS_ADDR to benchmark on a real Redis")
+	}
+	alg := floodgate.TokenBucket{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}
+	for _, batch := range []int{0, 64} {
+		b.Run(map[bool]string{true: "batched", false: "unbatched"}[batch > 0], func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			b.Cleanup(func() { _ = c.Close() })
+			s, err := New(c, &Options{Prefix: "fgbench:fanin:", BatchSize: batch})
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, "fgbench:fanin:") })
+			bnd, err := s.Bind(alg)
+			require.NoError(b, err)
+			req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+			var seq, timeouts, others atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(max(512/runtimeProcs(), 1))
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(seq.Add(7919))
+				for pb.Next() {
+					_, err := bnd.Apply(context.Background(), "fanin:"+strconv.Itoa(i%1000), req)
+					switch {
+					case errors.Is(err, ErrTimeout):
+						timeouts.Add(1)
+					case err != nil:
+						others.Add(1)
+					}
+					i++
+				}
+			})
+			b.ReportMetric(1000*float64(timeouts.Load())/float64(b.N), "timeouts/1k")
+			b.ReportMetric(1000*float64(others.Load())/float64(b.N), "errors/1k")
+		})
+	}
+}

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// BreakerState is the state of the Store's circuit breaker.
+// BreakerState is the state of a circuit breaker: each node of a Store has one.
 type BreakerState uint8
 
 const (
@@ -91,6 +91,8 @@ const (
 	succeeded outcome = iota // Redis answered
 	failed                   // Redis failed
 	timedOut                 // Redis was too slow
+	refused                  // the node answered, refusing the command
+	busy                     // waited too long for a slot while the node answered others
 	ignored                  // the caller gave up; says nothing of Redis
 )
 
@@ -121,8 +123,13 @@ func (b *breaker) done(now time.Time, probe bool, o outcome) change {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	from := b.state
-	if o == timedOut {
+	switch o {
+	case timedOut:
 		o = failed
+	case refused:
+		o = succeeded
+	case busy:
+		o = ignored
 	}
 	if probe {
 		b.probing = false

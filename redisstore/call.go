@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"time"
@@ -12,46 +13,62 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// call runs the script of kind on rkey. Options.Timeout starts once the
-// call goes to Redis: after a free slot among MaxInFlight, or in the
-// batch's pipeline; the wait before is bounded by ctx alone.
-// It also reports whether the call was one of the store's first, cold ones.
-func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (reply any, err error, cold bool) {
-	if s.batch != nil {
-		return s.batch.do(ctx, kind, rkey, args)
-	}
-	select {
-	case s.gate <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err(), false
+// errStarved reports a decision that found none of its node's MaxInFlight
+// slots free before its deadline (batched: that no batch took in time).
+var errStarved = errors.New("redisstore: no free slot before the deadline")
+
+// call runs the script of kind on rkey at node n. Options.Timeout bounds
+// the whole call, from the wait for one of n's MaxInFlight slots (or for
+// a place in its batch) to the reply; probe is the half-open breaker's
+// probe, which never waits for a slot. It also reports whether the call
+// was one of the store's first, cold ones.
+func (s *Store) call(ctx context.Context, n *node, probe bool, kind floodgate.Kind, rkey string, args []any) (reply any, err error, cold bool) {
+	if n.batch != nil {
+		return n.batch.do(ctx, kind, rkey, args)
 	}
 	timeout := s.timeout
 	if s.started.Load() < s.cold && s.started.Add(1) <= s.cold {
 		cold, timeout = true, max(timeout, coldTimeout)
 	}
-	script := programs[kind]
-	if timeout == NoTimeout {
-		// The caller's context and go-redis' timeouts bound the call: no
-		// context of our own, and no goroutine to stop waiting early.
-		defer func() { <-s.gate }()
-		reply, err = script.Run(ctx, s.client, []string{rkey}, args...).Result()
-		return reply, err, cold
+	if timeout != NoTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if !s.guard {
-		defer func() { <-s.gate }()
-		reply, err = script.Run(ctx, s.client, []string{rkey}, args...).Result()
+	// The probe takes no slot: it must not queue behind calls that a
+	// stalled node holds until their deadline (or, guarded, until
+	// go-redis gives up on them).
+	if !probe {
+		select {
+		case n.gate <- struct{}{}:
+		default:
+			if err := s.waitSlot(ctx, n, timeout); err != nil {
+				return nil, err, cold
+			}
+		}
+	}
+	keys := []string{rkey}
+	if !s.guard || timeout == NoTimeout {
+		// The client bounds the call by ctx (see derive); with NoTimeout
+		// the caller's context and go-redis' timeouts do.
+		reply, err = s.runAt(ctx, n, kind, keys, args)
+		if !probe {
+			<-n.gate
+		}
+		n.answered(err)
 		return reply, err, cold
 	}
 	// The client would not stop at ctx's deadline: run the call on its own
 	// goroutine and stop waiting at the deadline. The goroutine keeps its
 	// slot (and its connection) until go-redis gives up (its read, write
-	// and pool timeouts); Close waits for it.
+	// and pool timeouts), so at most MaxInFlight such calls (and a probe)
+	// run at once per node; Close waits for them.
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		<-s.gate
+		if !probe {
+			<-n.gate
+		}
 		return nil, unavailable(ErrClosed, nil), cold
 	}
 	s.inflight.Add(1)
@@ -63,8 +80,11 @@ func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args
 	ch := make(chan result, 1)
 	go func() {
 		defer s.inflight.Done()
-		defer func() { <-s.gate }()
-		v, err := script.Run(ctx, s.client, []string{rkey}, args...).Result()
+		v, err := s.runAt(ctx, n, kind, keys, args)
+		if !probe {
+			<-n.gate
+		}
+		n.answered(err)
 		ch <- result{v, err}
 	}()
 	select {
@@ -73,6 +93,46 @@ func (s *Store) call(ctx context.Context, kind floodgate.Kind, rkey string, args
 	case <-ctx.Done():
 		return nil, ctx.Err(), cold
 	}
+}
+
+// waitSlot waits for one of n's slots, at most half of timeout (none with
+// NoTimeout: then ctx alone bounds the wait). A call that got its slot
+// later would have too little of its timeout left to be answered: under
+// a burst of more callers than slots, every call would then time out, the
+// node would answer none, and its breaker would open on a healthy Redis.
+// Failing the late ones unsent keeps the slots serving the others.
+func (s *Store) waitSlot(ctx context.Context, n *node, timeout time.Duration) error {
+	var late <-chan time.Time
+	if timeout != NoTimeout {
+		t := time.NewTimer(timeout / 2)
+		defer t.Stop()
+		late = t.C
+	}
+	select {
+	case n.gate <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", errStarved, ctx.Err())
+	case <-late:
+		return fmt.Errorf("%w: %w", errStarved, context.DeadlineExceeded)
+	}
+}
+
+// runAt runs the script of kind on keys at node n: on a Cluster or a
+// Ring, straight to the node's client, which the store already asked for
+// n; when a Cluster refuses it there (MOVED, ASK: the slot has moved or
+// is migrating), through the ClusterClient, which follows the
+// redirection. Neither sends a script twice (see once).
+func (s *Store) runAt(ctx context.Context, n *node, kind floodgate.Kind, keys []string, args []any) (any, error) {
+	c := n.client.Load()
+	if c == nil || s.single != nil {
+		return run(ctx, s.client, kind, false, keys, args)
+	}
+	reply, err := run(ctx, c, kind, false, keys, args)
+	if s.cluster != nil && isRedirect(err) {
+		return run(ctx, s.cluster, kind, false, keys, args)
+	}
+	return reply, err
 }
 
 // classify says what a call's error tells of Redis, and returns the error
@@ -107,7 +167,21 @@ func classify(ctx context.Context, err error) (outcome, error) {
 		// a failure of Redis for the breaker or the policy.
 		return succeeded, unavailable(ErrReply, err)
 	}
+	if isRefusal(err) {
+		// The node is up and refuses: its Cluster lost a master's slots
+		// (CLUSTERDOWN, with cluster-require-full-coverage), or a master
+		// is failing over. The decision goes to the policy; the node's
+		// breaker does not open for it, so that it serves again as soon
+		// as its Cluster does.
+		return refused, unavailable(ErrRedis, err)
+	}
 	return failed, unavailable(ErrRedis, err)
+}
+
+// isRefusal reports whether err is a node's refusal of a command while its
+// Cluster is down or failing over.
+func isRefusal(err error) bool {
+	return redis.HasErrorPrefix(err, "CLUSTERDOWN") || redis.HasErrorPrefix(err, "MASTERDOWN")
 }
 
 // isDataError reports whether err is an error reply about the data or the
@@ -175,10 +249,10 @@ func (s *Store) fallback(ctx context.Context, key string, a algo, req floodgate.
 	return res, nil
 }
 
-// report tells the observer of a breaker change.
-func (s *Store) report(c change) {
+// report tells the observer of a change of n's breaker.
+func (s *Store) report(n *node, c change) {
 	if !c.none() {
-		s.observe(Event{Kind: EventBreaker, From: c.from, To: c.to})
+		s.observe(Event{Kind: EventBreaker, Node: n.addr, From: c.from, To: c.to})
 	}
 }
 

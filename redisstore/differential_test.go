@@ -326,7 +326,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 		req := floodgate.Request{Op: floodgate.OpTake, N: limit, MaxDelay: time.Duration(tc.maxDelay)}
 		args := a.args(strconv.FormatInt(ws, 10), req, 1000)
 		call, cancel := context.WithTimeout(ctx, 10*time.Second)
-		reply, err := programs[floodgate.KindSlidingWindow].Run(call, c, []string{key}, args...).Result()
+		reply, err := run(call, c, floodgate.KindSlidingWindow, false, []string{key}, args)
 		cancel()
 		require.NoError(t, err)
 		r, err := newReplyReader(reply)

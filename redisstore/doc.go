@@ -1,7 +1,7 @@
 // Package redisstore is the Redis floodgate.Store: every process that
 // shares a Redis (or a Redis Cluster) shares one exact quota per key.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 //	store, err := redisstore.New(rdb, &redisstore.Options{OnFailure: redisstore.FailLocal, LocalShare: 0.25})
 //	...
 //	defer store.Close()
@@ -47,43 +47,82 @@
 //
 // # Failures
 //
-// Each call waits at most Options.Timeout (20ms by default; NoTimeout
-// leaves the bound to the caller's context and go-redis) for Redis to
-// answer, once it is sent: decisions beyond Options.MaxInFlight (the
-// client's pool size) queue in the process, bounded by their context, rather
-// than fail (a Store's first calls, which dial and load scripts, get at
-// least 250ms). A circuit breaker opens when, over the last second or so,
-// at least Options.BreakerThreshold calls failed and they were at least
-// half of the calls; it then sends nothing to Redis, so a dead or slow
-// Redis costs no latency, until Options.BreakerCooldown has passed and one
-// probe goes through. A decision Redis does not make is made by Options.OnFailure:
-// FailError returns an error matching floodgate.ErrUnavailable (and
-// ErrTimeout, ErrRedis or ErrBreakerOpen), FailOpen admits, FailClosed
-// denies, FailLocal decides on an in-process memstore with
-// Options.LocalShare of each quota. Options.Observer is told of every
-// failed decision and every breaker change. Errors that Redis answered
-// (ErrReply, ErrMismatch) are returned whatever the policy.
+// Every decision returns within Options.Timeout (20ms by default; twice it
+// when batched), whatever Redis does — killed, stalled (DEBUG SLEEP),
+// paused (CLIENT PAUSE), stopped (SIGSTOP), black-holed, failing over,
+// migrating a slot — and whatever options the go-redis client was built
+// with: a client that ignores context deadlines (go-redis' default) is
+// replaced by one that honours them (see New). The wait for one of a
+// node's Options.MaxInFlight slots counts against the timeout, so a
+// stalled node's calls cannot hold up the decisions queued behind them.
+// (A store's first calls, which dial and load scripts, get at least
+// 250ms; NoTimeout leaves the bound to the caller's context and
+// go-redis.)
 //
-// go-redis retries a command whose connection broke (Options.MaxRetries of
-// the client, 3 by default); a script that ran before the connection broke
-// then runs twice. For a take, that spends units nobody uses; for a refund,
-// it may give back units twice. Set MaxRetries to -1 on the client to
-// rule this out, at the price of failing those decisions instead.
+// Each node — a Cluster's master, a Ring's shard, the server of a Client —
+// has its own circuit breaker. It opens when, over the last second or so,
+// at least Options.BreakerThreshold calls to the node failed and they were
+// at least half of its calls; it then sends nothing to the node, so a dead
+// or slow node costs no latency, until Options.BreakerCooldown has passed
+// and one probe goes through (the probe waits for no slot). Other nodes'
+// keys are decided on Redis as before. A decision Redis does not make is
+// made by Options.OnFailure: FailError returns an error matching
+// floodgate.ErrUnavailable (and ErrTimeout, ErrRedis or ErrBreakerOpen),
+// FailOpen admits, FailClosed denies, FailLocal decides on an in-process
+// memstore with Options.LocalShare of each quota (a configuration whose
+// share is not a valid one is refused when the limiter is made).
+// Options.Observer is told of every failed decision and every breaker
+// change. Errors that Redis answered (ErrReply, ErrMismatch) are returned
+// whatever the policy.
+//
+// On a Cluster, a failing node (an error, a timeout, an open breaker)
+// makes the store ask go-redis to reload its slot map, at most every
+// 100ms: go-redis reloads it on its own only on MOVED and ASK replies and
+// every ClusterStateReloadInterval (60s), and a dead master answers
+// neither, so without this a promoted replica would not be used for up to
+// a minute. With cluster-node-timeout 1s a killed master's keys are
+// decided on Redis again about 3s after the kill (see docs/redis.md).
+// A Cluster with cluster-require-full-coverage yes (Redis' default)
+// refuses every key with CLUSTERDOWN while any master's slots are
+// unserved; those decisions go to the policy without opening the breakers
+// of the nodes that refused. Set it to no so that a failing master costs
+// only its own keys.
+//
+// No script runs twice: the store marks every script call so that go-redis
+// never sends it again (a script that ran before its connection broke
+// would otherwise run twice, spending units nobody uses or giving a refund
+// back twice). A call whose connection broke fails instead, to the policy.
+// Redirections are still followed: a command answered MOVED or ASK did not
+// run.
+//
+// Replication in Redis is asynchronous: a master that dies may not have
+// sent its replica the last writes it acknowledged, and after the failover
+// those units are spent on no node (a quota restored early, by at most the
+// decisions of the last moments before the death). WAIT 1 after each
+// decision, or min-replicas-to-write on the masters, would close most of
+// that gap at the price of a replica's round trip per decision (or of
+// refusing writes when no replica is in sync); floodgate does neither.
 //
 // # Batching
 //
 // With Options.BatchSize of 2 or more, concurrent decisions are sent
-// together: the store's goroutines (Options.BatchPipelines of them) each
-// take the decisions queued, up to BatchSize, wait up to
-// Options.BatchLinger for more, and send them as one pipeline, re-sending
-// the calls that met NOSCRIPT as EVALs. Decisions of one algorithm share
-// one call of the batch script (scripts.BatchSource), which makes them in
-// the batch's order, atomically, at one Redis TIME: Redis spends about a
+// together: each node has Options.BatchPipelines goroutines that take the
+// decisions queued for it, up to BatchSize, wait up to Options.BatchLinger
+// for more, and send them to the node as one pipeline, re-sending the
+// calls that met NOSCRIPT as EVALs. Decisions of one algorithm share one
+// call of the batch script (scripts.BatchSource), which makes them in the
+// batch's order, atomically, at one Redis TIME: Redis spends about a
 // quarter less per decision than on a call per decision. A decision that
 // fails in the script (a key holding another type) fails alone. On a
 // Cluster, decisions share a call only when their keys share a hash slot
-// (decisions on one limiter key always do: a hot key costs its node least),
-// and go-redis splits each pipeline per node. On a Ring, or a
-// UniversalClient other than *redis.Client and *redis.ClusterClient, each
-// decision is its own call in the pipeline. Close stops the goroutines.
+// (decisions on one limiter key always do: a hot key costs its node
+// least); a call the node refuses with MOVED, ASK or TRYAGAIN (its slot
+// moved or is migrating) ran nowhere, and each of its decisions is made
+// again alone through the ClusterClient, which follows the redirection:
+// counts stay exact through a migration. A decision waits at most
+// Options.Timeout for a batch to take it (then fails unsent, with
+// ErrTimeout) and its batch at most Options.Timeout for the reply. On a
+// UniversalClient other than *redis.Client, *redis.ClusterClient and
+// *redis.Ring, each decision is its own call in the pipeline. Close stops
+// the goroutines; a decision racing it returns its reply or ErrClosed.
 package redisstore

@@ -62,6 +62,10 @@ type Event struct {
 	Err error
 	// Policy is the failure policy that made the decision (EventFallback).
 	Policy FailurePolicy
+	// Node is the address of the node whose breaker changed
+	// (EventBreaker): a Cluster master's or a Ring shard's, the server's
+	// for a Client, "" for a client of another kind.
+	Node string
 	// From and To are the breaker's states before and after the change
 	// (EventBreaker).
 	From, To BreakerState

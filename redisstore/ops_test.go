@@ -201,7 +201,9 @@ func TestClusterScriptFlush(t *testing.T) {
 			hook := &countingHook{}
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = c.Close() })
-			c.AddHook(hook)
+			// On the node clients: batched pipelines go to each master's
+			// client, and every other call passes through them too.
+			c.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
 			s := newStore(t, c, &Options{BatchSize: batch, HashKeys: true})
 			keys := make([]string, 100)
 			for i := range keys {
@@ -367,7 +369,7 @@ func TestRedisKilled(t *testing.T) {
 	wall.advance(2 * time.Second) // the successes roll out of the breaker's window
 	p.kill()
 	require.Equal(t, int64(5), count(20), "the local share: half of 10")
-	require.Equal(t, BreakerOpen, s.BreakerState())
+	require.Equal(t, BreakerOpen, s.BreakerState("k"))
 	var fallbacks int
 	for _, e := range rec.take() {
 		if e.Kind == EventFallback {
@@ -382,7 +384,7 @@ func TestRedisKilled(t *testing.T) {
 	evals := hook.eval.Load()
 	res, err := s.Apply(ctx, "k", alg, take)
 	require.NoError(t, err)
-	require.Equal(t, BreakerClosed, s.BreakerState())
+	require.Equal(t, BreakerClosed, s.BreakerState("k"))
 	require.True(t, res.Allowed)
 	require.Equal(t, int64(9), res.Remaining, "a new server: its log holds only this unit")
 	require.Greater(t, hook.eval.Load(), evals, "the restarted server lacked the script")

@@ -64,32 +64,28 @@ type Options struct {
 	// server's clock); Options.ExpiryMargin absorbs the difference.
 	Now func() time.Time
 
-	// Timeout bounds the time Redis takes to answer a call, from when the
-	// call goes to Redis (once one of MaxInFlight slots is free, or when
-	// its batch is sent) to the reply; a decision that times out fails
-	// with ErrTimeout and goes to the failure policy. The default is 20ms:
-	// a loopback or same-zone round trip takes well under 1ms, and the
-	// rest leaves room for GC pauses and loaded hosts (at 5ms, 512
-	// goroutines on a loaded 2-core machine saw a few timeouts per
-	// thousand). Lower it where failing fast matters more; NoTimeout turns
-	// it off.
+	// Timeout bounds each decision's time in the store, from the wait for
+	// one of its node's MaxInFlight slots to Redis' reply; a batched
+	// decision waits at most Timeout for a batch to take it, and its batch
+	// at most Timeout for the reply. A decision that times out fails with
+	// ErrTimeout, counts against its node's breaker, and goes to the
+	// failure policy. The bound holds whatever options the go-redis
+	// client was built with (see New). The default is 20ms: a loopback or
+	// same-zone round trip takes well under 1ms, and the rest leaves room
+	// for GC pauses and loaded hosts (at 5ms, 512 goroutines on a loaded
+	// 2-core machine saw a few timeouts per thousand). Lower it where
+	// failing fast matters more; NoTimeout turns it off.
 	// The first MaxInFlight calls of a Store (the first BatchPipelines
-	// batches), which dial connections and load scripts, get at least
-	// 250ms, and their timeouts do not count against the breaker.
-	// The wait for a slot or a batch is bounded by the caller's context
-	// only: a process that sends more decisions at once than its
-	// connections carry queues them instead of failing them. The bound
-	// holds whatever the client's ContextTimeoutEnabled; when it is false
-	// (go-redis' default, which ignores context deadlines), each unbatched
-	// call runs on a goroutine of its own that outlives a timed out
-	// decision until go-redis' own timeouts end it.
+	// batches of each node), which dial connections and load scripts, get
+	// at least 250ms, and their timeouts do not count against the breaker.
 	Timeout time.Duration
 
-	// MaxInFlight is the most unbatched calls sent to Redis at once; the
-	// others wait for a slot (see Timeout). The default is the client's
-	// PoolSize (go-redis' default: 10 per CPU), so that calls wait here
-	// rather than for a connection inside go-redis, where the wait would
-	// count against Timeout.
+	// MaxInFlight is the most unbatched calls sent to one node (a
+	// Cluster's master, a Ring's shard, the server of a Client) at once;
+	// the others wait for a slot, within Timeout. The default is the
+	// client's PoolSize (go-redis' default: 10 per CPU, per node), so that
+	// calls wait here rather than for a connection inside go-redis. The
+	// probe of a half-open breaker takes no slot.
 	MaxInFlight int
 
 	// ExpiryMargin is added to the TTL of every key written, which is
@@ -113,13 +109,14 @@ type Options struct {
 	// quota is admitted during an outage.
 	LocalShare float64
 
-	// BreakerThreshold is the number of failed calls (errors or timeouts)
-	// within the last second or so that open the circuit breaker, provided
-	// they are at least half of the calls of that time. The default is 10.
+	// BreakerThreshold is the number of failed calls to a node (errors or
+	// timeouts) within the last second or so that open its circuit
+	// breaker, provided they are at least half of its calls of that time.
+	// Each node has a breaker of its own. The default is 10.
 	BreakerThreshold int
 
-	// BreakerCooldown is how long the open breaker sends nothing to Redis
-	// before it lets one probe through. The default is 1s.
+	// BreakerCooldown is how long an open breaker sends nothing to its
+	// node before it lets one probe through. The default is 1s.
 	BreakerCooldown time.Duration
 
 	// Observer is told of every failed decision and breaker change. The
@@ -148,22 +145,31 @@ type Options struct {
 // Each decision is one script run (EVALSHA, and EVAL when the server lacks
 // the script); see the package documentation.
 type Store struct {
-	client   redis.UniversalClient
-	prefix   string
-	hashKeys bool
-	now      func() time.Time
-	timeout  time.Duration
-	marginMs int64
-	policy   FailurePolicy
-	share    float64
-	cooldown time.Duration
-	observer Observer
-	guard    bool          // the client ignores context deadlines: call on goroutines
-	gate     chan struct{} // MaxInFlight slots for unbatched calls
-	local    *memstore.Store
-	batch    *batcher
-	breaker  breaker
-	wall     func() time.Time // the breaker's clock; tests replace it
+	client   redis.UniversalClient // the client calls go through (see derive)
+	owned    bool                  // client is the store's own: Close closes it
+	guard    bool                  // client ignores context deadlines: call on goroutines
+	cluster  *redis.ClusterClient  // client, when it is one
+	ring     *redis.Ring           // client, when it is one
+	single   *node                 // the one node of any other client
+	nodes    nodes                 // the nodes of a Cluster or a Ring
+	reloaded atomic.Int64          // when the slot map was last reloaded, in Unix ns
+
+	prefix      string
+	hashKeys    bool
+	now         func() time.Time
+	timeout     time.Duration
+	marginMs    int64
+	policy      FailurePolicy
+	share       float64
+	threshold   int
+	cooldown    time.Duration
+	maxInFlight int
+	batchSize   int
+	linger      time.Duration
+	pipelines   int
+	observer    Observer
+	local       *memstore.Store
+	wall        func() time.Time // the breakers' clock; tests replace it
 
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
@@ -187,16 +193,15 @@ const maxUnix = 9_000_000_000
 
 // programs are the scripts, and batchPrograms those making a batch of
 // decisions of one algorithm (scripts.BatchSource), indexed by
-// floodgate.Kind. A *redis.Script is safe for concurrent use and immutable
-// once made.
+// floodgate.Kind.
 var (
-	programs      = scriptsOf(scripts.Source)
-	batchPrograms = scriptsOf(scripts.BatchSource)
+	programs      = programsOf(scripts.Source)
+	batchPrograms = programsOf(scripts.BatchSource)
 )
 
-func scriptsOf(source func(floodgate.Kind) string) (p [floodgate.KindSlidingLog + 1]*redis.Script) {
+func programsOf(source func(floodgate.Kind) string) (p [floodgate.KindSlidingLog + 1]program) {
 	for k := floodgate.KindTokenBucket; k <= floodgate.KindSlidingLog; k++ {
-		p[k] = redis.NewScript(source(k))
+		p[k] = newProgram(source(k))
 	}
 	return p
 }
@@ -205,6 +210,19 @@ func scriptsOf(source func(floodgate.Kind) string) (p [floodgate.KindSlidingLog 
 // go-redis client: a Client, a ClusterClient (every key of one limiter key
 // shares a hash slot), a Ring or a failover client. A nil opts means the
 // defaults. The Store does not close client.
+//
+// go-redis bounds a call by its context only when the client was built
+// with ContextTimeoutEnabled; by default it is not, and a stalled Redis
+// holds a call for the client's ReadTimeout (3s by default). So when
+// client ignores contexts, the store calls Redis through a client of its
+// own that honours them: a *redis.Client (a failover client too) is
+// cloned with WithTimeout, which shares its connection pool and the hooks
+// added to it so far; a *redis.ClusterClient or *redis.Ring is rebuilt
+// from its options, with pools of its own and without its hooks, and
+// closed by Close. Any other UniversalClient runs each call on a
+// goroutine of its own, which the decision stops waiting for at its
+// deadline. Build the client with ContextTimeoutEnabled to have the
+// store use it as it is.
 func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
@@ -258,21 +276,22 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		o.MaxInFlight = poolSize(client)
 	}
 	s := &Store{
-		client:   client,
-		prefix:   o.Prefix,
-		hashKeys: o.HashKeys,
-		now:      o.Now,
-		timeout:  o.Timeout,
-		marginMs: int64((o.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
-		policy:   o.OnFailure,
-		share:    o.LocalShare,
-		cooldown: o.BreakerCooldown,
-		observer: o.Observer,
-		guard:    !honoursContext(client),
-		gate:     make(chan struct{}, o.MaxInFlight),
-		cold:     int64(o.MaxInFlight),
-		breaker:  breaker{threshold: o.BreakerThreshold, cooldown: o.BreakerCooldown},
-		wall:     time.Now,
+		prefix:      o.Prefix,
+		hashKeys:    o.HashKeys,
+		now:         o.Now,
+		timeout:     o.Timeout,
+		marginMs:    int64((o.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
+		policy:      o.OnFailure,
+		share:       o.LocalShare,
+		threshold:   o.BreakerThreshold,
+		cooldown:    o.BreakerCooldown,
+		maxInFlight: o.MaxInFlight,
+		batchSize:   o.BatchSize,
+		linger:      o.BatchLinger,
+		pipelines:   o.BatchPipelines,
+		observer:    o.Observer,
+		cold:        int64(o.MaxInFlight),
+		wall:        time.Now,
 	}
 	if o.OnFailure == FailLocal {
 		local, err := memstore.New(&memstore.Options{Now: o.Now})
@@ -281,24 +300,22 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		}
 		s.local = local
 	}
-	if o.BatchSize >= 2 {
-		s.batch = newBatcher(client, o.BatchSize, o.BatchLinger, o.BatchPipelines, o.Timeout)
+	s.client, s.owned, s.guard = derive(client)
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		s.cluster = c
+	case *redis.Ring:
+		s.ring = c
+	case *redis.Client:
+		s.single = s.newNode(c.Options().Addr, c, true)
+	default:
+		s.single = s.newNode("", nil, true)
+	}
+	if s.single == nil {
+		m := map[string]*node{}
+		s.nodes.m.Store(&m)
 	}
 	return s, nil
-}
-
-// honoursContext reports whether the client bounds its calls by their
-// context's deadline.
-func honoursContext(c redis.UniversalClient) bool {
-	switch v := c.(type) {
-	case *redis.Client:
-		return v.Options().ContextTimeoutEnabled
-	case *redis.ClusterClient:
-		return v.Options().ContextTimeoutEnabled
-	case *redis.Ring:
-		return v.Options().ContextTimeoutEnabled
-	}
-	return false
 }
 
 // poolSize returns the size of the client's connection pool (per node),
@@ -332,15 +349,29 @@ func (s *Store) Close() error {
 	if was {
 		return nil
 	}
-	if s.batch != nil {
-		s.batch.stop()
+	for _, n := range s.all() {
+		if n.batch != nil {
+			n.batch.stop()
+		}
 	}
 	s.inflight.Wait()
+	if s.owned {
+		_ = s.client.Close()
+	}
 	return nil
 }
 
-// BreakerState returns the state of the circuit breaker.
-func (s *Store) BreakerState() BreakerState { return s.breaker.current() }
+// BreakerState returns the state of the circuit breaker of the node that
+// holds key's state: the master of its slot on a Cluster, its shard on a
+// Ring, the one server otherwise. It asks the client which node that is,
+// as a decision does.
+func (s *Store) BreakerState(key string) BreakerState {
+	n, err := s.nodeFor(context.Background(), s.Key(key, floodgate.KindTokenBucket))
+	if err != nil {
+		return BreakerClosed
+	}
+	return n.breaker.current()
+}
 
 // Key returns the Redis key holding the state of key for the algorithm
 // kind, for operators and tests.
@@ -356,7 +387,7 @@ func (s *Store) Key(key string, kind floodgate.Kind) string {
 // Redis (two when the server lacks the script). When Redis fails, the
 // failure policy (Options.OnFailure) decides.
 func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
-	a, err := resolve(alg)
+	a, err := s.resolve(alg)
 	if err != nil {
 		if kerr := floodgate.CheckKey(key); kerr != nil {
 			return floodgate.Result{}, kerr
@@ -370,7 +401,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, 
 // decisions of a limiter made with floodgate.New skip it. The Bound is safe
 // for concurrent use and valid until the Store is closed.
 func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
-	a, err := resolve(alg)
+	a, err := s.resolve(alg)
 	if err != nil {
 		return nil, err
 	}
@@ -378,6 +409,21 @@ func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
 }
 
 var _ floodgate.Binder = (*Store)(nil)
+
+// resolve validates alg for this store: under FailLocal, its local share
+// must be a valid configuration too, or every decision of an outage would
+// fail. (Shrinking a bucket's burst keeps its rate per unit of burst, so
+// Per grows by 1/LocalShare and may pass floodgate.MaxWindow.)
+func (s *Store) resolve(alg floodgate.Algorithm) (algo, error) {
+	a, err := resolve(alg)
+	if err != nil || s.policy != FailLocal {
+		return a, err
+	}
+	if err := a.scale(s.share).Validate(); err != nil {
+		return a, fmt.Errorf("%w: FailLocal cannot keep LocalShare %v of %+v: %w", floodgate.ErrInvalidConfig, s.share, alg, err)
+	}
+	return a, nil
+}
 
 // bound is a Store bound to one algorithm.
 type bound struct {
@@ -416,23 +462,45 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 
+	rkey := s.Key(key, a.kind)
 	// One reading of the clock serves the breaker before and after the
 	// call: its tallies count calls per second.
 	wall := s.wall()
-	ok, probe, c := s.breaker.allow(wall)
-	s.report(c)
+	n, err := s.nodeFor(ctx, rkey)
+	if err != nil {
+		// The client cannot tell which node serves the key: a Cluster
+		// whose slot map could not be loaded.
+		o, err := classify(ctx, err)
+		if o == ignored {
+			return floodgate.Result{}, err
+		}
+		s.reload(wall)
+		return s.fallback(ctx, key, a, req, err)
+	}
+	ok, probe, c := n.breaker.allow(wall)
+	s.report(n, c)
 	if !ok {
+		s.reload(wall)
 		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
 	}
-	reply, err, cold := s.call(ctx, a.kind, s.Key(key, a.kind), args.args(a, now, req, s.marginMs))
+	seen := n.served.Load()
+	reply, err, cold := s.call(ctx, n, probe, a.kind, rkey, args.args(a, now, req, s.marginMs))
+	if err != nil && s.shut.Load() {
+		// Close ended the call (it closes the store's own client).
+		s.report(n, n.breaker.done(wall, probe, ignored))
+		return floodgate.Result{}, unavailable(ErrClosed, nil)
+	}
 	o, err := classify(ctx, err)
-	if o == timedOut && cold {
-		// The first calls dial connections and load the scripts: their
-		// timeouts say little of Redis. Errors (a refused connection)
-		// still count.
-		s.report(s.breaker.done(wall, probe, ignored))
-	} else {
-		s.report(s.breaker.done(wall, probe, o))
+	if o == timedOut && (cold || n.busy(seen, err)) {
+		// The first calls dial connections and load the scripts, and a
+		// process may send more at once than its slots carry: those
+		// timeouts say little of Redis (see node.busy). Errors (a refused
+		// connection) still count.
+		o = busy
+	}
+	s.report(n, n.breaker.done(wall, probe, o))
+	if o == failed || o == timedOut || o == refused {
+		s.reload(wall)
 	}
 	if err == nil {
 		res, derr := a.decode(reply, req)
@@ -444,7 +512,7 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	switch o {
 	case ignored:
 		return floodgate.Result{}, err
-	case failed, timedOut:
+	case failed, timedOut, refused, busy:
 		return s.fallback(ctx, key, a, req, err)
 	}
 	s.observe(Event{Kind: EventError, Key: key, Err: err})

@@ -203,7 +203,7 @@ func TestMismatchIsAnError(t *testing.T) {
 			src := scripts.Source(kind)
 			require.Contains(t, src, tc.from)
 			saved := programs[kind]
-			programs[kind] = redis.NewScript(strings.Replace(src, tc.from, tc.to, 1))
+			programs[kind] = newProgram(strings.Replace(src, tc.from, tc.to, 1))
 			defer func() { programs[kind] = saved }()
 
 			// Spend the quota, then reserve with exactly the delay needed
@@ -230,13 +230,13 @@ func TestMismatchIsAnError(t *testing.T) {
 				_, err := s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 				require.NoError(t, err)
 			}
-			programs[kind] = redis.NewScript(strings.Replace(src, tc.from, tc.to, 1))
+			programs[kind] = newProgram(strings.Replace(src, tc.from, tc.to, 1))
 			_, err := s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorIs(t, err, floodgate.ErrUnavailable)
 			require.Len(t, events, 1)
 			assert.Equal(t, EventError, events[0].Kind)
-			assert.Equal(t, BreakerClosed, s.BreakerState(), "Redis answered: not a breaker failure")
+			assert.Equal(t, BreakerClosed, s.BreakerState("k"), "Redis answered: not a breaker failure")
 		})
 	}
 }

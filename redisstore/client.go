@@ -1,0 +1,136 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// derive returns the client the store calls Redis through, made from the
+// client given to New. go-redis bounds a call by its context's deadline
+// only when the client's ContextTimeoutEnabled is set; with go-redis'
+// default (false) a stalled Redis holds a call for the client's
+// ReadTimeout (3s by default), whatever the context says. So when the
+// given client does not honour contexts:
+//
+//   - a *redis.Client (a failover client too) is cloned with WithTimeout,
+//     which shares its connection pool and the hooks added so far, and the
+//     clone's options set ContextTimeoutEnabled; nothing else changes.
+//   - a *redis.ClusterClient or *redis.Ring is rebuilt from the same
+//     options with ContextTimeoutEnabled set: the store's own client, with
+//     its own connection pools, and without the given client's hooks
+//     (owned is then true, and Close closes it).
+//   - any other UniversalClient is used as it is, with guard set: each
+//     call then runs on a goroutine of its own, which the decision stops
+//     waiting for at its deadline.
+func derive(c redis.UniversalClient) (use redis.UniversalClient, owned, guard bool) {
+	switch v := c.(type) {
+	case *redis.Client:
+		o := v.Options()
+		if o.ContextTimeoutEnabled {
+			return v, false, false
+		}
+		read, write := o.ReadTimeout, o.WriteTimeout
+		clone := v.WithTimeout(read)
+		opt := clone.Options() // the clone's own copy
+		opt.WriteTimeout = write
+		opt.ContextTimeoutEnabled = true
+		return clone, false, false
+	case *redis.ClusterClient:
+		o := v.Options()
+		if o.ContextTimeoutEnabled {
+			return v, false, false
+		}
+		opt := *o
+		opt.ContextTimeoutEnabled = true
+		if opt.MaintNotificationsConfig != nil {
+			mc := *opt.MaintNotificationsConfig
+			opt.MaintNotificationsConfig = &mc
+		}
+		return redis.NewClusterClient(&opt), true, false
+	case *redis.Ring:
+		o := v.Options()
+		if o.ContextTimeoutEnabled {
+			return v, false, false
+		}
+		opt := *o
+		opt.ContextTimeoutEnabled = true
+		return redis.NewRing(&opt), true, false
+	}
+	return c, false, true
+}
+
+// once is a script call that go-redis must not send again: a script that
+// ran before its connection broke, or whose reply came too late, would
+// run twice, spending units no caller was told about (or giving back a
+// refund twice). go-redis retries a command unless its NoRetry says
+// otherwise, whatever MaxRetries says in some paths (a ClusterClient
+// retries on its redirect budget). Redirections (MOVED, ASK) are still
+// followed: a redirected command did not run.
+type once struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (once) NoRetry() bool { return true }
+
+// processor is what run needs of a client: every go-redis client and
+// pipeline has it.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// program is a script: its source and its SHA-1, as EVALSHA takes it.
+type program struct{ hash, src string }
+
+func newProgram(src string) program {
+	sum := sha1.Sum([]byte(src))
+	return program{hash: hex.EncodeToString(sum[:]), src: src}
+}
+
+// evalCmd returns the EVALSHA (or, with eval, EVAL) of script on keys and
+// args.
+func evalCmd(ctx context.Context, kind floodgate.Kind, batch, eval bool, keys []string, args []any) *redis.Cmd {
+	p := programs[kind]
+	if batch {
+		p = batchPrograms[kind]
+	}
+	a := make([]any, 3, 3+len(keys)+len(args))
+	a[0], a[1], a[2] = "evalsha", p.hash, len(keys)
+	if eval {
+		a[0], a[1] = "eval", p.src
+	}
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	return redis.NewCmd(ctx, a...)
+}
+
+// run makes one script call on c, once: EVALSHA and, when the server
+// lacks the script, EVAL.
+func run(ctx context.Context, p processor, kind floodgate.Kind, batch bool, keys []string, args []any) (any, error) {
+	cmd := evalCmd(ctx, kind, batch, false, keys, args)
+	_ = p.Process(ctx, once{cmd})
+	if isNoScript(cmd.Err()) {
+		cmd = evalCmd(ctx, kind, batch, true, keys, args)
+		_ = p.Process(ctx, once{cmd})
+	}
+	return cmd.Result()
+}
+
+func isNoScript(err error) bool {
+	return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")
+}
+
+// isRedirect reports whether err is a Cluster's refusal to run a command
+// on this node: MOVED or ASK (the slot is served elsewhere), TRYAGAIN (a
+// multi-key command during the slot's migration). The command did not
+// run; sent on its own through the ClusterClient, it is redirected.
+func isRedirect(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "MOVED") ||
+		redis.HasErrorPrefix(err, "ASK") ||
+		redis.HasErrorPrefix(err, "TRYAGAIN"))
+}
