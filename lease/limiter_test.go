@@ -118,20 +118,37 @@ func TestAllowServesFromPool(t *testing.T) {
 		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec})
 
 		// The first decision waits for a lease of 10: 1 used, 9 left, and
-		// the remote has 990 more.
-		d, err := l.Allow(ctx, "k")
+		// the remote has 990 more. The gate holds the round trip until the
+		// decision waits for it, so that the lease counts its waiter.
+		r.gate = make(chan struct{})
+		var (
+			d   floodgate.Decision
+			err error
+		)
+		first := make(chan struct{})
+		go func() {
+			defer close(first)
+			d, err = l.Allow(ctx, "k")
+		}()
+		synctest.Wait()
+		r.gate <- struct{}{}
+		<-first
 		require.NoError(t, err)
 		assert.Equal(t, floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 9 + 990, ResetAfter: time.Hour}, d)
 		assert.EqualValues(t, 1, r.upTo.Load())
 
 		// The next 4 are local; the 5th leaves 4 < LowWater·10 = 5 and
-		// starts a refill of 6 in the background.
+		// starts a refill of 6 in the background, which the gate holds
+		// until that decision has returned: its Remaining is read before
+		// the refill lands (or, racing it, from a pool and a remote count
+		// of different instants).
 		time.Sleep(time.Minute)
 		for i := range 5 {
 			d, err := l.Allow(ctx, "k")
 			require.NoError(t, err)
 			assert.Equal(t, floodgate.Decision{Allowed: true, Limit: 1000, Remaining: int64(8-i) + 990, ResetAfter: 59 * time.Minute}, d, "Allow #%d", i+2)
 		}
+		close(r.gate) // the refill, and every round trip after it, go through
 		synctest.Wait()
 		assert.Equal(t, []int64{10, 6}, r.asks())
 		assert.EqualValues(t, 10, l.Held("k"))
