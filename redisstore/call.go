@@ -18,10 +18,11 @@ import (
 var errStarved = errors.New("redisstore: no free slot before the deadline")
 
 // call runs the script of kind on rkey at node n. Options.Timeout bounds
-// the whole call, from the wait for one of n's MaxInFlight slots (or for
-// a place in its batch) to the reply; probe is the half-open breaker's
-// probe, which never waits for a slot. It also reports whether the call
-// was one of the store's first, cold ones.
+// the whole call, from the wait for one of n's MaxInFlight slots (at most
+// half of it; see waitSlot) to the reply; batched, n's batcher bounds it
+// (see batcher.do). probe is the half-open breaker's probe, which never
+// waits for a slot. It also reports whether the call was one of the
+// store's first, cold ones.
 func (s *Store) call(ctx context.Context, n *node, probe bool, kind floodgate.Kind, rkey string, args []any) (reply any, err error, cold bool) {
 	if n.batch != nil {
 		return n.batch.do(ctx, kind, rkey, args)

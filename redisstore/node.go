@@ -21,7 +21,7 @@ type node struct {
 	breaker breaker
 	gate    chan struct{} // MaxInFlight slots for unbatched calls
 	batch   *batcher      // nil unless batching
-	served  atomic.Uint64 // calls the node answered (see starved)
+	served  atomic.Uint64 // calls the node answered (see busy)
 }
 
 // busy reports whether a decision that timed out did so because the
