@@ -43,6 +43,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/conformance"
 )
 
 // faultTimeout is the Options.Timeout of the fault tests: the default, set
@@ -1193,4 +1194,71 @@ func TestFaultCloseRace(t *testing.T) {
 			t.Logf("%d rounds, %d decisions, %d of them started after Close returned", rounds, decisions, afterClose)
 		})
 	}
+}
+
+// TestRedisKilled kills the redis-server process the test started in the
+// middle of traffic: decisions go to the local share at once and the
+// breaker trips; once the server is restarted (empty, without the
+// scripts), the breaker's probe succeeds and decisions come from Redis
+// again, the first of them through EVAL.
+func TestRedisKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	p := startRedisProc(t)
+
+	hook := &countingHook{}
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(hook)
+	rec := &recorder{}
+	clock := conformance.NewClock(t0)
+	s := newStore(t, c, &Options{
+		Prefix:           "fgtest:killed:",
+		Now:              clock.Now,
+		OnFailure:        FailLocal,
+		LocalShare:       0.5,
+		BreakerThreshold: 2,
+		BreakerCooldown:  time.Minute,
+		Observer:         rec,
+		Timeout:          time.Second,
+	})
+	wall := &virtualWall{t: t0}
+	s.wall = wall.now
+	ctx := context.Background()
+	alg := floodgate.SlidingLog{Limit: 10, Window: time.Hour}
+	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	count := func(calls int) (granted int64) {
+		for range calls {
+			res, err := s.Apply(ctx, "k", alg, take)
+			require.NoError(t, err)
+			granted += res.Granted
+		}
+		return granted
+	}
+
+	require.Equal(t, int64(4), count(4))
+	wall.advance(2 * time.Second) // the successes roll out of the breaker's window
+	p.kill()
+	require.Equal(t, int64(5), count(20), "the local share: half of 10")
+	require.Equal(t, BreakerOpen, s.BreakerState("k"))
+	var fallbacks int
+	for _, e := range rec.take() {
+		if e.Kind == EventFallback {
+			fallbacks++
+			assert.Equal(t, FailLocal, e.Policy)
+		}
+	}
+	require.Equal(t, 20, fallbacks)
+
+	p.restart() // on the same port, without data
+	wall.advance(time.Minute)
+	evals := hook.eval.Load()
+	res, err := s.Apply(ctx, "k", alg, take)
+	require.NoError(t, err)
+	require.Equal(t, BreakerClosed, s.BreakerState("k"))
+	require.True(t, res.Allowed)
+	require.Equal(t, int64(9), res.Remaining, "a new server: its log holds only this unit")
+	require.Greater(t, hook.eval.Load(), evals, "the restarted server lacked the script")
+	require.Equal(t, int64(9), count(20))
 }

@@ -4,10 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
 )
 
 // TestTTLHygiene runs mixed traffic on the server's clock and checks after
@@ -265,130 +260,6 @@ func TestClockSkew(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, res.At.Before(before.Truncate(time.Microsecond)) || res.At.After(after), "At %v is not the server's time (between %v and %v)", res.At, before, after)
 	})
-}
-
-// redisProcess is a redis-server the test started, on a port of its own.
-type redisProcess struct {
-	t    *testing.T
-	port int
-	dir  string
-	cmd  *exec.Cmd
-}
-
-func startRedis(t *testing.T, port int, dir string) *redisProcess {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Skip("redis-server is not installed; .ci/redis.sh installs it")
-	}
-	p := &redisProcess{t: t, port: port, dir: dir}
-	p.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	require.NoError(t, p.cmd.Start())
-	t.Cleanup(p.kill)
-	c := redis.NewClient(&redis.Options{Addr: p.addr()})
-	defer c.Close()
-	require.Eventually(t, func() bool { return c.Ping(context.Background()).Err() == nil }, 10*time.Second, 10*time.Millisecond)
-	return p
-}
-
-func (p *redisProcess) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)) }
-
-// kill stops the server at once (SIGKILL), as a crash would.
-func (p *redisProcess) kill() {
-	if p.cmd.ProcessState != nil {
-		return
-	}
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
-}
-
-// freePort returns a free loopback port below the kernel's ephemeral
-// range, where no outgoing connection takes it between a kill and the
-// restart on the same port.
-func freePort(t *testing.T) int {
-	t.Helper()
-	for range 100 {
-		port := 10000 + rand.IntN(22000)
-		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err == nil {
-			_ = ln.Close()
-			return port
-		}
-	}
-	t.Fatal("no free port")
-	return 0
-}
-
-// TestRedisKilled kills the redis-server process the test started in the
-// middle of traffic: decisions go to the local share at once and the
-// breaker trips; once the server is restarted (empty, without the
-// scripts), the breaker's probe succeeds and decisions come from Redis
-// again, the first of them through EVAL.
-func TestRedisKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	dir, err := os.MkdirTemp("", "floodgate-redis-*")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	port := freePort(t)
-	p := startRedis(t, port, filepath.Join(dir))
-
-	hook := &countingHook{}
-	c := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
-	c.AddHook(hook)
-	rec := &recorder{}
-	clock := conformance.NewClock(t0)
-	s := newStore(t, c, &Options{
-		Prefix:           "fgtest:killed:",
-		Now:              clock.Now,
-		OnFailure:        FailLocal,
-		LocalShare:       0.5,
-		BreakerThreshold: 2,
-		BreakerCooldown:  time.Minute,
-		Observer:         rec,
-		Timeout:          time.Second,
-	})
-	wall := &virtualWall{t: t0}
-	s.wall = wall.now
-	ctx := context.Background()
-	alg := floodgate.SlidingLog{Limit: 10, Window: time.Hour}
-	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
-	count := func(calls int) (granted int64) {
-		for range calls {
-			res, err := s.Apply(ctx, "k", alg, take)
-			require.NoError(t, err)
-			granted += res.Granted
-		}
-		return granted
-	}
-
-	require.Equal(t, int64(4), count(4))
-	wall.advance(2 * time.Second) // the successes roll out of the breaker's window
-	p.kill()
-	require.Equal(t, int64(5), count(20), "the local share: half of 10")
-	require.Equal(t, BreakerOpen, s.BreakerState("k"))
-	var fallbacks int
-	for _, e := range rec.take() {
-		if e.Kind == EventFallback {
-			fallbacks++
-			assert.Equal(t, FailLocal, e.Policy)
-		}
-	}
-	require.Equal(t, 20, fallbacks)
-
-	startRedis(t, port, dir)
-	wall.advance(time.Minute)
-	evals := hook.eval.Load()
-	res, err := s.Apply(ctx, "k", alg, take)
-	require.NoError(t, err)
-	require.Equal(t, BreakerClosed, s.BreakerState("k"))
-	require.True(t, res.Allowed)
-	require.Equal(t, int64(9), res.Remaining, "a new server: its log holds only this unit")
-	require.Greater(t, hook.eval.Load(), evals, "the restarted server lacked the script")
-	require.Equal(t, int64(9), count(20))
 }
 
 // TestBatchedCallersGivingUp runs batched decisions whose callers give up
