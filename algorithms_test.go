@@ -197,7 +197,7 @@ func TestSlidingLogNeverExceedsTheLimit(t *testing.T) {
 			rec := &recordingStore{Store: inner}
 			lim, err := floodgate.New(rec, alg)
 			require.NoError(t, err)
-			l := lim.(floodgate.Leaser)
+			l := lim
 			var (
 				wg   sync.WaitGroup
 				errs = make(chan error, goroutines)
@@ -218,11 +218,11 @@ func TestSlidingLogNeverExceedsTheLimit(t *testing.T) {
 						case 0, 1:
 							_, err = l.Reserve(ctx, "k", n, time.Duration(rng.Int64N(int64(2*window))))
 						case 2:
-							_, err = l.AllowUpTo(ctx, "k", n+2)
+							_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n + 2})
 						case 3:
 							var res floodgate.Result
-							if res, err = l.AllowUpTo(ctx, "k", n); err == nil && res.Allowed && rng.IntN(2) == 0 {
-								_, err = l.Refund(ctx, "k", rng.Int64N(res.Granted)+1, res.At.Add(res.Delay))
+							if res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}); err == nil && res.Allowed && rng.IntN(2) == 0 {
+								_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: rng.Int64N(res.Granted) + 1, At: res.At.Add(res.Delay)})
 							}
 						default:
 							_, err = l.AllowN(ctx, "k", n)

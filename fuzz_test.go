@@ -148,7 +148,6 @@ func FuzzConfig(f *testing.F) {
 			t.Fatalf("%v: Policy() = %+v, Limiter.Policy() = %+v: want quota %d and a window in (0, MaxWindow]", alg, pol, l.Policy(), size)
 		}
 		ctx := context.Background()
-		leaser := l.(floodgate.Leaser)
 		// memstore runs a normalized config (Rate 1 per emission interval):
 		// the reference Steps run the config as given, and must agree.
 		ref := conformance.NewReference()
@@ -185,14 +184,14 @@ func FuzzConfig(f *testing.F) {
 			}
 			d, err = l.Reserve(ctx, "k", n2, time.Duration(d1))
 			step(fmt.Sprintf("Reserve(%d, %v)", n2, time.Duration(d1)), floodgate.Request{N: n2, MaxDelay: time.Duration(d1)}, decisionResult(d, n2), err)
-			res, err := leaser.AllowUpTo(ctx, "k", n2)
+			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n2})
 			step(fmt.Sprintf("AllowUpTo(%d)", n2), floodgate.Request{Op: floodgate.OpTakeUpTo, N: n2}, res, err)
 			req := floodgate.Request{Op: floodgate.OpTake, N: n1, MaxDelay: time.Duration(d2)}
 			res, err = s.Apply(ctx, "k", alg, req)
 			step(fmt.Sprintf("Apply(%+v)", req), req, res, err)
 			if err == nil && res.Allowed {
 				back := floodgate.Request{Op: floodgate.OpRefund, N: n2, At: res.At.Add(res.Delay)}
-				res, err = leaser.Refund(ctx, "k", n2, back.At)
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: n2, At: back.At})
 				step(fmt.Sprintf("Refund(%d)", n2), back, res, err)
 			}
 			if i == 1 {
@@ -256,7 +255,6 @@ func FuzzRequest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		leaser := l.(floodgate.Leaser)
 		ref := conformance.NewReference()
 		ctx := context.Background()
 		var admitted []time.Time
@@ -293,14 +291,14 @@ func FuzzRequest(f *testing.F) {
 			case 2:
 				what = fmt.Sprintf("AllowUpTo(%d)", n)
 				req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}
-				res, err = leaser.AllowUpTo(ctx, "k", n)
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n})
 			case 3:
 				req = floodgate.Request{Op: floodgate.OpRefund, N: n, At: now}
 				if len(admitted) > 0 {
 					req.At = admitted[int(uint64(maxDelay)%uint64(len(admitted)))]
 				}
 				what = fmt.Sprintf("Refund(%d, T0+%v)", n, req.At.Sub(t0))
-				res, err = leaser.Refund(ctx, "k", n, req.At)
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: n, At: req.At})
 			default:
 				req.Op = floodgate.Op(op % 4) // OpTake, OpTakeUpTo, OpRefund, or unknown
 				if req.Op == floodgate.OpRefund {

@@ -34,23 +34,17 @@ type Limiter interface {
 	Wait(ctx context.Context, key string, n int64) error
 	// Policy reports the quota and the window of the limiter, for headers.
 	Policy() Policy
-}
-
-// Leaser is implemented by Limiters that can admit part of a request and
-// take units back: the steps the lease package builds on. Limiters returned
-// by New implement it.
-type Leaser interface {
-	Limiter
-	// AllowUpTo admits as many of n units as are available now, without
-	// waiting; Result.Granted says how many (0 is a denial). n may exceed
-	// the quota.
-	AllowUpTo(ctx context.Context, key string, n int64) (Result, error)
-	// Refund gives back n units admitted for the instant at (Result.At plus
-	// Result.Delay of their admission) where the algorithm allows; see
-	// OpRefund. Result.Granted says how many units came back.
-	Refund(ctx context.Context, key string, n int64, at time.Time) (Result, error)
-	// Algorithm returns the algorithm the limiter runs.
+	// Algorithm returns the algorithm configuration the limiter runs.
 	Algorithm() Algorithm
+	// Apply performs one step of any Op on key and reports what it did:
+	// OpTake is Reserve(ctx, key, req.N, req.MaxDelay); OpTakeUpTo admits
+	// as many of req.N units as are available now (req.N may exceed the
+	// quota); OpRefund gives back req.N units admitted for the instant
+	// req.At. Result.At is the store's clock at the step, from which a
+	// later refund names the instant of an admission (Result.At plus
+	// Result.Delay). The layers built on a Limiter (package lease, the
+	// HTTP middleware) use it; a wrapper around a Limiter forwards it.
+	Apply(ctx context.Context, key string, req Request) (Result, error)
 }
 
 // Decision is the outcome of one admission step.
@@ -364,7 +358,7 @@ type limiter struct {
 	policy Policy
 }
 
-var _ Leaser = (*limiter)(nil)
+var _ Limiter = (*limiter)(nil)
 
 // Allow, AllowN and Reserve repeat take's body rather than call it: each
 // layer copies the Result, and these are the hot path (measured with
@@ -482,12 +476,14 @@ func (l *limiter) Policy() Policy { return l.policy }
 
 func (l *limiter) Algorithm() Algorithm { return l.alg }
 
-func (l *limiter) AllowUpTo(ctx context.Context, key string, n int64) (Result, error) {
-	return l.step(ctx, key, Request{Op: OpTakeUpTo, N: n})
-}
-
-func (l *limiter) Refund(ctx context.Context, key string, n int64, at time.Time) (Result, error) {
-	return l.step(ctx, key, Request{Op: OpRefund, N: n, At: at})
+func (l *limiter) Apply(ctx context.Context, key string, req Request) (Result, error) {
+	switch req.Op {
+	case OpTake:
+		return l.take(ctx, key, req.N, req.MaxDelay)
+	case OpTakeUpTo, OpRefund:
+		return l.step(ctx, key, req)
+	}
+	return Result{}, fmt.Errorf("%w: unknown Op %d", ErrInvalidConfig, req.Op)
 }
 
 // step checks the key, n and ctx, and applies req.

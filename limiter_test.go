@@ -50,16 +50,14 @@ type tb interface {
 }
 
 // newLimiter returns a Limiter running alg on a fresh memstore whose clock
-// is clock, as the Leaser that New's limiters are.
-func newLimiter(t tb, alg floodgate.Algorithm, clock *conformance.Clock) floodgate.Leaser {
+// is clock.
+func newLimiter(t tb, alg floodgate.Algorithm, clock *conformance.Clock) floodgate.Limiter {
 	t.Helper()
 	s, err := memstore.New(&memstore.Options{Now: clock.Now})
 	require.NoError(t, err)
 	l, err := floodgate.New(s, alg)
 	require.NoError(t, err)
-	leaser, ok := l.(floodgate.Leaser)
-	require.True(t, ok, "New(%v) returned a %T, which is not a Leaser", alg, l)
-	return leaser
+	return l
 }
 
 // decide calls AllowN and requires no error.
@@ -291,10 +289,16 @@ func TestRequestErrors(t *testing.T) {
 				return func() error { return l.Wait(ctx, key, n) }
 			}
 			upTo := func(ctx context.Context, key string, n int64) func() error {
-				return func() error { _, err := l.AllowUpTo(ctx, key, n); return err }
+				return func() error {
+					_, err := l.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: n})
+					return err
+				}
 			}
 			refund := func(ctx context.Context, key string, n int64) func() error {
-				return func() error { _, err := l.Refund(ctx, key, n, t0); return err }
+				return func() error {
+					_, err := l.Apply(ctx, key, floodgate.Request{Op: floodgate.OpRefund, N: n, At: t0})
+					return err
+				}
 			}
 			calls := []call{
 				{"Allow/empty key", func() error { _, err := l.Allow(bg, ""); return err }, floodgate.ErrEmptyKey},
@@ -499,7 +503,7 @@ func (o traceOp) String() string {
 }
 
 // apply runs o on l with clock set to o.at.
-func (o traceOp) apply(t tb, l floodgate.Leaser, clock *conformance.Clock) floodgate.Result {
+func (o traceOp) apply(t tb, l floodgate.Limiter, clock *conformance.Clock) floodgate.Result {
 	t.Helper()
 	clock.Set(o.at)
 	ctx := context.Background()
@@ -509,9 +513,9 @@ func (o traceOp) apply(t tb, l floodgate.Leaser, clock *conformance.Clock) flood
 	)
 	switch o.op {
 	case floodgate.OpTakeUpTo:
-		res, err = l.AllowUpTo(ctx, "k", o.n)
+		res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: o.n})
 	case floodgate.OpRefund:
-		res, err = l.Refund(ctx, "k", o.n, o.refundAt)
+		res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: o.n, At: o.refundAt})
 	default:
 		res.Decision, err = l.Reserve(ctx, "k", o.n, o.maxDelay)
 	}
@@ -520,7 +524,7 @@ func (o traceOp) apply(t tb, l floodgate.Leaser, clock *conformance.Clock) flood
 }
 
 // replay returns a fresh limiter that has seen the trace.
-func replay(t tb, alg floodgate.Algorithm, trace []traceOp) (floodgate.Leaser, *conformance.Clock) {
+func replay(t tb, alg floodgate.Algorithm, trace []traceOp) (floodgate.Limiter, *conformance.Clock) {
 	t.Helper()
 	clock := conformance.NewClock(t0)
 	l := newLimiter(t, alg, clock)

@@ -263,17 +263,18 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		if deadline, ok := ctx.Deadline(); ok {
 			maxDelay = max(0, min(maxDelay, time.Until(deadline)))
 		}
-		if l, ok := m.lim.(*limiter); ok {
-			// floodgate's own Limiter tells the instant of the admission,
-			// which a refund needs.
-			var res Result
-			res, err = l.take(ctx, key, n, maxDelay)
-			d = res.Decision
-			if err == nil && res.Allowed && res.Delay > 0 {
-				refund = func() { l.refund(ctx, key, n, res) }
+		// Apply rather than Reserve: its Result tells the instant of the
+		// admission, which a refund needs.
+		var res Result
+		res, err = m.lim.Apply(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay})
+		d = res.Decision
+		if err == nil && res.Allowed && res.Delay > 0 {
+			refund = func() {
+				// On a context that outlives the request's; a failed refund
+				// only leaves the units spent.
+				req := Request{Op: OpRefund, N: n, At: res.At.Add(res.Delay)}
+				_, _ = m.lim.Apply(context.WithoutCancel(ctx), key, req)
 			}
-		} else {
-			d, err = m.lim.Reserve(ctx, key, n, maxDelay)
 		}
 	} else {
 		d, err = m.lim.AllowN(ctx, key, n)

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,6 +33,7 @@ type fakeLimiter struct {
 	decide   func(key string, n int64, maxDelay time.Duration) (floodgate.Decision, error)
 	calls    []call
 	reserves int
+	refunds  int
 }
 
 type call struct {
@@ -67,6 +69,22 @@ func (f *fakeLimiter) Wait(ctx context.Context, key string, n int64) error {
 }
 
 func (f *fakeLimiter) Policy() floodgate.Policy { return f.policy }
+
+func (f *fakeLimiter) Algorithm() floodgate.Algorithm {
+	return floodgate.FixedWindow{Limit: f.policy.Quota, Window: f.policy.Window}
+}
+
+// Apply is Reserve for OpTake; it records refunds and gives nothing back.
+func (f *fakeLimiter) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	if req.Op == floodgate.OpRefund {
+		f.mu.Lock()
+		f.refunds++
+		f.mu.Unlock()
+		return floodgate.Result{}, nil
+	}
+	d, err := f.Reserve(ctx, key, req.N, req.MaxDelay)
+	return floodgate.Result{Decision: d}, err
+}
 
 func (f *fakeLimiter) Calls() []call {
 	f.mu.Lock()
@@ -537,13 +555,35 @@ func (b *blockingLimiter) AllowN(ctx context.Context, key string, n int64) (floo
 // TestMiddlewareShapingRefundsWhenCancelled: a shaped request whose client
 // goes away during its delay gives its units back, so the next request
 // waits as if it had never come.
+// A limiter the user wrapped (here to count decisions) keeps the refund:
+// the middleware needs nothing a Limiter does not have.
 func TestMiddlewareShapingRefundsWhenCancelled(t *testing.T) {
+	for _, wrapped := range []bool{false, true} {
+		t.Run(fmt.Sprintf("wrapped=%v", wrapped), func(t *testing.T) { testShapingRefund(t, wrapped) })
+	}
+}
+
+// counting is a user's wrapper around a Limiter.
+type counting struct {
+	floodgate.Limiter
+	applies atomic.Int64
+}
+
+func (c *counting) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	c.applies.Add(1)
+	return c.Limiter.Apply(ctx, key, req)
+}
+
+func testShapingRefund(t *testing.T, wrapped bool) {
 	synctest.Test(t, func(t *testing.T) {
 		// One unit per second, a burst of one: each request is served a
 		// second after the one before. (A leaky bucket would keep the slot:
 		// its departures are promised.)
 		lim, err := floodgate.New(newStore(t), floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
 		require.NoError(t, err)
+		if wrapped {
+			lim = &counting{Limiter: lim}
+		}
 		var served []time.Duration
 		start := time.Now()
 		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
@@ -571,5 +611,8 @@ func TestMiddlewareShapingRefundsWhenCancelled(t *testing.T) {
 		rec = do(t, h, "192.0.2.1:1")
 		require.Equal(t, http.StatusOK, rec.Code)
 		assert.Equal(t, []time.Duration{0, time.Second}, served, "the cancelled request's slot was not given back")
+		if c, ok := lim.(*counting); ok {
+			assert.EqualValues(t, 4, c.applies.Load(), "three takes and one refund through the wrapper")
+		}
 	})
 }

@@ -20,13 +20,13 @@ import (
 
 // newBubbleLimiter returns a Limiter on a memstore with the default clock,
 // which inside a bubble is virtual.
-func newBubbleLimiter(t *testing.T, alg floodgate.Algorithm) floodgate.Leaser {
+func newBubbleLimiter(t *testing.T, alg floodgate.Algorithm) floodgate.Limiter {
 	t.Helper()
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
 	l, err := floodgate.New(s, alg)
 	require.NoError(t, err)
-	return l.(floodgate.Leaser)
+	return l
 }
 
 // spend takes the whole quota of key at once, so that the next unit needs

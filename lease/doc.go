@@ -12,7 +12,7 @@
 //	defer lim.Close()
 //	d, err := lim.Allow(ctx, key)
 //
-// The remote's algorithm (floodgate.Leaser reports it) decides how long
+// The remote's algorithm (its Algorithm method) decides how long
 // leased units stay valid and whether they can be given back. A [*Limiter] is a
 // floodgate.Limiter, so it goes wherever one goes (the net/http middleware,
 // the client RoundTripper).
@@ -20,7 +20,7 @@
 // # How it works
 //
 // For each key, a process keeps a pool: a count of units that the remote
-// admitted to it with one AllowUpTo round trip ("take up to batch"). A
+// admitted to it with one Apply(OpTakeUpTo) round trip ("take up to batch"). A
 // decision takes its units from the pool with a compare-and-swap, without a
 // lock, an allocation or a round trip. When a decision leaves fewer units
 // than Options.LowWater of the batch, it starts a refill in the background;
@@ -35,7 +35,7 @@
 // does not hoard quota (a background goroutine enforces it), and for the
 // window algorithms at the end of the remote window they were counted in,
 // which every decision checks (see below). Unused units are given
-// back with Refund when they expire and on Close, where the algorithm
+// back with Apply(OpRefund) when they expire and on Close, where the algorithm
 // allows: the token bucket (as long as the tokens have not refilled), the
 // fixed window (within the window), the sliding window counter (within the
 // current or the previous window) and the sliding log (while the log
@@ -55,7 +55,7 @@
 // # The bound
 //
 // Admission never exceeds the remote's: every unit a Limiter admits was
-// granted to it by the remote's AllowUpTo and is admitted once, and a unit
+// granted to it by the remote's Apply(OpTakeUpTo) and is admitted once, and a unit
 // is given back only while unused (decisions and returns race on one
 // atomic counter). Summed over every process and key, the units admitted
 // are at most the units the remote admitted minus those it took back. A

@@ -44,7 +44,7 @@ func Example() {
 		panic(err)
 	}
 	// The remote counts the 5 units used, no more.
-	res, err := remote.(floodgate.Leaser).AllowUpTo(ctx, "user-42", 100)
+	res, err := remote.Apply(ctx, "user-42", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100})
 	if err != nil {
 		panic(err)
 	}

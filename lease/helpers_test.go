@@ -20,21 +20,21 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const ms = time.Millisecond
 
-// remote wraps a floodgate.Leaser: it counts the calls the lease layer
+// remote wraps a floodgate.Limiter: it counts the calls the lease layer
 // makes, and can hold lease round trips at a gate or fail them.
 type remote struct {
-	floodgate.Leaser
+	floodgate.Limiter
 	alg floodgate.Algorithm
 
 	upTo, refunds, allowN, reserves, waits atomic.Int64
 	asked, granted, refunded               atomic.Int64
 
-	// gate, when set, holds every AllowUpTo until a value is sent or its
+	// gate, when set, holds every OpTakeUpTo until a value is sent or its
 	// context ends.
 	gate chan struct{}
-	// fail, when set, makes AllowUpTo fail with it.
+	// fail, when set, makes OpTakeUpTo fail with it.
 	fail atomic.Pointer[error]
-	// fake, when set, replaces AllowUpTo's result (a store's fail-open).
+	// fake, when set, replaces OpTakeUpTo's result (a store's fail-open).
 	fake func(n int64) floodgate.Result
 
 	mu      sync.Mutex
@@ -61,10 +61,22 @@ func wrap(t *testing.T, store floodgate.Store, alg floodgate.Algorithm) *remote 
 	t.Helper()
 	lim, err := floodgate.New(store, alg)
 	require.NoError(t, err)
-	return &remote{Leaser: lim.(floodgate.Leaser), alg: alg}
+	return &remote{Limiter: lim, alg: alg}
 }
 
-func (r *remote) AllowUpTo(ctx context.Context, key string, n int64) (floodgate.Result, error) {
+// Apply counts and forwards every step; OpTakeUpTo is the lease round trip
+// and OpRefund the return of units.
+func (r *remote) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	switch req.Op {
+	case floodgate.OpTakeUpTo:
+		return r.allowUpTo(ctx, key, req.N)
+	case floodgate.OpRefund:
+		return r.refund(ctx, key, req.N, req.At)
+	}
+	return r.Limiter.Apply(ctx, key, req)
+}
+
+func (r *remote) allowUpTo(ctx context.Context, key string, n int64) (floodgate.Result, error) {
 	r.upTo.Add(1)
 	r.asked.Add(n)
 	r.mu.Lock()
@@ -83,34 +95,34 @@ func (r *remote) AllowUpTo(ctx context.Context, key string, n int64) (floodgate.
 	if r.fake != nil {
 		return r.fake(n), nil
 	}
-	res, err := r.Leaser.AllowUpTo(ctx, key, n)
+	res, err := r.Limiter.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: n})
 	r.granted.Add(res.Granted)
 	return res, err
 }
 
-func (r *remote) Refund(ctx context.Context, key string, n int64, at time.Time) (floodgate.Result, error) {
+func (r *remote) refund(ctx context.Context, key string, n int64, at time.Time) (floodgate.Result, error) {
 	r.refunds.Add(1)
 	r.mu.Lock()
 	r.refLogs = append(r.refLogs, refundCall{n: n, at: at})
 	r.mu.Unlock()
-	res, err := r.Leaser.Refund(ctx, key, n, at)
+	res, err := r.Limiter.Apply(ctx, key, floodgate.Request{Op: floodgate.OpRefund, N: n, At: at})
 	r.refunded.Add(res.Granted)
 	return res, err
 }
 
 func (r *remote) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
 	r.allowN.Add(1)
-	return r.Leaser.AllowN(ctx, key, n)
+	return r.Limiter.AllowN(ctx, key, n)
 }
 
 func (r *remote) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
 	r.reserves.Add(1)
-	return r.Leaser.Reserve(ctx, key, n, maxDelay)
+	return r.Limiter.Reserve(ctx, key, n, maxDelay)
 }
 
 func (r *remote) Wait(ctx context.Context, key string, n int64) error {
 	r.waits.Add(1)
-	return r.Leaser.Wait(ctx, key, n)
+	return r.Limiter.Wait(ctx, key, n)
 }
 
 func (r *remote) setFail(err error) {
@@ -141,9 +153,9 @@ func newLease(t *testing.T, r *remote, o *lease.Options) *lease.Limiter {
 
 // remoteLeft returns how many units the remote can admit for key now,
 // taking them: the remote's view of what was consumed.
-func remoteLeft(t *testing.T, r floodgate.Leaser, key string, quota int64) int64 {
+func remoteLeft(t *testing.T, r floodgate.Limiter, key string, quota int64) int64 {
 	t.Helper()
-	res, err := r.AllowUpTo(context.Background(), key, quota)
+	res, err := r.Apply(context.Background(), key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: quota})
 	require.NoError(t, err)
 	return res.Granted
 }

@@ -18,7 +18,8 @@ import (
 // it when done: it owns goroutines and holds units of the remote's quota.
 // The zero value is not usable.
 type Limiter struct {
-	remote floodgate.Leaser
+	remote floodgate.Limiter
+	alg    floodgate.Algorithm
 	kind   floodgate.Kind
 	policy floodgate.Policy
 	// window is the remote window whose end bounds a lease, in ns: the
@@ -49,26 +50,23 @@ var _ floodgate.Limiter = (*Limiter)(nil)
 // New returns a Limiter that leases units from remote, configured by opts
 // (nil means the defaults). It starts a goroutine that Close stops.
 //
-// remote must implement floodgate.Leaser (the Limiters of floodgate.New
-// do), which reports the algorithm it runs. New returns an error matching
-// floodgate.ErrInvalidConfig when remote is nil, is not a Leaser, reports an
-// invalid algorithm, or runs a leaky bucket, whose shaping leases would
-// defeat; and an error matching ErrInvalidOptions for unusable Options.
+// The pools lease units with remote's Apply (OpTakeUpTo) and give unused
+// ones back with it (OpRefund). New returns an error matching
+// floodgate.ErrInvalidConfig when remote is nil, reports an invalid
+// algorithm or one whose policy disagrees with its own, or runs a leaky
+// bucket, whose shaping leases would defeat; and an error matching ErrInvalidOptions for unusable Options.
 func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 	if remote == nil {
 		return nil, fmt.Errorf("%w: lease: nil remote limiter", floodgate.ErrInvalidConfig)
 	}
-	leaser, ok := remote.(floodgate.Leaser)
-	if !ok {
-		return nil, fmt.Errorf("%w: lease: %T does not implement floodgate.Leaser (AllowUpTo and Refund)", floodgate.ErrInvalidConfig, remote)
-	}
 	policy := remote.Policy()
-	alg, err := remoteAlgorithm(leaser, policy)
+	alg, err := remoteAlgorithm(remote, policy)
 	if err != nil {
 		return nil, err
 	}
 	l := &Limiter{
-		remote:    leaser,
+		remote:    remote,
+		alg:       alg,
 		kind:      alg.Kind(),
 		policy:    policy,
 		entries:   xsync.NewMap[string, *entry](),
@@ -94,7 +92,7 @@ func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 
 // remoteAlgorithm returns the algorithm remote runs, checked against its
 // policy.
-func remoteAlgorithm(remote floodgate.Leaser, policy floodgate.Policy) (floodgate.Algorithm, error) {
+func remoteAlgorithm(remote floodgate.Limiter, policy floodgate.Policy) (floodgate.Algorithm, error) {
 	alg := remote.Algorithm()
 	if alg == nil {
 		return nil, fmt.Errorf("%w: lease: %T reports no algorithm", floodgate.ErrInvalidConfig, remote)
@@ -203,6 +201,47 @@ func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	}
 	l.forwarded.Add(1)
 	return l.remote.Wait(ctx, key, n)
+}
+
+// Algorithm returns the remote's algorithm.
+func (l *Limiter) Algorithm() floodgate.Algorithm { return l.alg }
+
+// Apply performs one step. OpTake is decided as AllowN (req.MaxDelay 0)
+// or Reserve: from the key's pool when it can, otherwise by the remote's
+// Apply. A pool's admission has Delay 0 and reports the local clock in
+// Result.At. OpTakeUpTo and OpRefund go to the remote as they are: the
+// units they take or give back are the remote's, never a pool's.
+func (l *Limiter) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	if req.Op != floodgate.OpTake {
+		return l.remote.Apply(ctx, key, req)
+	}
+	if req.MaxDelay < 0 {
+		return floodgate.Result{}, fmt.Errorf("%w: got %v", floodgate.ErrInvalidDelay, req.MaxDelay)
+	}
+	n := req.N
+	if err := l.check(key, n); err != nil {
+		return floodgate.Result{}, err
+	}
+	if e, ok := l.entries.Load(key); ok {
+		if p, left, now, ok := l.take(e, n, true); ok {
+			return l.pooled(l.decision(p, left, now), n), nil
+		}
+	}
+	d, decided, err := l.acquire(ctx, key, n, req.MaxDelay == 0)
+	if err != nil || decided {
+		return l.pooled(d, n), err
+	}
+	l.forwarded.Add(1)
+	return l.remote.Apply(ctx, key, req)
+}
+
+// pooled returns the Result of a decision made by a pool.
+func (l *Limiter) pooled(d floodgate.Decision, n int64) floodgate.Result {
+	res := floodgate.Result{Decision: d, At: time.Unix(0, l.cfg.now())}
+	if d.Allowed {
+		res.Granted = n
+	}
+	return res
 }
 
 // Policy returns the remote's policy.

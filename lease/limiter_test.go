@@ -18,9 +18,6 @@ import (
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
-// onlyLimiter hides every method but floodgate.Limiter's.
-type onlyLimiter struct{ floodgate.Limiter }
-
 // reporter is a remote that reports another algorithm than it runs.
 type reporter struct {
 	*remote
@@ -40,7 +37,6 @@ func TestNewErrors(t *testing.T) {
 		want   error
 	}{
 		{"nil remote", nil, withAlg(lease.Options{}), floodgate.ErrInvalidConfig},
-		{"not a Leaser", onlyLimiter{r}, withAlg(lease.Options{}), floodgate.ErrInvalidConfig},
 		{"no algorithm", reporter{r, nil}, nil, floodgate.ErrInvalidConfig},
 		{"invalid algorithm", reporter{r, floodgate.FixedWindow{}}, nil, floodgate.ErrInvalidConfig},
 		{"policy disagrees", reporter{r, floodgate.FixedWindow{Limit: 99, Window: time.Minute}}, nil, floodgate.ErrInvalidConfig},

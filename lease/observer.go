@@ -29,7 +29,7 @@ type EventKind uint8
 
 const (
 	// EventLease reports a round trip that asked the remote for units
-	// (AllowUpTo), successful or not.
+	// (Apply with OpTakeUpTo), successful or not.
 	EventLease EventKind = iota + 1
 	// EventReturn reports unused units that a pool gave up: on expiry, when
 	// a lease of a later window replaced them, or on Close.
@@ -120,7 +120,7 @@ type Stats struct {
 	// (more units than MaxBatch, Reserve or Wait that a pool could not
 	// serve, and pools too contended to serve after a refill).
 	Forwarded int64
-	// Leases is the number of lease round trips (AllowUpTo), successful or
+	// Leases is the number of lease round trips (Apply with OpTakeUpTo), successful or
 	// not, in the background or waited for.
 	Leases int64
 	// Leased is the number of units the remote leased.

@@ -270,7 +270,7 @@ func (l *Limiter) sizeLocked(e *entry, now, need int64) int64 {
 func (l *Limiter) runRefill(e *entry, r *refill) {
 	defer l.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-	res, err := l.remote.AllowUpTo(ctx, e.key, r.asked)
+	res, err := l.remote.Apply(ctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: r.asked})
 	cancel()
 	end := l.cfg.now()
 	granted := int64(0)
@@ -540,7 +540,7 @@ func (l *Limiter) giveBackOne(j returnJob) error {
 	var errs []error
 	for _, part := range j.parts {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-		res, err := l.remote.Refund(ctx, j.key, part.n, part.at)
+		res, err := l.remote.Apply(ctx, j.key, floodgate.Request{Op: floodgate.OpRefund, N: part.n, At: part.at})
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lease: refund of %d units of %q: %w", part.n, j.key, err))

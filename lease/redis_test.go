@@ -81,14 +81,14 @@ func testPrefix(t *testing.T, c redis.UniversalClient) string {
 // c, closed at the test's end. Tests on a shared, loaded machine check
 // correctness, not latency: a timed-out call may consume units nobody
 // receives, which the exact accounting below would count as an error.
-func redisRemote(t *testing.T, c redis.UniversalClient, prefix string, alg floodgate.Algorithm) floodgate.Leaser {
+func redisRemote(t *testing.T, c redis.UniversalClient, prefix string, alg floodgate.Algorithm) floodgate.Limiter {
 	t.Helper()
 	store, err := redisstore.New(c, &redisstore.Options{Prefix: prefix, Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
 	lim, err := floodgate.New(store, alg)
 	require.NoError(t, err)
-	return lim.(floodgate.Leaser)
+	return lim
 }
 
 // gatewayAlgorithms have a quota of 2,000 and no refill within the test:
@@ -194,7 +194,7 @@ func runGateways(t *testing.T, client func() redis.UniversalClient, alg floodgat
 	// The remote's own view, through a client of its own: what is left is
 	// the quota minus exactly what the gateways admitted.
 	fresh := redisRemote(t, client(), prefix, alg)
-	res, err := fresh.AllowUpTo(context.Background(), key, quota)
+	res, err := fresh.Apply(context.Background(), key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: quota})
 	require.NoError(t, err)
 	assert.Equal(t, quota-got, res.Granted, "units left at the remote after Close")
 	// Demand exceeded the quota, so what was not admitted was held in pools
@@ -232,7 +232,7 @@ func TestRedisFailOpen(t *testing.T) {
 	require.NoError(t, m.StartAddr(addr))
 	require.NoError(t, l.Close())
 
-	res, err := remote.(floodgate.Leaser).AllowUpTo(context.Background(), "k", 100)
+	res, err := remote.Apply(context.Background(), "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100})
 	require.NoError(t, err)
 	assert.EqualValues(t, 50, res.Granted, "nothing was refunded into the recovered Redis")
 	assert.EqualValues(t, 0, l.Stats().Returned)

@@ -12,10 +12,10 @@ import (
 	"github.com/floodgate-go/floodgate/internal/conformance"
 )
 
-// TestLeaser pins AllowUpTo and Refund through the Limiter at fixed instants
+// TestApplyUpToAndRefund pins Apply's OpTakeUpTo and OpRefund through the Limiter at fixed instants
 // for each algorithm (quota 5, see fiveAlgorithms): how many units are
 // granted, which refunds come back and which cannot.
-func TestLeaser(t *testing.T) {
+func TestApplyUpToAndRefund(t *testing.T) {
 	type step struct {
 		at       time.Duration
 		refund   bool
@@ -99,10 +99,10 @@ func TestLeaser(t *testing.T) {
 					call string
 				)
 				if st.refund {
-					res, err = l.Refund(ctx, "k", st.n, t0.Add(st.refundAt))
+					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: st.n, At: t0.Add(st.refundAt)})
 					call = "Refund"
 				} else {
-					res, err = l.AllowUpTo(ctx, "k", st.n)
+					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: st.n})
 					call = "AllowUpTo"
 				}
 				require.NoError(t, err, "step %d", i)
@@ -130,7 +130,7 @@ func TestRefundRestoresWhatAllowNTook(t *testing.T) {
 			ctx := context.Background()
 			require.True(t, decide(t, l, "k", q).Allowed)
 			require.False(t, decide(t, l, "k", q).Allowed)
-			res, err := l.Refund(ctx, "k", q, clock.Now())
+			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: q, At: clock.Now()})
 			require.NoError(t, err)
 			if !ac.refunds {
 				assert.Zero(t, res.Granted, "Refund(%d) = %+v, want nothing back", q, res)
