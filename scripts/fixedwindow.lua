@@ -3,16 +3,13 @@
 -- KEYS[1]  the key's state: a string "start:count", the start of the window
 --          the count belongs to (decimal nanoseconds since the Unix epoch)
 --          and the units admitted in it; missing means "0:0".
--- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[2]  n, the units
--- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[4]  the TTL margin, in ms
--- ARGV[5]  the limit
--- ARGV[6]  the window, in ns: a whole number of microseconds, at most 2^52
--- ARGV[7]  0 (unused)
--- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
---          TIME
--- ARGV[9]  the refund instant, in decimal ns
+-- ARGV     as args.lua reads them, where
+--   ARGV[ARG_QUOTA]   quota is the limit
+--   ARGV[ARG_PERIOD]  period is the window, in ns: a whole number of
+--                     microseconds, at most floodgate.MaxWindow
+--   ARGV[ARG_TAU]     is 0 (unused)
+--   ARGV[ARG_AT]      admitted, for a refund, is the instant the units
+--                     were admitted for
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
 -- state, allowed (0 or 1), granted}, the states as stored. The new state
@@ -20,16 +17,13 @@
 -- FixedWindow.Step on the old state and now to build the Result, and checks
 -- that it agrees with the reply.
 --
--- Time: the client's clock when ARGV[8] is set, else Redis TIME. Windows
--- are aligned to the Unix epoch; window starts are computed exactly from
--- the instant in microseconds. The TTL is the time until the window ends
--- (or, for an emptied window reserved ahead, until it starts) plus the
--- margin.
+-- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME.
+-- Windows are aligned to the Unix epoch; window starts are computed
+-- exactly from the instant in microseconds. The TTL is the time until the
+-- window ends (or, for an emptied window reserved ahead, until it starts)
+-- plus the margin.
 
-local key = KEYS[1]
-local ts, tns = clock(ARGV[8])
-local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
-local limit, w = ARGV[5] + 0, ARGV[6] + 0
+local limit, w = quota, period
 local wu = w / 1000
 
 local old = redis.call('GET', key) or '0:0'
@@ -62,7 +56,7 @@ local function horizon(xo, xc)
 end
 
 local allowed, granted, new = 0, 0, old
-if op == 0 then
+if op == OP_TAKE then
   local xs, xns, xo, xc = cs, cns, co, cc + n
   if xc > limit then
     xs, xns = add(cs, cns, w)
@@ -73,7 +67,7 @@ if op == 0 then
     new = fmt(xs, xns) .. ':' .. int(xc)
     keep(key, new, horizon(xo, xc), margin)
   end
-elseif op == 1 then
+elseif op == OP_TAKE_UP_TO then
   local m = 0
   if open then
     m = math.min(n, limit - cc)
@@ -83,9 +77,9 @@ elseif op == 1 then
     new = fmt(cs, cns) .. ':' .. int(cc + m)
     keep(key, new, horizon(co, cc + m), margin)
   end
-else
+else -- OP_REFUND
   -- Only into the window the units were counted in.
-  local as, ans = parse(ARGV[9])
+  local as, ans = parse(admitted)
   local ws, wns = wstart(as, ans, wu)
   if ws and same(ws, wns, cs, cns) then
     local back = math.min(n, cc)

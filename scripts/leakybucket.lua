@@ -3,16 +3,13 @@
 --
 -- KEYS[1]  the key's state: a string, the tail (the next departure slot),
 --          in decimal nanoseconds since the Unix epoch; missing means 0.
--- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[2]  n, the units
--- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[4]  the TTL margin, in ms
--- ARGV[5]  the capacity
--- ARGV[6]  the emission interval Per/Rate, in ns (rounded up)
--- ARGV[7]  tau = capacity * interval, in ns (at most 2^52)
--- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
---          TIME
--- ARGV[9]  the refund instant (unused)
+-- ARGV     as args.lua reads them, where
+--   ARGV[ARG_QUOTA]   quota is the capacity
+--   ARGV[ARG_PERIOD]  period is the emission interval Per/Rate, in ns
+--                     (rounded up)
+--   ARGV[ARG_TAU]     tau = capacity * period, in ns (at most
+--                     floodgate.MaxWindow)
+--   ARGV[ARG_AT]      is unused
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old tail, new
 -- tail, allowed (0 or 1), granted}, instants as decimal strings. The new
@@ -20,13 +17,10 @@
 -- LeakyBucket.Step on the old tail and now to build the Result, and checks
 -- that it agrees with the reply.
 --
--- Time: the client's clock when ARGV[8] is set, else Redis TIME. The TTL is
--- the time until the queue drains (the tail) plus the margin.
+-- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The
+-- TTL is the time until the queue drains (the tail) plus the margin.
 
-local key = KEYS[1]
-local ts, tns = clock(ARGV[8])
-local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
-local capacity, interval, tau = ARGV[5] + 0, ARGV[6] + 0, ARGV[7] + 0
+local capacity, interval = quota, period
 
 local old = redis.call('GET', key) or '0'
 local as, ans = parse(old)
@@ -40,7 +34,7 @@ if o > 0 then
 end
 
 local allowed, granted, new = 0, 0, old
-if op == 0 then
+if op == OP_TAKE then
   local d = n * interval
   -- Admitted when the queue ahead plus this request fits in the bucket and
   -- the departure is within the maximum delay.
@@ -49,7 +43,7 @@ if op == 0 then
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
-elseif op == 1 then
+elseif op == OP_TAKE_UP_TO then
   -- Only an empty queue lets units depart at once.
   if b <= 0 then
     local d = math.min(n, capacity) * interval
@@ -58,7 +52,7 @@ elseif op == 1 then
     keep(key, new, d, margin)
   end
 end
--- op 2: departure slots are promised to the requests behind; nothing comes
--- back.
+-- OP_REFUND: departure slots are promised to the requests behind; nothing
+-- comes back.
 
 return {ts, tns, old, new, allowed, granted}

@@ -1,5 +1,12 @@
--- lib.lua: helpers shared by every floodgate script. scripts.Source
--- prepends this file to each algorithm's file; it is not a script alone.
+-- lib.lua: helpers shared by every floodgate script. Source puts this file
+-- after time.lua (and the fast path, if any) and before args.lua and the
+-- algorithm's file; it is not a script alone.
+--
+-- KEYS     none: the helpers take what they need as arguments
+-- ARGV     none
+-- Reply:   none; it only defines local functions.
+-- Time:    clock returns the client's clock when the decision brings it,
+--          else the TIME time.lua read.
 --
 -- Numbers. Lua numbers are IEEE doubles, so integers are exact only up to
 -- 2^53, and an instant in nanoseconds since the Unix epoch (about 1.8e18
@@ -7,13 +14,14 @@
 -- as pairs (s, ns): whole seconds and 0 <= ns < 1e9, each exact. Only
 -- differences of instants are single numbers, and floodgate bounds every
 -- difference a decision depends on (windows, restore times, delays) by
--- 2^52 ns (floodgate.MaxWindow, floodgate.MaxDelay), so they are exact. New
--- instants are always an exact pair plus a bounded offset.
+-- floodgate.MaxWindow and floodgate.MaxDelay, which keep them below 2^53
+-- and so exact. New instants are always an exact pair plus a bounded
+-- offset.
 --
 -- Writes. Every key written gets a TTL: the time until its state is
 -- equivalent to a missing key (the quota fully restored), rounded up to a
--- millisecond, plus a margin in whole milliseconds (ARGV[4]). A denial
--- writes nothing.
+-- millisecond, plus a margin in whole milliseconds (ARGV[ARG_MARGIN]). A
+-- denial writes nothing.
 
 local E9 = 1000000000
 
@@ -91,9 +99,10 @@ local function sub(as, ans, bs, bns)
   return (as - bs) * E9 + (ans - bns)
 end
 
--- add returns the instant (s, ns) plus d nanoseconds, exactly for
--- |d| <= 2^53 - 1e9 (every offset added is at most 2^53 ahead or 2^52
--- back).
+-- add returns the instant (s, ns) plus d nanoseconds, exactly for every
+-- offset a decision adds, at most two windows ahead or one back, windows
+-- being at most floodgate.MaxWindow: the multiple of 1e9 that fdiv divides
+-- stays within 2^53.
 local function add(s, ns, d)
   local q, r = fdiv(d, E9)
   ns = ns + r
@@ -108,36 +117,22 @@ local function same(as, ans, bs, bns)
   return as == bs and ans == bns
 end
 
--- batchTime is the TIME reply batch.lua takes once for all the decisions
--- of a batch; nil in a script of one decision.
-local batchTime
-
--- clock returns the decision's instant: the client's clock when ARGV[8]
--- holds one, else the Redis server's TIME (microseconds).
+-- clock returns the decision's instant: the client's clock when arg (the
+-- decision's ARGV[ARG_NOW]) holds one, else the Redis server's TIME
+-- (microseconds), which time.lua read.
 local function clock(arg)
   if arg and arg ~= '' then
     return parse(arg)
   end
-  local t = batchTime
-  if not t then
-    -- Redis before 5 replicates scripts verbatim unless told to replicate
-    -- their effects, and refuses writes after TIME; later versions always
-    -- replicate effects, and 7 keeps the function as a no-op.
-    if redis.replicate_commands then
-      redis.replicate_commands()
-    end
-    t = redis.call('TIME')
+  if not serverTime then
+    error('floodgate: the server clock is at or past ' .. MAX_UNIX .. ' s since the Unix epoch')
   end
-  local s = t[1] + 0
-  if s >= 9000000000 then
-    error('floodgate: server clock beyond 2255')
-  end
-  return s, t[2] * 1000
+  return serverTime[1] + 0, serverTime[2] * 1000
 end
 
 -- wmod returns the offset of the instant (s, ns) into its epoch-aligned
 -- window of wu microseconds, in ns. The instant in microseconds is exact
--- for |s| < 9e9 (years 1685 to 2255), and windows are whole microseconds.
+-- for |s| < MAX_UNIX, and windows are whole microseconds.
 local function wmod(s, ns, wu)
   local us, nsr = fdiv(ns, 1000)
   local _, r = fdiv(s * 1000000 + us, wu)
@@ -148,7 +143,7 @@ end
 -- holding the instant (s, ns), or nil when the instant is too far from the
 -- present for any window a decision looks at.
 local function wstart(s, ns, wu)
-  if s >= 9000000000 or s <= -9000000000 then
+  if s >= MAX_UNIX or s <= -MAX_UNIX then
     return nil
   end
   return add(s, ns, -wmod(s, ns, wu))

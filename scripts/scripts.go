@@ -5,53 +5,65 @@
 // floodgate; redisstore checks every reply against Step, and the store
 // conformance suite holds them together.
 //
-// The files are tokenbucket.lua, leakybucket.lua, fixedwindow.lua,
-// slidingwindow.lua and slidinglog.lua, each starting with a header that
-// gives its KEYS, ARGV, reply and time source, and lib.lua, the helpers they
-// share (exact instants as (seconds, nanoseconds) pairs, since Lua numbers
-// are doubles). Source returns lib.lua followed by an algorithm's file,
-// which is the script to run; the buckets', the fixed window's and the
-// sliding window's start with bucket_fast.lua (after a line setting its
-// `leaky`), fixedwindow_fast.lua and slidingwindow_fast.lua, their common
-// case written out as a function called first, which needs none of
-// lib.lua (measured with redis-benchmark: the token bucket's 6.3 µs per
-// call, its general script 7.8). The fast paths repeat a few lines each
-// (TIME, moving an instant, the TTL rounded up to a millisecond) rather
-// than share helpers: three shared local functions cost 0.4-0.5 µs more
-// per call, 5-7% (redis-benchmark -c 64 -P 16 and INFO commandstats, four
-// alternating runs of each fast path), since a script defines its
-// functions again on every call.
+// # Files
+//
+// The algorithms' files are tokenbucket.lua, leakybucket.lua,
+// fixedwindow.lua, slidingwindow.lua and slidinglog.lua, each starting
+// with a header that gives its KEYS, ARGV, reply and time source. The
+// other files are parts every script shares: time.lua reads the server's
+// TIME once per call; lib.lua holds the helpers (exact instants as
+// (seconds, nanoseconds) pairs, since Lua numbers are doubles); args.lua
+// reads a decision's ARGV into named locals. Source returns time.lua,
+// lib.lua, args.lua and an algorithm's file, which is the script to run.
+//
+// The buckets', the fixed window's and the sliding window's scripts run a
+// fast path first, bucket_fast.lua (after a line setting its `leaky`),
+// fixedwindow_fast.lua and slidingwindow_fast.lua: their common case, a
+// take on Redis TIME, written out as a function that needs none of
+// lib.lua, whose definitions it runs before (measured with
+// redis-benchmark: the token bucket's 6.3 µs per call, its general script
+// 7.8). The fast paths repeat a few lines each (moving an instant, the TTL
+// rounded up to a millisecond) rather than share helpers: three shared
+// local functions cost 0.4-0.5 µs more per call, 5-7% (redis-benchmark -c
+// 64 -P 16 and INFO commandstats, four alternating runs of each fast
+// path), since a script defines its functions again on every call. What
+// every fast path needs first (the test that the decision is a take on
+// Redis TIME, the TIME, its bound) is written once, in Source's call of
+// the fast path and batch.lua's, and in time.lua.
 //
 // BatchSource returns the script that makes many decisions of one
-// algorithm in one call (batch.lua): the same parts, with the algorithm's
-// file as a function, one TIME for the batch, and each distinct argument
-// list sent once. redisstore's batching sends it; a decision costs Redis
-// 4.5–4.7 µs in a batch of 16 against 5.6–5.9 µs alone (redis-benchmark and
-// INFO commandstats, the token bucket).
+// algorithm in one call (batch.lua): the same parts, with args.lua and the
+// algorithm's file as a function, one TIME for the batch, and each
+// distinct argument list sent once. redisstore's batching sends it; a
+// decision costs Redis 4.5–4.7 µs in a batch of 16 against 5.6–5.9 µs
+// alone (redis-benchmark and INFO commandstats, the token bucket).
 //
-// Every script takes the same arguments: one key, and
+// # The protocol
 //
-//	ARGV[1] the floodgate.Op (0 take, 1 take up to n, 2 refund)
-//	ARGV[2] n
-//	ARGV[3] the maximum delay of a take, in nanoseconds
-//	ARGV[4] the TTL margin, in milliseconds
-//	ARGV[5] the quota (burst, capacity or limit)
-//	ARGV[6] the emission interval (buckets) or the window (windows), in ns
-//	ARGV[7] tau, the time to restore the full quota (buckets), in ns, or 0
-//	ARGV[8] now in decimal nanoseconds since the Unix epoch; absent or ""
-//	        to use the Redis server's TIME
-//	ARGV[9] the refund instant, in decimal nanoseconds (refunds only)
+// protocol.go defines what redisstore and the scripts must agree on, once:
+// the position of each argument in ARGV (Args and its ARGV method, which
+// redisstore sends), the codes of the operations, and the bounds the
+// scripts' arithmetic needs (MaxUnix, MaxQuota). The Lua files never
+// write these values: they name them, as ARGV[ARG_N], OP_TAKE or MAX_UNIX,
+// and Source writes each value in place of its name as it builds the
+// scripts, in code and comments alike. The values are literals in the
+// script Redis runs, which costs nothing per call, where Lua locals
+// holding them would be captured by the fast paths' functions, a closure
+// upvalue each per call; and a script printed by
+// scripts/internal/source reads as Redis runs it. Tests check that the
+// files hold no ARGV position or bound as a number, that every name they
+// use is the protocol's, and that the headers document the arguments
+// args.lua reads, in ARGV's order.
 //
-// The optional arguments come last, so that a decision on Redis TIME sends
-// seven.
+// # Replies
 //
 // A reply is an array whose first two elements are the instant of the step
 // (seconds and nanoseconds since the Unix epoch); each file's header gives
 // the rest. The fast paths reply with the same elements as one string,
 // separated by single spaces ("1795979871 51212000 0 1795979871052212000
-// 1 1"): they join strings already at hand (TIME's, the states, ARGV[2]),
-// which costs Redis about 0.5 µs less per call than building an array,
-// and the client a parse instead of five allocations.
+// 1 1"): they join strings already at hand (TIME's, the states,
+// ARGV[ARG_N]), which costs Redis about 0.5 µs less per call than building
+// an array, and the client a parse instead of five allocations.
 package scripts
 
 import (
@@ -61,8 +73,12 @@ import (
 )
 
 var (
+	//go:embed time.lua
+	timeLua string
 	//go:embed lib.lua
 	lib string
+	//go:embed args.lua
+	argsLua string
 	//go:embed bucket_fast.lua
 	bucketFast string
 	//go:embed tokenbucket.lua
@@ -102,30 +118,47 @@ var bodies = [...]string{
 	floodgate.KindSlidingLog:    slidingLog,
 }
 
+// callFast is a single decision's call of its fast path, between the fast
+// path and lib.lua: a take on Redis TIME before MAX_UNIX that the fast
+// path decides returns its reply there. batch.lua makes the same test for
+// each decision of a batch.
+const callFast = `if ARGV[ARG_OP] == OP_TAKE and (ARGV[ARG_NOW] or '') == '' and serverTime then
+  local reply = fast(KEYS[1], ARGV, serverTime)
+  if reply then
+    return reply
+  end
+end
+`
+
 // sources and batchSources are the complete scripts, indexed by
 // floodgate.Kind.
-var sources, batchSources [len(bodies)]string
+var sources, batchSources = build()
 
-func init() {
+// build returns the scripts of one decision and of a batch for each Kind,
+// with the protocol's values in place of their names.
+func build() (single, batched [len(bodies)]string) {
+	head, helpers, args, driver := expand(timeLua)+"\n", expand(lib)+"\n", expand(argsLua)+"\n", expand(batch)
 	for k, body := range bodies {
 		if body == "" {
 			continue
 		}
-		fast := fastPaths[k]
+		body = args + expand(body)
+		fast := expand(fastPaths[k])
 		if fast == "" {
-			sources[k] = lib + "\n" + body
-			batchSources[k] = "local fast = nil\n" + lib + "\nlocal function one(KEYS, ARGV)\n" + body + "\nend\n" + batch
+			single[k] = head + helpers + body
+			batched[k] = head + "local fast = nil\n\n" + helpers + "local function one(KEYS, ARGV)\n" + body + "\nend\n" + driver
 			continue
 		}
-		sources[k] = fast + "\nlocal reply = fast(KEYS[1], ARGV)\nif reply then\n  return reply\nend\n" + lib + "\n" + body
-		batchSources[k] = fast + "\n" + lib + "\nlocal function one(KEYS, ARGV)\n" + body + "\nend\n" + batch
+		single[k] = head + fast + "\n" + expand(callFast) + "\n" + helpers + body
+		batched[k] = head + fast + "\n" + helpers + "local function one(KEYS, ARGV)\n" + body + "\nend\n" + driver
 	}
+	return single, batched
 }
 
 // Source returns the complete Lua script of the algorithm kind for one
-// decision: lib.lua followed by the algorithm's file, after the fast path
-// (and a call of it) for the buckets and the fixed window. It returns "" for
-// a Kind without a script.
+// decision: time.lua, the fast path and its call (all but the sliding
+// log), lib.lua, args.lua and the algorithm's file. It returns "" for a
+// Kind without a script.
 func Source(kind floodgate.Kind) string {
 	if int(kind) >= len(sources) {
 		return ""
@@ -134,9 +167,9 @@ func Source(kind floodgate.Kind) string {
 }
 
 // BatchSource returns the Lua script of the algorithm kind that makes many
-// decisions in one call (see batch.lua): the fast path if any, lib.lua, the
-// algorithm's file as a function, and batch.lua. It returns "" for a Kind
-// without a script.
+// decisions in one call (see batch.lua): time.lua, the fast path if any,
+// lib.lua, args.lua and the algorithm's file as a function, and batch.lua.
+// It returns "" for a Kind without a script.
 func BatchSource(kind floodgate.Kind) string {
 	if int(kind) >= len(batchSources) {
 		return ""

@@ -17,32 +17,40 @@ import (
 )
 
 func TestSource(t *testing.T) {
+	head, helpers, args := expand(timeLua), expand(lib), expand(argsLua)
 	for _, k := range []floodgate.Kind{floodgate.KindTokenBucket, floodgate.KindLeakyBucket, floodgate.KindFixedWindow, floodgate.KindSlidingWindow, floodgate.KindSlidingLog} {
 		src := Source(k)
-		i := strings.Index(src, lib)
-		require.GreaterOrEqual(t, i, 0, "%v holds lib.lua", k)
+		require.True(t, strings.HasPrefix(src, head), "%v starts with time.lua", k)
+		i := strings.Index(src, helpers)
+		require.Positive(t, i, "%v holds lib.lua after time.lua", k)
+		body := args + "\n" + expand(bodies[k])
+		require.True(t, strings.HasSuffix(src, "\n"+body), "%v ends with args.lua and its file", k)
+		between := src[len(head):i]
 		fast := k != floodgate.KindSlidingLog
-		require.Equal(t, fast, i > 0, "%v: all but the sliding log have a fast path before lib.lua", k)
+		require.Equal(t, fast, strings.Contains(between, expand(callFast)), "%v: all but the sliding log call a fast path before lib.lua", k)
+		if fast {
+			require.True(t, strings.HasPrefix(between, "\n"+expand(fastPaths[k])), "%v's fast path follows time.lua", k)
+		} else {
+			require.Equal(t, "\n", between, "%v has no fast path", k)
+		}
 		if k == floodgate.KindTokenBucket || k == floodgate.KindLeakyBucket {
-			require.True(t, strings.HasPrefix(src, "local leaky = "+strconv.FormatBool(k == floodgate.KindLeakyBucket)+"\n"+bucketFast), "%v sets leaky for bucket_fast.lua", k)
+			require.True(t, strings.HasPrefix(between, "\nlocal leaky = "+strconv.FormatBool(k == floodgate.KindLeakyBucket)+"\n"+expand(bucketFast)), "%v sets leaky for bucket_fast.lua", k)
 		}
-		for _, header := range []string{"KEYS[1]", "ARGV[1]", "Reply:", "Time:"} {
-			require.Contains(t, src[i+len(lib):], header, "%v's header", k)
-		}
-		require.Equal(t, fast, strings.Contains(src[:i], "local reply = fast(KEYS[1], ARGV)\n"), "%v calls its fast path", k)
 
-		// The batch script: the fast path defined but not called, lib.lua,
-		// the algorithm's file as the function one, then batch.lua.
+		// The batch script: the same parts, the fast path defined but not
+		// called, args.lua and the algorithm's file as the function one,
+		// then batch.lua.
 		bsrc := BatchSource(k)
-		j := strings.Index(bsrc, lib)
-		require.Positive(t, j, "%v's batch script holds lib.lua after its fast path", k)
+		j := strings.Index(bsrc, helpers)
+		require.Positive(t, j, "%v's batch script holds lib.lua after time.lua", k)
+		require.True(t, strings.HasPrefix(bsrc, head), "%v's batch script starts with time.lua", k)
 		require.NotContains(t, bsrc[:j], "fast(KEYS[1]", "%v's batch script calls its fast path per decision", k)
 		if fast {
 			require.True(t, strings.HasPrefix(src, bsrc[:j]), "%v: the fast path of both scripts", k)
 		} else {
-			require.Equal(t, "local fast = nil\n", bsrc[:j], "%v has no fast path", k)
+			require.Equal(t, head+"\nlocal fast = nil\n\n", bsrc[:j], "%v has no fast path", k)
 		}
-		require.True(t, strings.HasSuffix(bsrc, "\nlocal function one(KEYS, ARGV)\n"+src[i+len(lib)+1:]+"\nend\n"+batch), "%v: one, then batch.lua", k)
+		require.True(t, strings.HasSuffix(bsrc, "\nlocal function one(KEYS, ARGV)\n"+body+"\nend\n"+expand(batch)), "%v: one, then batch.lua", k)
 	}
 	require.Empty(t, Source(0))
 	require.Empty(t, Source(floodgate.KindSlidingLog+1))
@@ -87,7 +95,7 @@ func client(t *testing.T) *redis.Client {
 // numbers are doubles, against Go's int64 arithmetic.
 func TestInstantArithmetic(t *testing.T) {
 	c := client(t)
-	script := redis.NewScript(lib + harness)
+	script := redis.NewScript(expand(timeLua) + expand(lib) + harness)
 	ctx := context.Background()
 	run := func(args ...any) any {
 		t.Helper()

@@ -10,16 +10,13 @@
 --          left the window is found with one ZRANGEBYSCORE. The log holds at
 --          most limit entries (each holds at least one unit). A missing key
 --          is an empty log.
--- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[2]  n, the units
--- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[4]  the TTL margin, in ms
--- ARGV[5]  the limit
--- ARGV[6]  the window, in ns: a whole number of microseconds, at most 2^52
--- ARGV[7]  0 (unused)
--- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
---          TIME
--- ARGV[9]  the refund instant, in decimal ns
+-- ARGV     as args.lua reads them, where
+--   ARGV[ARG_QUOTA]   quota is the limit
+--   ARGV[ARG_PERIOD]  period is the window, in ns: a whole number of
+--                     microseconds, at most floodgate.MaxWindow
+--   ARGV[ARG_TAU]     is 0 (unused)
+--   ARGV[ARG_AT]      admitted, for a refund, is the instant the units
+--                     were admitted for
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), allowed (0 or 1),
 -- granted, from, at, before, after, last}:
@@ -37,15 +34,12 @@
 -- once); a refund also moves the score of every entry admitted after the
 -- refunded instant.
 --
--- Time: the client's clock when ARGV[8] is set, else Redis TIME. As in
+-- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. As in
 -- SlidingLog.Step, a denial drops the entries that have left the window,
 -- which no decision can observe; it changes nothing else, not the TTL. The
 -- TTL is the time until the newest entry leaves the window plus the margin.
 
-local key = KEYS[1]
-local ts, tns = clock(ARGV[8])
-local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
-local limit, w = ARGV[5] + 0, ARGV[6] + 0
+local limit, w = quota, period
 
 -- B is the base, C the newest score: the log holds C - B units. One
 -- ZRANGE reads "b" and the 32 oldest entries (the first rows trim looks
@@ -69,8 +63,9 @@ if #head > 0 then
 end
 
 -- Scores are exact below 2^53. They only grow while the log is never empty;
--- past 2^52 units, move the base back to 0 (once per 2^52 units admitted).
-if C >= 4503599627370496 then
+-- past MAX_QUOTA units, move the base back to 0 (once per MAX_QUOTA units
+-- admitted), so that a score plus a request stays exact.
+if C >= MAX_QUOTA then
   head = nil
   local rows = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #rows, 2 do
@@ -169,7 +164,7 @@ local function admit(k)
   return as, ans, ao
 end
 
-if op == 0 then
+if op == OP_TAKE then
   local as, ans, ao = admit(n)
   at = fmt(as, ans)
   if ao <= maxd then
@@ -181,7 +176,7 @@ if op == 0 then
     push(as, ans, n)
     expire()
   end
-elseif op == 1 then
+elseif op == OP_TAKE_UP_TO then
   local m = 0
   if fo <= 0 then
     m = math.min(n, limit - before)
@@ -193,9 +188,9 @@ elseif op == 1 then
   else
     at = fmt(admit(1))
   end
-elseif last then
+elseif last then -- OP_REFUND
   -- Refund: take units back from the entry admitted at the instant given.
-  local member = fmt(parse(ARGV[9]))
+  local member = fmt(parse(admitted))
   local score = redis.call('ZSCORE', key, member)
   if score then
     local r = redis.call('ZRANK', key, member)

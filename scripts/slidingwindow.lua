@@ -5,16 +5,13 @@
 --          current fixed window (decimal nanoseconds since the Unix epoch)
 --          and the units admitted in the window before it and in it;
 --          missing means "0:0:0".
--- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[2]  n, the units
--- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[4]  the TTL margin, in ms
--- ARGV[5]  the limit
--- ARGV[6]  the window, in ns: a whole number of microseconds, at most 2^52
--- ARGV[7]  0 (unused)
--- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
---          TIME
--- ARGV[9]  the refund instant, in decimal ns
+-- ARGV     as args.lua reads them, where
+--   ARGV[ARG_QUOTA]   quota is the limit
+--   ARGV[ARG_PERIOD]  period is the window, in ns: a whole number of
+--                     microseconds, at most floodgate.MaxWindow
+--   ARGV[ARG_TAU]     is 0 (unused)
+--   ARGV[ARG_AT]      admitted, for a refund, is the instant the units
+--                     were admitted for
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
 -- state, allowed (0 or 1), granted}, the states as stored. The new state
@@ -33,10 +30,7 @@
 -- to empty (two windows after the start with a current count, one with
 -- only a previous count) plus the margin.
 
-local key = KEYS[1]
-local ts, tns = clock(ARGV[8])
-local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
-local limit, w = ARGV[5] + 0, ARGV[6] + 0
+local limit, w = quota, period
 local wu = w / 1000
 
 local old = redis.call('GET', key) or '0:0:0'
@@ -147,7 +141,7 @@ local function state(s, ns, p, c)
 end
 
 local allowed, granted, new = 0, 0, old
-if op == 0 then
+if op == OP_TAKE then
   local e = admit(n)
   if math.max(co + e, 0) <= maxd then
     allowed, granted = 1, n
@@ -163,16 +157,16 @@ if op == 0 then
     new = state(xs, xns, xp, xc)
     keep(key, new, horizon(xo, xp, xc), margin)
   end
-elseif op == 1 then
+elseif op == OP_TAKE_UP_TO then
   local m = math.min(n, remaining())
   if m > 0 then
     allowed, granted = 1, m
     new = state(cs, cns, cp, cc + m)
     keep(key, new, horizon(co, cp, cc + m), margin)
   end
-else
+else -- OP_REFUND
   -- Into the counter the units were counted in.
-  local as, ans = parse(ARGV[9])
+  local as, ans = parse(admitted)
   local ws, wns = wstart(as, ans, wu)
   local xp, xc = cp, cc
   if ws and same(ws, wns, cs, cns) then

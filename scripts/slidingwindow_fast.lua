@@ -1,88 +1,90 @@
 -- slidingwindow_fast.lua: the common case of slidingwindow.lua, run before
 -- lib.lua's definitions (each costs a closure per call) and written out
--- without its helpers: a take without delay (ARGV[3] = 0, as Allow sends)
--- on Redis TIME, on a missing key or a state whose start has 19 digits
--- (2001 to 2286, as every start a take on Redis TIME writes until 2255).
--- Anything else falls through to slidingwindow.lua. Without delay, a take
--- is admitted exactly when its units fit the estimate now,
--- (L - curr) - prev*(W - e)/W in the order of operations of
--- SlidingWindow.avail, which this file computes as slidingwindow.lua does;
--- a state reserved ahead admits nothing now. Both write the same state and
--- TTL; redisstore checks every reply against the Step.
+-- without its helpers: a take without delay (ARGV[ARG_MAXDELAY] is 0, as
+-- Allow sends) on Redis TIME, on a missing key or a state whose start has
+-- 19 digits (2001 to 2286, which holds every start a take on Redis TIME
+-- writes before MAX_UNIX). Anything else falls through to
+-- slidingwindow.lua. Without delay, a take is admitted exactly when its
+-- units fit the estimate now, (L - curr) - prev*(W - e)/W in the order of
+-- operations of SlidingWindow.avail, which this file computes as
+-- slidingwindow.lua does; a state reserved ahead admits nothing now. Both
+-- write the same state and TTL; redisstore checks every reply against the
+-- Step.
 --
--- fast(key, ARGV, t) returns the reply, or nil to fall through. t is the
--- TIME of a batch (batch.lua), or nil to ask Redis once the state parses.
+-- KEYS     none: fast(key, ARGV, t) takes the decision's key, its state as
+--          slidingwindow.lua says
+-- ARGV     the decision's (slidingwindow.lua says what they mean):
+--          ARGV[ARG_N], ARGV[ARG_MAXDELAY], ARGV[ARG_MARGIN],
+--          ARGV[ARG_QUOTA] and ARGV[ARG_PERIOD]; the caller runs fast only
+--          for a take (ARGV[ARG_OP] is OP_TAKE) on Redis TIME (no
+--          ARGV[ARG_NOW])
+-- Reply:   slidingwindow.lua's reply as one string (see scripts.go), or
+--          nil to fall through
+-- Time:    t, the TIME time.lua read (before MAX_UNIX s)
 local function fast(key, ARGV, t)
-  if ARGV[1] == '0' and ARGV[3] == '0' and (ARGV[8] or '') == '' then
-    local old = redis.call('GET', key)
-    local ss, sns, p, c = 0, 0, 0, 0
-    if old then
-      ss = nil
-      -- "start:prev:curr", the start in 19 digits.
-      if #old >= 23 and string.byte(old, 20) == 58 then
-        local j = string.find(old, ':', 21, true)
-        if j then
-          ss, sns = tonumber(string.sub(old, 1, 10)), tonumber(string.sub(old, 11, 19))
-          p, c = tonumber(string.sub(old, 21, j - 1)), tonumber(string.sub(old, j + 1))
-          if not (ss and sns and p and c and ss % 1 == 0 and sns % 1 == 0 and p % 1 == 0 and c % 1 == 0 and ss >= 1e9 and sns >= 0 and p >= 0 and c >= 0) then
-            ss = nil
-          end
+  if ARGV[ARG_MAXDELAY] ~= '0' then
+    return nil
+  end
+  local old = redis.call('GET', key)
+  local ss, sns, p, c = 0, 0, 0, 0
+  if old then
+    ss = nil
+    -- "start:prev:curr", the start in 19 digits.
+    if #old >= 23 and string.byte(old, 20) == 58 then
+      local j = string.find(old, ':', 21, true)
+      if j then
+        ss, sns = tonumber(string.sub(old, 1, 10)), tonumber(string.sub(old, 11, 19))
+        p, c = tonumber(string.sub(old, 21, j - 1)), tonumber(string.sub(old, j + 1))
+        if not (ss and sns and p and c and ss % 1 == 0 and sns % 1 == 0 and p % 1 == 0 and c % 1 == 0 and ss >= 1e9 and sns >= 0 and p >= 0 and c >= 0) then
+          ss = nil
         end
       end
     end
-    if ss then
-      if not t then
-        if redis.replicate_commands then
-          redis.replicate_commands()
-        end
-        t = redis.call('TIME')
-      end
-      local ts, tns = t[1] + 0, t[2] * 1000
-      if ts < 9000000000 then
-        local n, limit, w = ARGV[2] + 0, ARGV[5] + 0, ARGV[6] + 0
-        -- Offsets from now: the stored window's start, the current
-        -- window's (in (-w, 0]; the instant is whole microseconds, and so
-        -- are windows). A missing key is a window long past.
-        local so = (ss - ts) * 1e9 + (sns - tns)
-        if not old then
-          so = -math.huge
-        end
-        local wo = -math.fmod(ts * 1000000 + t[2], w / 1000) * 1000
-        -- The state rolled forward to the current window: its current
-        -- count becomes the previous one a window later, and both empty
-        -- after two.
-        local cs, cns, co, cp, cc = ss, sns, so, p, c
-        if so < wo then
-          local x = tns + wo
-          local r = math.fmod(x, 1e9)
-          if r < 0 then
-            r = r + 1e9
-          end
-          cs, cns, co = ts + (x - r) / 1e9, r, wo
-          if so == wo - w then
-            cp, cc = c, 0
-          else
-            cp, cc = 0, 0
-          end
-        end
-        local flags, new = ' 0 0', old or '0:0:0'
-        if co <= 0 and n <= (limit - cc) - cp * (w + co) / w then
-          flags = ' 1 ' .. ARGV[2]
-          new = string.format('%d%09d:%d:%d', cs, cns, cp, cc + n)
-          -- The TTL: until the state rolls to empty, two windows after
-          -- its start, rounded up to a millisecond, plus the margin.
-          local d = math.max(co + 2 * w, 0)
-          local r = math.fmod(d, 1e6)
-          d = (d - r) / 1e6
-          if r > 0 then
-            d = d + 1
-          end
-          redis.call('SET', key, new, 'PX', string.format('%d', d + ARGV[4]))
-        end
-        -- The reply of slidingwindow.lua as one string (see scripts.go),
-        -- joined from strings at hand.
-        return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0:0:0') .. ' ' .. new .. flags
-      end
+    if not ss then
+      return nil
     end
   end
+  local ts, tns = t[1] + 0, t[2] * 1000
+  local n, limit, w = ARGV[ARG_N] + 0, ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] + 0
+  -- Offsets from now: the stored window's start, the current window's (in
+  -- (-w, 0]; the instant is whole microseconds, and so are windows). A
+  -- missing key is a window long past.
+  local so = (ss - ts) * 1e9 + (sns - tns)
+  if not old then
+    so = -math.huge
+  end
+  local wo = -math.fmod(ts * 1000000 + t[2], w / 1000) * 1000
+  -- The state rolled forward to the current window: its current count
+  -- becomes the previous one a window later, and both empty after two.
+  local cs, cns, co, cp, cc = ss, sns, so, p, c
+  if so < wo then
+    local x = tns + wo
+    local r = math.fmod(x, 1e9)
+    if r < 0 then
+      r = r + 1e9
+    end
+    cs, cns, co = ts + (x - r) / 1e9, r, wo
+    if so == wo - w then
+      cp, cc = c, 0
+    else
+      cp, cc = 0, 0
+    end
+  end
+  local flags, new = ' 0 0', old or '0:0:0'
+  if co <= 0 and n <= (limit - cc) - cp * (w + co) / w then
+    flags = ' 1 ' .. ARGV[ARG_N]
+    new = string.format('%d%09d:%d:%d', cs, cns, cp, cc + n)
+    -- The TTL: until the state rolls to empty, two windows after its
+    -- start, rounded up to a millisecond, plus the margin.
+    local d = math.max(co + 2 * w, 0)
+    local r = math.fmod(d, 1e6)
+    d = (d - r) / 1e6
+    if r > 0 then
+      d = d + 1
+    end
+    redis.call('SET', key, new, 'PX', string.format('%d', d + ARGV[ARG_MARGIN]))
+  end
+  -- The reply of slidingwindow.lua as one string (see scripts.go), joined
+  -- from strings at hand.
+  return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0:0:0') .. ' ' .. new .. flags
 end

@@ -2,16 +2,13 @@
 --
 -- KEYS[1]  the key's state: a string, the theoretical arrival time (TAT),
 --          in decimal nanoseconds since the Unix epoch; missing means 0.
--- ARGV[1]  op: 0 take, 1 take up to n, 2 refund
--- ARGV[2]  n, the units
--- ARGV[3]  the maximum delay of a take, in ns (at most 2^52)
--- ARGV[4]  the TTL margin, in ms
--- ARGV[5]  the burst
--- ARGV[6]  the emission interval Per/Rate, in ns (rounded up)
--- ARGV[7]  tau = burst * interval, in ns (at most 2^52)
--- ARGV[8]  now in decimal ns (the client's clock); absent or "" for Redis
---          TIME
--- ARGV[9]  the refund instant (unused)
+-- ARGV     as args.lua reads them, where
+--   ARGV[ARG_QUOTA]   quota is the burst
+--   ARGV[ARG_PERIOD]  period is the emission interval Per/Rate, in ns
+--                     (rounded up)
+--   ARGV[ARG_TAU]     tau = burst * period, in ns (at most
+--                     floodgate.MaxWindow)
+--   ARGV[ARG_AT]      is unused
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old TAT, new TAT,
 -- allowed (0 or 1), granted}, instants as decimal strings. The new TAT
@@ -19,13 +16,11 @@
 -- TokenBucket.Step on the old TAT and now to build the Result, and checks
 -- that it agrees with allowed, granted and the new TAT.
 --
--- Time: the client's clock when ARGV[8] is set, else Redis TIME. The TTL is
--- the time until the TAT (when the bucket is full again) plus the margin.
+-- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The
+-- TTL is the time until the TAT (when the bucket is full again) plus the
+-- margin.
 
-local key = KEYS[1]
-local ts, tns = clock(ARGV[8])
-local op, n, maxd, margin = ARGV[1] + 0, ARGV[2] + 0, ARGV[3] + 0, ARGV[4] + 0
-local interval, tau = ARGV[6] + 0, ARGV[7] + 0
+local interval = period
 
 local old = redis.call('GET', key) or '0'
 local as, ans = parse(old)
@@ -38,7 +33,7 @@ if o > 0 then
 end
 
 local allowed, granted, new = 0, 0, old
-if op == 0 then
+if op == OP_TAKE then
   local d = n * interval
   -- The wait (base + d - tau - now), grouped so that every partial sum of
   -- an admissible request stays within 2^53.
@@ -47,7 +42,7 @@ if op == 0 then
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
-elseif op == 1 then
+elseif op == OP_TAKE_UP_TO then
   -- Whole tokens in the bucket: floor((now + tau - base) / interval).
   local m = math.min(n, math.max(fdiv(tau - b, interval), 0))
   if m > 0 then
@@ -56,7 +51,7 @@ elseif op == 1 then
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
-else
+else -- OP_REFUND
   -- Only units whose tokens have not refilled yet come back.
   local back = math.min(n, math.max(ceildiv(o, interval), 0))
   if back > 0 then

@@ -1,0 +1,28 @@
+-- args.lua: the arguments of one decision, by name, for the algorithm's
+-- file that Source puts after it (inside the batch script's function one,
+-- once per decision). No other file of the general path reads ARGV.
+--
+-- KEYS[1]  the key's state, as the algorithm's file says
+-- ARGV[ARG_OP]        op: OP_TAKE take, OP_TAKE_UP_TO take up to n,
+--                     OP_REFUND refund (a string, compared as one)
+-- ARGV[ARG_N]         n, the units
+-- ARGV[ARG_MAXDELAY]  maxd, the maximum delay of a take, in ns (at most
+--                     floodgate.MaxDelay)
+-- ARGV[ARG_MARGIN]    margin, the TTL margin, in ms
+-- ARGV[ARG_QUOTA]     quota, the burst, capacity or limit (at most
+--                     MAX_QUOTA)
+-- ARGV[ARG_PERIOD]    period, the emission interval or the window, in ns
+-- ARGV[ARG_TAU]       tau, the time to restore the full quota, in ns, or 0
+-- ARGV[ARG_NOW]       the instant (ts, tns): the client's clock in decimal
+--                     ns since the Unix epoch; absent or "" for Redis TIME
+-- ARGV[ARG_AT]        admitted, for a refund the instant the units were
+--                     admitted for, in decimal ns; else absent
+-- Reply:   none; the algorithm's file replies.
+-- Time:    clock (lib.lua): ARGV[ARG_NOW] when set, else the TIME time.lua
+--          read.
+
+local key = KEYS[1]
+local op, n, maxd, margin = ARGV[ARG_OP], ARGV[ARG_N] + 0, ARGV[ARG_MAXDELAY] + 0, ARGV[ARG_MARGIN] + 0
+local quota, period, tau = ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] + 0, ARGV[ARG_TAU] + 0
+local ts, tns = clock(ARGV[ARG_NOW])
+local admitted = ARGV[ARG_AT]

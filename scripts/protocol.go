@@ -1,0 +1,152 @@
+package scripts
+
+import (
+	"regexp"
+	"strconv"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// This file is the protocol between redisstore and the scripts, and the
+// only place it is written: the position of each argument in ARGV, the
+// codes of the operations, and the bounds the scripts' arithmetic needs.
+// The Lua files name these values (ARGV[ARG_N], OP_TAKE, MAX_UNIX), and
+// Source writes each value in place of its name (see expand).
+
+// Args are the arguments of one decision's script, by name.
+type Args struct {
+	// Op is the step: floodgate.OpTake, OpTakeUpTo or OpRefund.
+	Op floodgate.Op
+	// N is the number of units.
+	N int64
+	// MaxDelay is the longest delay of a take, in nanoseconds, at most
+	// floodgate.MaxDelay.
+	MaxDelay int64
+	// MarginMs is the TTL margin, in milliseconds.
+	MarginMs int64
+	// Quota is the burst, the capacity or the limit, at most MaxQuota.
+	Quota int64
+	// Period is the emission interval (buckets) or the window (windows),
+	// in nanoseconds.
+	Period int64
+	// Tau is the time to restore the full quota (buckets), in nanoseconds,
+	// at most floodgate.MaxWindow; 0 for the windows.
+	Tau int64
+	// Now is the decision's instant in decimal nanoseconds since the Unix
+	// epoch (the client's clock), or "" for the Redis server's TIME.
+	Now string
+	// At is, for a refund, the instant the units were admitted for, in
+	// decimal nanoseconds since the Unix epoch; "" otherwise.
+	At string
+}
+
+// arg is the position of an argument in ARGV, counted from 0 (Lua's
+// ARGV[arg+1]). The optional arguments come last, so that a take on Redis
+// TIME sends only the first seven.
+type arg int
+
+const (
+	argOp arg = iota
+	argN
+	argMaxDelay
+	argMargin
+	argQuota
+	argPeriod
+	argTau
+	argNow
+	argAt
+	numArgs
+)
+
+// argNames are the names by which the scripts read the arguments:
+// ARGV[ARG_N] is n.
+var argNames = [numArgs]string{
+	argOp:       "ARG_OP",
+	argN:        "ARG_N",
+	argMaxDelay: "ARG_MAXDELAY",
+	argMargin:   "ARG_MARGIN",
+	argQuota:    "ARG_QUOTA",
+	argPeriod:   "ARG_PERIOD",
+	argTau:      "ARG_TAU",
+	argNow:      "ARG_NOW",
+	argAt:       "ARG_AT",
+}
+
+// ARGV returns the arguments in the order the scripts read them: the
+// first seven always, Now when it is set or At is, and At when it is set.
+// go-redis sends the integers in decimal.
+func (a Args) ARGV() []any {
+	n := argNow
+	switch {
+	case a.At != "":
+		n = numArgs
+	case a.Now != "":
+		n = argAt
+	}
+	argv := make([]any, n)
+	argv[argOp] = int64(a.Op)
+	argv[argN] = a.N
+	argv[argMaxDelay] = a.MaxDelay
+	argv[argMargin] = a.MarginMs
+	argv[argQuota] = a.Quota
+	argv[argPeriod] = a.Period
+	argv[argTau] = a.Tau
+	if n > argNow {
+		argv[argNow] = a.Now
+	}
+	if n > argAt {
+		argv[argAt] = a.At
+	}
+	return argv
+}
+
+// MaxUnix bounds the instants of decisions on Redis: the scripts decide
+// only at instants before MaxUnix seconds since the Unix epoch (in 2255),
+// since they compute window starts from the instant in microseconds,
+// which doubles hold exactly only below 2^53.
+const MaxUnix = 9_000_000_000
+
+// MaxQuota is the largest quota the scripts count exactly: a count of at
+// most MaxQuota plus a request of at most MaxQuota units stays within
+// 2^53, where doubles still tell integers apart.
+const MaxQuota = 1 << 52
+
+// names are the protocol's names in the scripts, each with the Lua literal
+// that expand writes in its place.
+var names = func() map[string]string {
+	m := map[string]string{
+		"OP_TAKE":       opLiteral(floodgate.OpTake),
+		"OP_TAKE_UP_TO": opLiteral(floodgate.OpTakeUpTo),
+		"OP_REFUND":     opLiteral(floodgate.OpRefund),
+		"MAX_UNIX":      strconv.FormatInt(MaxUnix, 10),
+		"MAX_QUOTA":     strconv.FormatInt(MaxQuota, 10),
+	}
+	for a, name := range argNames {
+		m[name] = strconv.Itoa(a + 1)
+	}
+	return m
+}()
+
+// opLiteral returns the Lua string ARGV holds for op: the scripts compare
+// ARGV[ARG_OP] as a string, as Redis hands it over.
+func opLiteral(op floodgate.Op) string {
+	return "'" + strconv.Itoa(int(op)) + "'"
+}
+
+// name matches the words the scripts use for the protocol's values: upper
+// case with an underscore, which no other word in them is.
+var name = regexp.MustCompile(`\b[A-Z][A-Z0-9]*(_[A-Z0-9]+)+\b`)
+
+// expand returns src with each protocol name replaced by its value, in
+// code and comments alike, so that a script carries the values as literals
+// and reads as Redis runs it. A word it does not know stays, and the
+// script fails where it reads it (an undefined global); TestProtocolNames
+// checks that no script holds one.
+func expand(src string) string {
+	return name.ReplaceAllStringFunc(src, func(w string) string {
+		if v, ok := names[w]; ok {
+			return v
+		}
+		return w
+	})
+}

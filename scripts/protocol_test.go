@@ -1,0 +1,164 @@
+package scripts
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// TestArgs sends Args.ARGV to args.lua and checks that the script reads
+// each argument under its name, for the three lengths of ARGV.
+func TestArgs(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	// The script returns what args.lua read, the instant as a decimal.
+	script := redis.NewScript(expand(timeLua) + expand(lib) + expand(argsLua) +
+		"\nreturn {op, int(n), int(maxd), int(margin), int(quota), int(period), int(tau), fmt(ts, tns), admitted or ''}")
+	for name, a := range map[string]Args{
+		"take on Redis TIME": {Op: floodgate.OpTake, N: 2, MaxDelay: 3, MarginMs: 4, Quota: 5, Period: 6, Tau: 7},
+		"client clock":       {Op: floodgate.OpTakeUpTo, N: 12, MaxDelay: 13, MarginMs: 14, Quota: 15, Period: 16, Tau: 17, Now: "1700000000000000018"},
+		"refund":             {Op: floodgate.OpRefund, N: 22, MaxDelay: 23, MarginMs: 24, Quota: 25, Period: 26, Tau: 27, Now: "1700000000000000028", At: "1700000000000000029"},
+		"refund on TIME":     {Op: floodgate.OpRefund, N: 32, MaxDelay: 33, MarginMs: 34, Quota: 35, Period: 36, Tau: 37, At: "1700000000000000039"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			argv := a.ARGV()
+			want := map[bool]int{true: 7, false: 8}[a.Now == ""]
+			if a.At != "" {
+				want = 9
+			}
+			require.Len(t, argv, want, "ARGV sends the optional arguments only when set")
+			v, err := script.Run(ctx, c, []string{"k"}, argv...).Result()
+			require.NoError(t, err)
+			got, ok := v.([]any)
+			require.True(t, ok, "%T", v)
+			require.Len(t, got, 9)
+			fields := []int64{int64(a.Op), a.N, a.MaxDelay, a.MarginMs, a.Quota, a.Period, a.Tau}
+			for i, f := range fields {
+				require.Equal(t, strconv.FormatInt(f, 10), got[i], "argument %d", i)
+			}
+			if a.Now != "" {
+				require.Equal(t, a.Now, got[7], "the instant")
+			}
+			require.Equal(t, a.At, got[8], "the refund instant")
+		})
+	}
+}
+
+// luaFiles returns the package's Lua files by name.
+func luaFiles(t *testing.T) map[string]string {
+	t.Helper()
+	names, err := filepath.Glob("*.lua")
+	require.NoError(t, err)
+	files := make(map[string]string, len(names))
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		require.NoError(t, err)
+		files[n] = string(b)
+	}
+	require.Len(t, files, 12)
+	return files
+}
+
+// split returns the header of a Lua file, its leading comment lines, and
+// the code of the rest, without comments.
+func split(src string) (header, code string) {
+	lines := strings.Split(src, "\n")
+	i := 0
+	for i < len(lines) && strings.HasPrefix(lines[i], "--") {
+		i++
+	}
+	var b strings.Builder
+	for _, l := range lines[i:] {
+		if c, _, _ := strings.Cut(l, "--"); strings.TrimSpace(c) != "" {
+			b.WriteString(c + "\n")
+		}
+	}
+	return strings.Join(lines[:i], "\n"), b.String()
+}
+
+var argRef = regexp.MustCompile(`(?i:argv)\[(ARG_[A-Z]+)\]`)
+
+// refs returns the argument names that s reads (ARGV[ARG_N]), in order.
+func refs(s string) []string {
+	var out []string
+	for _, m := range argRef.FindAllStringSubmatch(s, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// TestProtocolNames checks that the Lua files write none of the protocol's
+// values, only their names, which Source replaces: the bounds never, and
+// ARGV only by name (but batch.lua's own framing of the argument lists).
+func TestProtocolNames(t *testing.T) {
+	used := map[string]bool{}
+	for file, src := range luaFiles(t) {
+		for _, w := range name.FindAllString(src, -1) {
+			require.Contains(t, names, w, "%s: %s is not a name of the protocol", file, w)
+			used[w] = true
+		}
+		_, code := split(src)
+		if file != "batch.lua" {
+			require.NotRegexp(t, `ARGV\[[^A]`, code, "%s reads ARGV by position, not by name", file)
+		}
+		for _, v := range []string{strconv.FormatInt(MaxUnix, 10), "9e9", strconv.FormatInt(MaxQuota, 10), "2^52"} {
+			require.NotContains(t, src, v, "%s writes a bound of the protocol", file)
+		}
+	}
+	for n := range names {
+		require.True(t, used[n], "no script uses %s", n)
+	}
+	for k := floodgate.KindTokenBucket; k <= floodgate.KindSlidingLog; k++ {
+		for _, src := range []string{Source(k), BatchSource(k)} {
+			require.NotRegexp(t, name, src, "%v: a name left in the script", k)
+		}
+	}
+}
+
+// TestHeaders checks that every Lua file starts with the header STYLE.md
+// asks for (KEYS, ARGV, reply, time source), and that the headers document
+// the arguments the code reads: args.lua all of them in ARGV's order, each
+// algorithm's file what its quota, period, tau and refund instant are, and
+// each fast path those it reads.
+func TestHeaders(t *testing.T) {
+	all := argNames[:]
+	perAlgorithm := []string{argNames[argQuota], argNames[argPeriod], argNames[argTau], argNames[argAt]}
+	// items returns the arguments a header lists, one a line.
+	item := regexp.MustCompile(`(?m)^--\s+ARGV\[(ARG_[A-Z]+)\]\s`)
+	items := func(header string) []string {
+		var out []string
+		for _, m := range item.FindAllStringSubmatch(header, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	for file, src := range luaFiles(t) {
+		header, code := split(src)
+		for _, part := range []string{"KEYS", "ARGV", "Reply:", "Time:"} {
+			require.Contains(t, header, part, "%s's header", file)
+		}
+		switch {
+		case file == "args.lua":
+			require.Equal(t, all, items(header), "args.lua documents every argument, in ARGV's order")
+			require.Equal(t, all, refs(code), "args.lua reads every argument once, in ARGV's order")
+		case strings.HasSuffix(file, "_fast.lua"):
+			documented := refs(header)
+			for _, r := range refs(code) {
+				require.Contains(t, documented, r, "%s reads an argument its header does not name", file)
+			}
+		case slices.Contains([]string{"tokenbucket.lua", "leakybucket.lua", "fixedwindow.lua", "slidingwindow.lua", "slidinglog.lua"}, file):
+			require.Equal(t, perAlgorithm, items(header), "%s says what each argument that differs by algorithm is", file)
+			require.Empty(t, refs(code), "%s reads ARGV; args.lua does", file)
+		}
+	}
+}
