@@ -198,13 +198,6 @@ func TestSeededStates(t *testing.T) {
 			if m.sw.Prev+m.sw.Curr > quota && rapid.Bool().Draw(rt, "valid") {
 				m.sw.Prev = quota - m.sw.Curr
 			}
-			// Keep the reference's settling steps few: it steps one offset
-			// at a time through runs where its float estimate is flat,
-			// about quota·W/(prev·2^52) long (the script bisects; see
-			// TestSlidingWindowFlatEstimate).
-			if flat := float64(quota) * float64(w) / (1 << 52); m.sw.Prev > 0 && flat/float64(m.sw.Prev) > 1024 {
-				m.sw.Prev = min(int64(flat/1024)+1, quota)
-			}
 		}
 		rkey := store.Key(key, m.alg.Kind())
 		// The TTL the script would have set when it wrote this state.
@@ -228,11 +221,12 @@ func TestSeededStates(t *testing.T) {
 	})
 }
 
-// TestSlidingWindowRounding checks states where SlidingWindow's solved
-// admission offset is one off because of float rounding, so that the
-// settling steps decide, and states where another order of operations in
-// the estimate would decide otherwise (both found by searching random
-// states): the script must settle exactly as the reference does.
+// TestSlidingWindowRounding checks states where the offset the script
+// solves for (slidingwindow.lua's earliest) is one off because of float
+// rounding, so that its settling steps decide, and states where another
+// order of operations in the estimate would decide otherwise (both found
+// by searching random states): the script must settle on the offset the
+// reference's bisection finds.
 func TestSlidingWindowRounding(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
@@ -292,7 +286,9 @@ func TestSlidingWindowRounding(t *testing.T) {
 // offsets (a limit of 2^40, one unit in the previous window, a window near
 // 2^52 ns): the script must find the least offset at which the request
 // fits without stepping through them (which would keep Redis busy for
-// hours). The script is called directly: the reference Step still steps.
+// hours). The script is called directly, so that nothing but its own
+// search decides; TestSeededStates checks it against the reference's
+// bisection on such states.
 func TestSlidingWindowFlatEstimate(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)

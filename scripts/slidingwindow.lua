@@ -21,14 +21,14 @@
 --
 -- The estimate is a double computed in the order of operations of
 -- SlidingWindow.avail, (L - curr) - prev*(W - e)/W, and the earliest
--- admission instant is the one SlidingWindow.earliest settles on (found by
--- bisection where the estimate is flat), so both make the same decision
--- bit for bit.
+-- admission instant is the least at which the request fits, the one
+-- SlidingWindow.earliest finds (see earliest below), so both make the same
+-- decision bit for bit.
 --
--- Time: the client's clock when ARGV[8] is set, else Redis TIME. Windows
--- are aligned to the Unix epoch. The TTL is the time until the state rolls
--- to empty (two windows after the start with a current count, one with
--- only a previous count) plus the margin.
+-- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME.
+-- Windows are aligned to the Unix epoch. The TTL is the time until the
+-- state rolls to empty (two windows after the start with a current count,
+-- one with only a previous count) plus the margin.
 
 local limit, w = quota, period
 local wu = w / 1000
@@ -66,13 +66,17 @@ end
 -- earliest returns the smallest offset e in [f, w] into a window with
 -- counts p, c at which k units fit, or -1 when they do not fit in it.
 --
--- It returns what SlidingWindow.earliest returns: the solved offset, then
--- settled to the least e at which k <= avail(e). avail never decreases as e
--- grows (the float operations are monotone), so that least e is found by
--- bisection when it is not the solved offset or its neighbour: the float
--- estimate can be flat over very long runs of e (a large limit, a small
--- previous count, a long window), where stepping one nanosecond at a time
--- would keep Redis busy for hours.
+-- It returns what SlidingWindow.earliest returns, the least e in [f, w] at
+-- which k <= avail(e): avail never decreases as e grows (the float
+-- operations are monotone), so that e is one instant, whichever way it is
+-- found. SlidingWindow.earliest bisects [f, w] for it. This function first
+-- tries the offset solved from the linear decay of the previous count and
+-- its neighbour, one of which it is unless the float estimate is flat
+-- around the solved offset, and then bisects only the side of the solved
+-- offset where it lies: the estimate can be flat over very long runs of e
+-- (a large limit, a small previous count, a long window), where stepping
+-- one nanosecond at a time from the solved offset would keep Redis busy
+-- for hours.
 local function earliest(p, c, f, k)
   local room = limit - c - k
   if room < 0 then
