@@ -9,25 +9,22 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/scripts"
 )
 
-// maxQuota is the largest quota redisstore accepts: counts stay exact in
-// the scripts, whose numbers are doubles, when sums of two of them stay
-// below 2^53.
-const maxQuota = 1 << 52
-
 // algo is one of the five algorithm configurations, validated, with the
-// numbers its script takes.
+// numbers its script takes (see scripts.Args).
 type algo struct {
 	kind  floodgate.Kind
 	quota int64
-	arg8  int64 // emission interval (buckets) or window (windows), in ns
-	arg9  int64 // tau (buckets), in ns
 	tb    floodgate.TokenBucket
 	lb    floodgate.LeakyBucket
 	fw    floodgate.FixedWindow
 	sw    floodgate.SlidingWindow
 	sl    floodgate.SlidingLog
+
+	period int64 // emission interval (buckets) or window (windows), in ns
+	tau    int64 // the time to restore the full quota (buckets), in ns
 }
 
 // resolve validates alg and returns its algo.
@@ -78,15 +75,16 @@ func resolve(alg floodgate.Algorithm) (algo, error) {
 	a.kind = alg.Kind()
 	p := alg.Policy()
 	a.quota = p.Quota
-	if a.quota > maxQuota {
-		return a, fmt.Errorf("%w: redisstore supports quotas up to 2^52, got %d", floodgate.ErrInvalidConfig, a.quota)
+	if a.quota > scripts.MaxQuota {
+		// The scripts count in doubles.
+		return a, fmt.Errorf("%w: redisstore supports quotas up to %d, got %d", floodgate.ErrInvalidConfig, scripts.MaxQuota, a.quota)
 	}
 	switch a.kind {
 	case floodgate.KindTokenBucket, floodgate.KindLeakyBucket:
 		// Policy's window is tau = quota·interval exactly.
-		a.arg8, a.arg9 = int64(p.Window)/a.quota, int64(p.Window)
+		a.period, a.tau = int64(p.Window)/a.quota, int64(p.Window)
 	default:
-		a.arg8 = int64(p.Window)
+		a.period = int64(p.Window)
 	}
 	return a, nil
 }
@@ -135,17 +133,23 @@ func (a algo) scale(share float64) floodgate.Algorithm {
 	}
 }
 
-// args returns ARGV for the script (see package scripts): now is the
-// client's clock in decimal nanoseconds, or "" for Redis TIME.
+// args returns ARGV for the script: now is the client's clock in decimal
+// nanoseconds, or "" for Redis TIME.
 func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
-	maxDelay := int64(min(req.MaxDelay, floodgate.MaxDelay))
-	switch {
-	case req.Op == floodgate.OpRefund:
-		return []any{int64(req.Op), req.N, maxDelay, marginMs, a.quota, a.arg8, a.arg9, now, strconv.FormatInt(req.At.UnixNano(), 10)}
-	case now != "":
-		return []any{int64(req.Op), req.N, maxDelay, marginMs, a.quota, a.arg8, a.arg9, now}
+	args := scripts.Args{
+		Op:       req.Op,
+		N:        req.N,
+		MaxDelay: int64(min(req.MaxDelay, floodgate.MaxDelay)),
+		MarginMs: marginMs,
+		Quota:    a.quota,
+		Period:   a.period,
+		Tau:      a.tau,
+		Now:      now,
 	}
-	return []any{int64(req.Op), req.N, maxDelay, marginMs, a.quota, a.arg8, a.arg9}
+	if req.Op == floodgate.OpRefund {
+		args.At = strconv.FormatInt(req.At.UnixNano(), 10)
+	}
+	return args.ARGV()
 }
 
 // argsCache remembers the ARGV of a bound algorithm's last take on Redis
@@ -462,7 +466,7 @@ func (r *replyReader) str(i int) string {
 // nanoseconds since the Unix epoch, in nanoseconds.
 func (r *replyReader) now() int64 {
 	sec, nsec := r.int(0), r.int(1)
-	if r.err == nil && (sec < 0 || sec >= maxUnix || nsec < 0 || nsec >= 1e9) {
+	if r.err == nil && (sec < 0 || sec >= scripts.MaxUnix || nsec < 0 || nsec >= 1e9) {
 		r.err = badReply("instant %d s %d ns out of range", sec, nsec)
 	}
 	return sec*1e9 + nsec

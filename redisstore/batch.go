@@ -334,7 +334,11 @@ func batchArgs(ps []*pending) []any {
 		}
 		index[i] = l + 1
 	}
-	args := append(make([]any, 0, 1+len(lists)*8+len(ps)), len(lists))
+	size := 1 + len(ps)
+	for _, l := range lists {
+		size += 1 + len(l)
+	}
+	args := append(make([]any, 0, size), len(lists))
 	for _, l := range lists {
 		args = append(args, len(l))
 		args = append(args, l...)

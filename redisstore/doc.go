@@ -19,8 +19,10 @@
 // the script decided or wrote otherwise. (The sliding log, too large to
 // return, returns the facts the Result needs.) Lua numbers are doubles, so
 // the scripts hold instants as exact (seconds, nanoseconds) pairs and use
-// single numbers only for differences, which floodgate bounds by 2^52 ns;
-// quotas are limited to 2^52 here.
+// single numbers only for differences, which floodgate bounds by
+// [floodgate.MaxWindow] and [floodgate.MaxDelay]; quotas are limited to
+// [scripts.MaxQuota] here, and instants to before [scripts.MaxUnix]. The
+// scripts take their arguments as [scripts.Args] lays them out.
 //
 // # Time
 //

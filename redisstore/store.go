@@ -58,10 +58,11 @@ type Options struct {
 	// Now is the clock of the decisions. The default (nil) is the Redis
 	// server's TIME, read inside each script: one clock for every process,
 	// immune to the skew of their clocks. Set it for deterministic tests;
-	// its instants must lie between 1970 and 2255. WARNING: with Now,
-	// every process must agree on the time, and a clock that runs slower
-	// than the server's lets state expire early (the TTLs run on the
-	// server's clock); Options.ExpiryMargin absorbs the difference.
+	// its instants must lie between 1970 and scripts.MaxUnix (in 2255).
+	// WARNING: with Now, every process must agree on the time, and a clock
+	// that runs slower than the server's lets state expire early (the TTLs
+	// run on the server's clock); Options.ExpiryMargin absorbs the
+	// difference.
 	Now func() time.Time
 
 	// Timeout bounds each decision's time in the store, from the wait for
@@ -189,11 +190,6 @@ var _ floodgate.Store = (*Store)(nil)
 // MaxInFlight, or as many batches as BatchPipelines): they dial the
 // connections and load the scripts, several round trips each.
 const coldTimeout = 250 * time.Millisecond
-
-// maxUnix bounds the instants of decisions, in seconds since the Unix
-// epoch (in 2255): the scripts compute window starts from the instant in
-// microseconds, exact below 2^53.
-const maxUnix = 9_000_000_000
 
 // programs are the scripts, and batchPrograms those making a batch of
 // decisions of one algorithm (scripts.BatchSource), indexed by
@@ -458,10 +454,10 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	now := ""
 	if s.now != nil {
 		t := s.now()
-		if t.Unix() < 0 || t.Unix() >= maxUnix {
-			// As the reference Steps do; the scripts' window arithmetic
-			// is exact up to 2255.
-			return floodgate.Result{}, fmt.Errorf("%w: the clock (Options.Now) reads %v, outside 1970 to 2255", floodgate.ErrInvalidConfig, t)
+		if t.Unix() < 0 || t.Unix() >= scripts.MaxUnix {
+			// The reference Steps refuse instants before 1970; the
+			// scripts, those from scripts.MaxUnix on.
+			return floodgate.Result{}, fmt.Errorf("%w: the clock (Options.Now) reads %v, outside 1970 to %v", floodgate.ErrInvalidConfig, t, time.Unix(scripts.MaxUnix, 0).UTC())
 		}
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}

@@ -107,7 +107,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
 		})
 	}
-	for _, at := range []time.Time{time.Unix(-1, 0), time.Unix(maxUnix, 0), {}} {
+	for _, at := range []time.Time{time.Unix(-1, 0), time.Unix(scripts.MaxUnix, 0), {}} {
 		s, err := New(c, &Options{Now: func() time.Time { return at }})
 		require.NoError(t, err)
 		_, err = s.Apply(ctx, "k", tb, take)
