@@ -1,14 +1,19 @@
 // Command source prints a floodgate script as package scripts builds it,
-// for tools outside Go (redisstore/testdata/ceiling.sh loads it into
-// Redis):
+// or the ARGV of one decision as package scripts lays it out, for tools
+// outside Go (redisstore/testdata/ceiling.sh loads the scripts into Redis
+// and sends them these arguments):
 //
 //	go run ./scripts/internal/source [-batch] tb|lb|fw|sw|sl
+//	go run ./scripts/internal/source -argv [-op 0] [-n 1] [-maxdelay 0] [-margin 1000] -quota Q -period P [-tau T]
+//
+// With -argv it prints the arguments separated by spaces, on Redis TIME.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/scripts"
@@ -24,15 +29,40 @@ var kinds = map[string]floodgate.Kind{
 
 func main() {
 	batch := flag.Bool("batch", false, "print the script of a batch of decisions")
+	argv := flag.Bool("argv", false, "print the ARGV of one decision instead of a script")
+	var a scripts.Args
+	op := flag.Int("op", int(floodgate.OpTake), "with -argv: the floodgate.Op")
+	flag.Int64Var(&a.N, "n", 1, "with -argv: the units")
+	flag.Int64Var(&a.MaxDelay, "maxdelay", 0, "with -argv: the maximum delay, in ns")
+	flag.Int64Var(&a.MarginMs, "margin", 1000, "with -argv: the TTL margin, in ms")
+	flag.Int64Var(&a.Quota, "quota", 0, "with -argv: the burst, capacity or limit")
+	flag.Int64Var(&a.Period, "period", 0, "with -argv: the emission interval or the window, in ns")
+	flag.Int64Var(&a.Tau, "tau", 0, "with -argv: the time to restore the full quota (buckets), in ns")
 	flag.Parse()
+	if *argv {
+		if flag.NArg() != 0 || a.Quota < 1 || a.Period < 1 {
+			usage()
+		}
+		a.Op = floodgate.Op(*op)
+		words := make([]string, 0, 9)
+		for _, v := range a.ARGV() {
+			words = append(words, fmt.Sprint(v))
+		}
+		fmt.Println(strings.Join(words, " "))
+		return
+	}
 	kind, ok := kinds[flag.Arg(0)]
 	if flag.NArg() != 1 || !ok {
-		fmt.Fprintln(os.Stderr, "usage: source [-batch] tb|lb|fw|sw|sl")
-		os.Exit(2)
+		usage()
 	}
 	if *batch {
 		fmt.Print(scripts.BatchSource(kind))
 	} else {
 		fmt.Print(scripts.Source(kind))
 	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: source [-batch] tb|lb|fw|sw|sl\n       source -argv [-op 0] [-n 1] [-maxdelay 0] [-margin 1000] -quota Q -period P [-tau T]")
+	os.Exit(2)
 }
