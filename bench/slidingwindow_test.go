@@ -404,5 +404,5 @@ func TestSlidingWindowBound(t *testing.T) {
 		}
 		worst = max(worst, float64(most)/float64(limit))
 	}
-	t.Logf("300 random traces: at most %.3f·Limit in any window", worst)
+	t.Logf("300 random traces: at most %.3f·Limit in any window (rounded up)", math.Ceil(worst*1000)/1000)
 }
