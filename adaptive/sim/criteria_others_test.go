@@ -96,8 +96,8 @@ func assertUnderOverload(t *testing.T, limiter func(Env) (*adaptive.Limiter, err
 							seed, over.LimitMedian, lo, hi)
 						assert.Truef(t, over.LimitMedian >= lo-1 && over.LimitMedian <= hi+1,
 							"seed %d: median limit at 3x = %d, want within one of [%d, %d]", seed, over.LimitMedian, lo, hi)
-						t.Logf("seed %d: median limit at 3x = %d (from %d to %d), outside [%d, %d]",
-							seed, over.LimitMedian, over.LimitMin, over.LimitMax, lo, hi)
+						t.Logf("%s, seed %d: median limit at 3x = %d (from %d to %d), outside [%d, %d]",
+							t.Name(), seed, over.LimitMedian, over.LimitMin, over.LimitMax, lo, hi)
 					} else {
 						assert.Truef(t, in, "seed %d: median limit at 3x = %d, want in [%d, %d]", seed, over.LimitMedian, lo, hi)
 					}
@@ -117,8 +117,8 @@ func assertUnderOverload(t *testing.T, limiter func(Env) (*adaptive.Limiter, err
 				minL.add(seed, float64(over.LimitMedian))
 				maxL.add(seed, float64(over.LimitMedian))
 			}
-			t.Logf("%d seeds at 3x: median limit from %s to %s, goodput >= %s of capacity, p99 <= %s; shed at 0.5x <= %s",
-				len(seeds), minL.format(0, ""), maxL.format(0, ""), minGood.format(4, ""), worstP99.format(2, "·S"), maxShed.format(4, ""))
+			t.Logf("%s, %d seeds at 3x: median limit from %s to %s, goodput >= %s of capacity, p99 <= %s; shed at 0.5x <= %s",
+				t.Name(), len(seeds), minL.format(0, ""), maxL.format(0, ""), minGood.format(4, ""), worstP99.format(2, "·S"), maxShed.format(4, ""))
 		})
 	}
 }
@@ -151,7 +151,7 @@ func assertCollapseBaseline(t *testing.T, limiter func(Env) (*adaptive.Limiter, 
 		assert.GreaterOrEqualf(t, with, floor, "seed %d: goodput with limiter and collapse = %.3f, want >= %.3f", seed, with, floor)
 		assert.Lessf(t, without, 0.5*with, "seed %d: goodput without limiter = %.3f, want clearly below %.3f", seed, without, with)
 	}
-	t.Logf("%d seeds, goodput at 3x with collapse: limiter >= %s, no limiter <= %s of capacity", len(seeds), minWith.format(4, ""), maxWithout.format(4, ""))
+	t.Logf("%s, %d seeds, goodput at 3x with collapse: limiter >= %s, no limiter <= %s of capacity", t.Name(), len(seeds), minWith.format(4, ""), maxWithout.format(4, ""))
 }
 
 func TestGradient2UnderOverload(t *testing.T) {

@@ -225,9 +225,12 @@ func TestVegasFollowsCapacityStep(t *testing.T) {
 				"dist %d seed %d: limit after the step in [%d, %d], want within [%d, %d]", dist, seed, o.halved.LimitMin, o.halved.LimitMax, lo, hi)
 			slowest.add(seed, float64(o.windows))
 		}
-		t.Logf("distribution %d, %d seeds: limit in the new band after at most %s windows", dist, len(seeds), slowest.format(0, ""))
+		t.Logf("%s distribution, %d seeds: limit in the new band after at most %s windows", distName[dist], len(seeds), slowest.format(0, ""))
 	}
 }
+
+// distName names the service distributions in logs.
+var distName = map[Distribution]string{Deterministic: "deterministic", Lognormal: "lognormal"}
 
 // classGoodput returns the share of a class's offered requests that were
 // good.
@@ -275,7 +278,7 @@ func TestPartitionProtectsCritical(t *testing.T) {
 		assert.Greaterf(t, classShed(over, "sheddable"), 5*classShed(over, "critical"), "seed %d: shedding must fall on the sheddable partition", seed)
 		worst.add(seed, g)
 	}
-	t.Logf("%d seeds: critical goodput >= %s of offered", len(seeds), worst.format(4, ""))
+	t.Logf("%s, %d seeds: critical goodput >= %s of offered", t.Name(), len(seeds), worst.format(4, ""))
 }
 
 func TestCriticalityShedsLowestFirst(t *testing.T) {
@@ -312,5 +315,5 @@ func TestCriticalityShedsLowestFirst(t *testing.T) {
 			"seed %d: shed rates %s, want increasing", seed, sheds)
 		worst.add(seed, g)
 	}
-	t.Logf("%d seeds: critical goodput >= %s of offered", len(seeds), worst.format(4, ""))
+	t.Logf("%s, %d seeds: critical goodput >= %s of offered", t.Name(), len(seeds), worst.format(4, ""))
 }
