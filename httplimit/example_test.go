@@ -13,7 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
-func ExampleMiddleware() {
+func ExampleNew() {
 	// A stopped clock keeps the output stable; leave Now unset in real use.
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	store, err := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
@@ -27,7 +27,11 @@ func ExampleMiddleware() {
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "hello\n")
 	})
-	handler := httplimit.Middleware(limiter, nil)(hello)
+	mw, err := httplimit.New(limiter, nil)
+	if err != nil {
+		panic(err)
+	}
+	handler := mw(hello)
 
 	for range 3 {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
