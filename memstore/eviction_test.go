@@ -3,6 +3,8 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,5 +63,45 @@ func TestKeyRotationForgivesNoSpentKey(t *testing.T) {
 			}
 			require.Zero(t, forgiven, "spent keys given a fresh quota after %d new keys", rotated)
 		})
+	}
+}
+
+// TestFixedWindowMovesUnderContention: two fixed windows with different
+// packings hammer one key on a frozen clock, so the key's word moves under
+// its mutex while other goroutines compare-and-swap on it. The instant
+// starts a window of both (1 s and 2 s), so neither resets the other's
+// count: sharing one state, they admit exactly Limit units together.
+func TestFixedWindowMovesUnderContention(t *testing.T) {
+	for round := range 20 {
+		clock := conformance.NewClock(t0.Add(time.Duration(round) * 2 * time.Second))
+		s := newMemStore(t, &memstore.Options{Now: clock.Now})
+		a, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: time.Second})
+		require.NoError(t, err)
+		b, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: 2 * time.Second})
+		require.NoError(t, err)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for g := range 16 {
+			lim := a
+			if g%2 == 1 {
+				lim = b
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					d, err := lim.Allow(context.Background(), "hot")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, 100, admitted.Load(), "round %d: admitted by two configurations sharing one key", round)
 	}
 }
