@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // heapPerKey returns the heap bytes per tracked key after n short keys made
@@ -54,7 +55,7 @@ func TestHeapPerKey(t *testing.T) {
 	} {
 		per := heapPerKey(t, alg, n)
 		t.Logf("%v: %.1f bytes per key (%d keys)", alg, per, n)
-		if alg.Kind() == floodgate.KindTokenBucket {
+		if kindOf(alg) == step.KindTokenBucket {
 			require.LessOrEqual(t, per, 64.0, "token bucket heap per key")
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // TestArgs sends Args.ARGV to args.lua and checks that the script reads
@@ -121,7 +122,7 @@ func TestProtocolNames(t *testing.T) {
 	for n := range names {
 		require.True(t, used[n], "no script uses %s", n)
 	}
-	for k := floodgate.KindTokenBucket; k <= floodgate.KindSlidingLog; k++ {
+	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
 		for _, src := range []string{Source(k), BatchSource(k)} {
 			require.NotRegexp(t, name, src, "%v: a name left in the script", k)
 		}

@@ -13,12 +13,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 func TestSource(t *testing.T) {
 	head, helpers, args := expand(timeLua), expand(lib), expand(argsLua)
-	for _, k := range []floodgate.Kind{floodgate.KindTokenBucket, floodgate.KindLeakyBucket, floodgate.KindFixedWindow, floodgate.KindSlidingWindow, floodgate.KindSlidingLog} {
+	for _, k := range []step.Kind{step.KindTokenBucket, step.KindLeakyBucket, step.KindFixedWindow, step.KindSlidingWindow, step.KindSlidingLog} {
 		src := Source(k)
 		require.True(t, strings.HasPrefix(src, head), "%v starts with time.lua", k)
 		i := strings.Index(src, helpers)
@@ -26,15 +26,15 @@ func TestSource(t *testing.T) {
 		body := args + "\n" + expand(bodies[k])
 		require.True(t, strings.HasSuffix(src, "\n"+body), "%v ends with args.lua and its file", k)
 		between := src[len(head):i]
-		fast := k != floodgate.KindSlidingLog
+		fast := k != step.KindSlidingLog
 		require.Equal(t, fast, strings.Contains(between, expand(callFast)), "%v: all but the sliding log call a fast path before lib.lua", k)
 		if fast {
 			require.True(t, strings.HasPrefix(between, "\n"+expand(fastPaths[k])), "%v's fast path follows time.lua", k)
 		} else {
 			require.Equal(t, "\n", between, "%v has no fast path", k)
 		}
-		if k == floodgate.KindTokenBucket || k == floodgate.KindLeakyBucket {
-			require.True(t, strings.HasPrefix(between, "\nlocal leaky = "+strconv.FormatBool(k == floodgate.KindLeakyBucket)+"\n"+expand(bucketFast)), "%v sets leaky for bucket_fast.lua", k)
+		if k == step.KindTokenBucket || k == step.KindLeakyBucket {
+			require.True(t, strings.HasPrefix(between, "\nlocal leaky = "+strconv.FormatBool(k == step.KindLeakyBucket)+"\n"+expand(bucketFast)), "%v sets leaky for bucket_fast.lua", k)
 		}
 
 		// The batch script: the same parts, the fast path defined but not
@@ -53,8 +53,8 @@ func TestSource(t *testing.T) {
 		require.True(t, strings.HasSuffix(bsrc, "\nlocal function one(KEYS, ARGV)\n"+body+"\nend\n"+expand(batch)), "%v: one, then batch.lua", k)
 	}
 	require.Empty(t, Source(0))
-	require.Empty(t, Source(floodgate.KindSlidingLog+1))
-	require.Empty(t, BatchSource(floodgate.KindSlidingLog+1))
+	require.Empty(t, Source(step.KindSlidingLog+1))
+	require.Empty(t, BatchSource(step.KindSlidingLog+1))
 }
 
 // harness runs lib.lua's helpers on the instants given, as a script.
