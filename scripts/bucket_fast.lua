@@ -7,9 +7,10 @@
 -- token bucket's TAT, the leaky bucket's tail) and move it the same way;
 -- they differ only in the admission test, chosen by `leaky`, which Source
 -- sets before this file. The fast path and the general script make the
--- decision of the algorithm's Step with the same exact (seconds,
--- nanoseconds) arithmetic (see lib.lua), and write the same state and TTL;
--- redisstore checks every reply against the Step.
+-- decision of the algorithm's transition in package step (step.TokenBucket,
+-- step.LeakyBucket) with the same exact (seconds, nanoseconds) arithmetic
+-- (see lib.lua), and write the same state and TTL; redisstore checks every
+-- reply against the transition.
 --
 -- KEYS     none: fast(key, ARGV, t) takes the decision's key, its state as
 --          the algorithm's file says

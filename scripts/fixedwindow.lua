@@ -1,4 +1,5 @@
--- fixedwindow.lua: floodgate.FixedWindow.Step as one atomic script.
+-- fixedwindow.lua: step.FixedWindow, the fixed window's reference
+-- transition, as one atomic script.
 --
 -- KEYS[1]  the key's state: a string "start:count", the start of the window
 --          the count belongs to (decimal nanoseconds since the Unix epoch)
@@ -14,7 +15,7 @@
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
 -- state, allowed (0 or 1), granted}, the states as stored. The new state
 -- equals the old one when nothing was written. redisstore re-runs
--- FixedWindow.Step on the old state and now to build the Result, and checks
+-- step.FixedWindow on the old state and now to build the Result, and checks
 -- that it agrees with the reply.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME.

@@ -3,10 +3,9 @@
 -- without its helpers: a take on Redis TIME, on a missing key or a state
 -- whose start has 19 digits (2001 to 2286, which holds every start a take
 -- on Redis TIME writes before MAX_UNIX). Anything else falls through to
--- fixedwindow.lua. Both make the decision of floodgate.FixedWindow.Step
--- with the same exact (seconds, nanoseconds) arithmetic (see lib.lua), and
--- write the same state and TTL; redisstore checks every reply against the
--- Step.
+-- fixedwindow.lua. Both make the decision of step.FixedWindow with the
+-- same exact (seconds, nanoseconds) arithmetic (see lib.lua), and write the
+-- same state and TTL; redisstore checks every reply against step.FixedWindow.
 --
 -- KEYS     none: fast(key, ARGV, t) takes the decision's key, its state as
 --          fixedwindow.lua says

@@ -1,5 +1,5 @@
--- leakybucket.lua: floodgate.LeakyBucket.Step (a FIFO shaper) as one atomic
--- script.
+-- leakybucket.lua: step.LeakyBucket, the leaky bucket's reference
+-- transition (a FIFO shaper), as one atomic script.
 --
 -- KEYS[1]  the key's state: a string, the tail (the next departure slot),
 --          in decimal nanoseconds since the Unix epoch; missing means 0.
@@ -14,7 +14,7 @@
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old tail, new
 -- tail, allowed (0 or 1), granted}, instants as decimal strings. The new
 -- tail equals the old one when nothing was written. redisstore re-runs
--- LeakyBucket.Step on the old tail and now to build the Result, and checks
+-- step.LeakyBucket on the old tail and now to build the Result, and checks
 -- that it agrees with the reply.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The

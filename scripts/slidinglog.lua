@@ -1,5 +1,5 @@
--- slidinglog.lua: floodgate.SlidingLog.Step (the exact sliding window) as
--- one atomic script.
+-- slidinglog.lua: step.SlidingLog, the exact sliding window's reference
+-- transition, as one atomic script.
 --
 -- KEYS[1]  the key's log: a sorted set. Member "b" holds the base B as its
 --          score. Every other member is an admission instant in decimal
@@ -27,7 +27,7 @@
 --   after   the units in the log after the step
 --   last    the newest instant after the step, "" for an empty log
 -- The log is too large to return; redisstore builds the Result from these
--- facts with the formulas of SlidingLog.Step.
+-- facts with the formulas of step.SlidingLog.
 --
 -- Cost: O(log n) for a take and a take up to n, plus O(log n) for each
 -- entry that has left the window and is dropped (each entry is dropped
@@ -35,7 +35,7 @@
 -- refunded instant.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. As in
--- SlidingLog.Step, a denial drops the entries that have left the window,
+-- step.SlidingLog, a denial drops the entries that have left the window,
 -- which no decision can observe; it changes nothing else, not the TTL. The
 -- TTL is the time until the newest entry leaves the window plus the margin.
 

@@ -1,5 +1,6 @@
--- slidingwindow.lua: floodgate.SlidingWindow.Step (the weighted two-counter
--- estimate) as one atomic script.
+-- slidingwindow.lua: step.SlidingWindow, the sliding window counter's
+-- reference transition (the weighted two-counter estimate), as one atomic
+-- script.
 --
 -- KEYS[1]  the key's state: a string "start:prev:curr", the start of the
 --          current fixed window (decimal nanoseconds since the Unix epoch)
@@ -16,14 +17,14 @@
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
 -- state, allowed (0 or 1), granted}, the states as stored. The new state
 -- equals the old one when nothing was written. redisstore re-runs
--- SlidingWindow.Step on the old state and now to build the Result, and
+-- step.SlidingWindow on the old state and now to build the Result, and
 -- checks that it agrees with the reply.
 --
 -- The estimate is a double computed in the order of operations of
--- SlidingWindow.avail, (L - curr) - prev*(W - e)/W, and the earliest
+-- package step's swAvail, (L - curr) - prev*(W - e)/W, and the earliest
 -- admission instant is the least at which the request fits, the one
--- SlidingWindow.earliest finds (see earliest below), so both make the same
--- decision bit for bit.
+-- swEarliest finds (see earliest below), so both make the same decision
+-- bit for bit.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME.
 -- Windows are aligned to the Unix epoch. The TTL is the time until the
@@ -66,17 +67,16 @@ end
 -- earliest returns the smallest offset e in [f, w] into a window with
 -- counts p, c at which k units fit, or -1 when they do not fit in it.
 --
--- It returns what SlidingWindow.earliest returns, the least e in [f, w] at
--- which k <= avail(e): avail never decreases as e grows (the float
--- operations are monotone), so that e is one instant, whichever way it is
--- found. SlidingWindow.earliest bisects [f, w] for it. This function first
--- tries the offset solved from the linear decay of the previous count and
--- its neighbour, one of which it is unless the float estimate is flat
--- around the solved offset, and then bisects only the side of the solved
--- offset where it lies: the estimate can be flat over very long runs of e
--- (a large limit, a small previous count, a long window), where stepping
--- one nanosecond at a time from the solved offset would keep Redis busy
--- for hours.
+-- It returns what step's swEarliest returns, the least e in [f, w] at which
+-- k <= avail(e): avail never decreases as e grows (the float operations are
+-- monotone), so that e is one instant, whichever way it is found. swEarliest
+-- bisects [f, w] for it. This function first tries the offset solved from
+-- the linear decay of the previous count and its neighbour, one of which it
+-- is unless the float estimate is flat around the solved offset, and then
+-- bisects only the side of the solved offset where it lies: the estimate can
+-- be flat over very long runs of e (a large limit, a small previous count, a
+-- long window), where stepping one nanosecond at a time from the solved
+-- offset would keep Redis busy for hours.
 local function earliest(p, c, f, k)
   local room = limit - c - k
   if room < 0 then
@@ -121,7 +121,7 @@ local function admit(k)
   return w + earliest(cc, 0, 0, k)
 end
 
--- remaining is what SlidingWindow.Step reports for cur.
+-- remaining is what step.SlidingWindow reports for cur.
 local function remaining()
   if co > 0 then
     return 0

@@ -6,10 +6,10 @@
 -- writes before MAX_UNIX). Anything else falls through to
 -- slidingwindow.lua. Without delay, a take is admitted exactly when its
 -- units fit the estimate now, (L - curr) - prev*(W - e)/W in the order of
--- operations of SlidingWindow.avail, which this file computes as
+-- operations of package step's swAvail, which this file computes as
 -- slidingwindow.lua does; a state reserved ahead admits nothing now. Both
--- write the same state and TTL; redisstore checks every reply against the
--- Step.
+-- write the same state and TTL; redisstore checks every reply against
+-- step.SlidingWindow.
 --
 -- KEYS     none: fast(key, ARGV, t) takes the decision's key, its state as
 --          slidingwindow.lua says

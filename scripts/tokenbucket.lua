@@ -1,4 +1,5 @@
--- tokenbucket.lua: floodgate.TokenBucket.Step (GCRA) as one atomic script.
+-- tokenbucket.lua: step.TokenBucket, the token bucket's reference transition
+-- (GCRA), as one atomic script.
 --
 -- KEYS[1]  the key's state: a string, the theoretical arrival time (TAT),
 --          in decimal nanoseconds since the Unix epoch; missing means 0.
@@ -13,7 +14,7 @@
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old TAT, new TAT,
 -- allowed (0 or 1), granted}, instants as decimal strings. The new TAT
 -- equals the old one when nothing was written. redisstore re-runs
--- TokenBucket.Step on the old TAT and now to build the Result, and checks
+-- step.TokenBucket on the old TAT and now to build the Result, and checks
 -- that it agrees with allowed, granted and the new TAT.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The

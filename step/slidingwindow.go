@@ -55,7 +55,9 @@ func swEarliest(a floodgate.SlidingWindow, st SlidingWindowState, from, n int64)
 	// and avail(W) = Limit − Curr ≥ n, so bisect for the least e that fits:
 	// at most 52 steps, where settling a closed-form guess by single
 	// nanoseconds could take ~2^40 for a large Limit and a tiny Prev. The
-	// Lua script bisects the same interval the same way.
+	// Lua script (slidingwindow.lua's earliest) finds the same e another
+	// way: it tries the offset solved from the linear decay and its
+	// neighbour, and bisects only the side of it where e lies.
 	lo, hi := from, w // avail(lo) < n ≤ avail(hi)
 	for hi-lo > 1 {
 		mid := lo + (hi-lo)/2
