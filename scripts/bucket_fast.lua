@@ -23,6 +23,12 @@
 --          nil to fall through
 -- Time:    t, the TIME time.lua read (before MAX_UNIX s)
 local function fast(key, ARGV, t)
+  -- The arguments (the algorithm's file says what they are), read first:
+  -- n also as the string at hand for the reply, the margin as a string
+  -- until the TTL adds it. Arithmetic converts the decimal strings, at half
+  -- the cost of tonumber calls.
+  local units, maxd, margin = ARGV[ARG_N], ARGV[ARG_MAXDELAY] + 0, ARGV[ARG_MARGIN]
+  local n, interval, tau = units + 0, ARGV[ARG_PERIOD] + 0, ARGV[ARG_TAU] + 0
   local old = redis.call('GET', key)
   local as, ans = 0, 0
   if old then
@@ -38,9 +44,6 @@ local function fast(key, ARGV, t)
     end
   end
   local ts, tns = t[1] + 0, t[2] * 1000
-  -- Arithmetic converts the decimal arguments, at half the cost of
-  -- tonumber calls.
-  local n, interval, tau = ARGV[ARG_N] + 0, ARGV[ARG_PERIOD] + 0, ARGV[ARG_TAU] + 0
   -- b = base - now, base = max(state, now), as in both scripts.
   local bs, bns, b = ts, tns, 0
   local o = (as - ts) * 1e9 + (ans - tns)
@@ -53,14 +56,14 @@ local function fast(key, ARGV, t)
   if leaky then
     -- The queue ahead plus this request fits in the bucket, and the
     -- departure is within the maximum delay (leakybucket.lua).
-    admit = b + d <= tau and b <= ARGV[ARG_MAXDELAY] + 0
+    admit = b + d <= tau and b <= maxd
   else
     -- The request conforms within the maximum delay (GCRA,
     -- tokenbucket.lua).
-    admit = (b - tau) + d <= ARGV[ARG_MAXDELAY] + 0
+    admit = (b - tau) + d <= maxd
   end
   if admit then
-    flags = ' 1 ' .. ARGV[ARG_N]
+    flags = ' 1 ' .. units
     -- The new state base + d, and its TTL: b + d rounded up to a
     -- millisecond, plus the margin.
     local x = bns + d
@@ -72,7 +75,7 @@ local function fast(key, ARGV, t)
     if r > 0 then
       x = x + 1
     end
-    redis.call('SET', key, new, 'PX', string.format('%d', x + ARGV[ARG_MARGIN]))
+    redis.call('SET', key, new, 'PX', string.format('%d', x + margin))
   end
   -- The reply of the general scripts as one string (see scripts.go),
   -- joined from strings at hand: no number is formatted.

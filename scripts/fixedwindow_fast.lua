@@ -18,6 +18,12 @@
 --          to fall through
 -- Time:    t, the TIME time.lua read (before MAX_UNIX s)
 local function fast(key, ARGV, t)
+  -- The arguments (fixedwindow.lua says what they are), read first:
+  -- n also as the string at hand for the reply, the margin as a string
+  -- until the TTL adds it. Arithmetic converts the decimal strings, at half
+  -- the cost of tonumber calls.
+  local units, maxd, margin = ARGV[ARG_N], ARGV[ARG_MAXDELAY] + 0, ARGV[ARG_MARGIN]
+  local n, limit, w = units + 0, ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] + 0
   local old = redis.call('GET', key)
   local ss, sns, cnt = 0, 0, 0
   if old then
@@ -34,7 +40,6 @@ local function fast(key, ARGV, t)
     end
   end
   local ts, tns = t[1] + 0, t[2] * 1000
-  local n, limit, w = ARGV[ARG_N] + 0, ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] + 0
   -- Offsets from now: the stored window's start, the current window's (in
   -- (-w, 0]; the instant is whole microseconds, and so are windows).
   local so = (ss - ts) * 1e9 + (sns - tns)
@@ -56,8 +61,8 @@ local function fast(key, ARGV, t)
     xs, xns, xo, xc = cs + (x - r) / 1e9, r, co + w, n
   end
   local flags, new = ' 0 0', old or '0:0'
-  if math.max(xo, 0) <= ARGV[ARG_MAXDELAY] + 0 then
-    flags = ' 1 ' .. ARGV[ARG_N]
+  if math.max(xo, 0) <= maxd then
+    flags = ' 1 ' .. units
     new = string.format('%d%09d:%d', xs, xns, xc)
     -- The TTL: until the window ends, rounded up to a millisecond, plus
     -- the margin.
@@ -67,7 +72,7 @@ local function fast(key, ARGV, t)
     if r > 0 then
       d = d + 1
     end
-    redis.call('SET', key, new, 'PX', string.format('%d', d + ARGV[ARG_MARGIN]))
+    redis.call('SET', key, new, 'PX', string.format('%d', d + margin))
   end
   -- The reply of fixedwindow.lua as one string (see scripts.go), joined
   -- from strings at hand: no number is formatted.

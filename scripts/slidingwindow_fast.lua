@@ -22,9 +22,15 @@
 --          nil to fall through
 -- Time:    t, the TIME time.lua read (before MAX_UNIX s)
 local function fast(key, ARGV, t)
-  if ARGV[ARG_MAXDELAY] ~= '0' then
+  -- The arguments (slidingwindow.lua says what they are), read first:
+  -- n also as the string at hand for the reply, the margin as a string
+  -- until the TTL adds it. Arithmetic converts the decimal strings, at half
+  -- the cost of tonumber calls.
+  local units, maxd, margin = ARGV[ARG_N], ARGV[ARG_MAXDELAY] + 0, ARGV[ARG_MARGIN]
+  if maxd ~= 0 then
     return nil
   end
+  local n, limit, w = units + 0, ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] + 0
   local old = redis.call('GET', key)
   local ss, sns, p, c = 0, 0, 0, 0
   if old then
@@ -45,7 +51,6 @@ local function fast(key, ARGV, t)
     end
   end
   local ts, tns = t[1] + 0, t[2] * 1000
-  local n, limit, w = ARGV[ARG_N] + 0, ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] + 0
   -- Offsets from now: the stored window's start, the current window's (in
   -- (-w, 0]; the instant is whole microseconds, and so are windows). A
   -- missing key is a window long past.
@@ -72,7 +77,7 @@ local function fast(key, ARGV, t)
   end
   local flags, new = ' 0 0', old or '0:0:0'
   if co <= 0 and n <= (limit - cc) - cp * (w + co) / w then
-    flags = ' 1 ' .. ARGV[ARG_N]
+    flags = ' 1 ' .. units
     new = string.format('%d%09d:%d:%d', cs, cns, cp, cc + n)
     -- The TTL: until the state rolls to empty, two windows after its
     -- start, rounded up to a millisecond, plus the margin.
@@ -82,7 +87,7 @@ local function fast(key, ARGV, t)
     if r > 0 then
       d = d + 1
     end
-    redis.call('SET', key, new, 'PX', string.format('%d', d + ARGV[ARG_MARGIN]))
+    redis.call('SET', key, new, 'PX', string.format('%d', d + margin))
   end
   -- The reply of slidingwindow.lua as one string (see scripts.go), joined
   -- from strings at hand.
