@@ -44,8 +44,8 @@ type Limiter interface {
 	// quota); OpRefund gives back req.N units admitted for the instant
 	// req.At. Result.At is the store's clock at the step, from which a
 	// later refund names the instant of an admission (Result.At plus
-	// Result.Delay). The layers built on a Limiter (package lease, the
-	// HTTP middleware) use it; a wrapper around a Limiter forwards it.
+	// Result.Delay). The layers built on a Limiter (packages lease and
+	// httplimit) use it; a wrapper around a Limiter forwards it.
 	Apply(ctx context.Context, key string, req Request) (Result, error)
 }
 

@@ -9,7 +9,7 @@ import (
 
 // LeakyBucket is the reference transition of the leaky bucket. tail is the stored
 // next departure slot in nanoseconds since the Unix epoch (0 for a new key);
-// Step returns the new value to store and the result. A denial returns tail
+// it returns the new value to store and the result. A denial returns tail
 // unchanged. Every Store must produce the same results.
 func LeakyBucket(a floodgate.LeakyBucket, tail int64, now time.Time, req floodgate.Request) (int64, floodgate.Result, error) {
 	// The fast paths inline; the slow ones build the errors.

@@ -10,7 +10,7 @@ import (
 
 // TokenBucket is the reference transition of the token bucket. tat is the stored
 // theoretical arrival time in nanoseconds since the Unix epoch (0 for a new
-// key); Step returns the new value to store and the result. A denial returns
+// key); it returns the new value to store and the result. A denial returns
 // tat unchanged. Every Store must produce the same results.
 func TokenBucket(a floodgate.TokenBucket, tat int64, now time.Time, req floodgate.Request) (int64, floodgate.Result, error) {
 	// The fast paths inline; the slow ones build the errors.

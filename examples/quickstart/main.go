@@ -1,6 +1,6 @@
 // Command quickstart runs floodgate's five algorithms side by side on the
 // same scripted traffic, on virtual time, and prints what each admitted per
-// tick: the fixed window's boundary spike, the sliding window's smoothing,
+// tick: the fixed window's boundary spike, the sliding window's estimate,
 // the token bucket's burst, and the leaky bucket's constant egress.
 //
 // It then runs the same traffic through the Redis store — on the server at
