@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -31,7 +31,7 @@ func TestLeakyBucketSpacing(t *testing.T) {
 		{floodgate.LeakyBucket{Rate: 3, Per: time.Second, Capacity: 1000}, 333_333_334},
 	} {
 		t.Run(tc.alg.String(), func(t *testing.T) {
-			clock := conformance.NewClock(t0.Add(17 * ms))
+			clock := floodgatetest.NewClock(t0.Add(17 * ms))
 			l := newLimiter(t, tc.alg, clock)
 			rng := rand.New(rand.NewPCG(1, 2))
 			now := clock.Now()
@@ -81,7 +81,7 @@ func TestFixedWindowPassesTwiceTheLimitAcrossABoundary(t *testing.T) {
 		{floodgate.SlidingLog{Limit: limit, Window: time.Second}, limit},
 	} {
 		t.Run(fmt.Sprint(tc.alg), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			l := newLimiter(t, tc.alg, clock)
 			admitted := int64(0)
 			// T0 is a window boundary.
@@ -211,7 +211,7 @@ func TestSlidingLogNeverExceedsTheLimit(t *testing.T) {
 		floodgate.SlidingWindow{Limit: limit, Window: window},
 	} {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			inner, err := memstore.New(&memstore.Options{Now: clock.Now})
 			require.NoError(t, err)
 			rec := &recordingStore{Store: inner}

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 )
 
 // TestApplyUpToAndRefund pins Apply's OpTakeUpTo and OpRefund through the Limiter at fixed instants
@@ -88,7 +88,7 @@ func TestApplyUpToAndRefund(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			l := newLimiter(t, tc.alg, clock)
 			ctx := context.Background()
 			for i, st := range tc.steps {
@@ -124,7 +124,7 @@ func TestApplyUpToAndRefund(t *testing.T) {
 func TestRefundRestoresWhatAllowNTook(t *testing.T) {
 	for _, ac := range fiveAlgorithms {
 		t.Run(ac.name, func(t *testing.T) {
-			clock := conformance.NewClock(t0.Add(250 * ms))
+			clock := floodgatetest.NewClock(t0.Add(250 * ms))
 			l := newLimiter(t, ac.alg, clock)
 			q := ac.alg.Policy().Quota
 			ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -126,7 +126,7 @@ func FuzzConfig(f *testing.F) {
 		alg := fuzzAlgorithm(kind, rate, per, size)
 		verr := alg.Validate()
 		pol := alg.Policy()
-		clock := conformance.NewClock(t0)
+		clock := floodgatetest.NewClock(t0)
 		s, err := memstore.New(&memstore.Options{Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -150,7 +150,7 @@ func FuzzConfig(f *testing.F) {
 		ctx := context.Background()
 		// memstore runs a normalized config (Rate 1 per emission interval):
 		// the reference Steps run the config as given, and must agree.
-		ref := conformance.NewReference()
+		ref := new(floodgatetest.Reference)
 		step := func(what string, req floodgate.Request, res floodgate.Result, err error) {
 			t.Helper()
 			now := clock.Now()
@@ -167,7 +167,7 @@ func FuzzConfig(f *testing.F) {
 			if res.At.IsZero() { // a Decision-only call
 				want.At = time.Time{}
 			}
-			if !conformance.SameResult(want, res) {
+			if !floodgatetest.SameResult(want, res) {
 				t.Fatalf("%v: %s:\n got %+v\nwant %+v (reference)", alg, what, res, want)
 			}
 		}
@@ -246,7 +246,7 @@ func FuzzRequest(f *testing.F) {
 		}
 		alg := fuzzConfigs[int(data[0])%len(fuzzConfigs)]
 		data = data[1:]
-		clock := conformance.NewClock(t0)
+		clock := floodgatetest.NewClock(t0)
 		s, err := memstore.New(&memstore.Options{Now: clock.Now})
 		if err != nil {
 			t.Fatal(err)
@@ -255,7 +255,7 @@ func FuzzRequest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := conformance.NewReference()
+		ref := new(floodgatetest.Reference)
 		ctx := context.Background()
 		var admitted []time.Time
 		for i := 0; len(data) > 0 && i < 64; i++ {
@@ -329,7 +329,7 @@ func FuzzRequest(f *testing.F) {
 				// Decision-only calls: compare the Decisions.
 				want, res = floodgate.Result{Decision: want.Decision, Granted: want.Granted}, floodgate.Result{Decision: res.Decision, Granted: res.Granted}
 			}
-			if !conformance.SameResult(want, res) {
+			if !floodgatetest.SameResult(want, res) {
 				t.Fatalf("%v: %s:\n got %+v\nwant %+v (reference)", alg, what, res, want)
 			}
 			if res.Allowed && req.Op == floodgate.OpTake {

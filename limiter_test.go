@@ -14,7 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -23,7 +23,7 @@ const ms = time.Millisecond
 
 // t0 is the instant the step-driven tests start at: aligned to every window
 // they use.
-var t0 = conformance.T0
+var t0 = time.Unix(1_700_000_000, 0)
 
 // algCase is one algorithm configuration the Limiter tests run.
 type algCase struct {
@@ -53,7 +53,7 @@ type tb interface {
 
 // newLimiter returns a Limiter running alg on a fresh memstore whose clock
 // is clock.
-func newLimiter(t tb, alg floodgate.Algorithm, clock *conformance.Clock) floodgate.Limiter {
+func newLimiter(t tb, alg floodgate.Algorithm, clock *floodgatetest.Clock) floodgate.Limiter {
 	t.Helper()
 	s, err := memstore.New(&memstore.Options{Now: clock.Now})
 	require.NoError(t, err)
@@ -276,7 +276,7 @@ func TestRequestErrors(t *testing.T) {
 
 	for _, ac := range fiveAlgorithms {
 		t.Run(ac.name, func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			l := newLimiter(t, ac.alg, clock)
 			quota := ac.alg.Policy().Quota
 			bg := context.Background()
@@ -395,7 +395,7 @@ func TestAllowIsAllowN1AndReserveZeroIsAllowN(t *testing.T) {
 	for _, ac := range fiveAlgorithms {
 		t.Run(ac.name, func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
-				clock := conformance.NewClock(t0)
+				clock := floodgatetest.NewClock(t0)
 				viaAllow, viaAllowN, viaReserve := newLimiter(rt, ac.alg, clock), newLimiter(rt, ac.alg, clock), newLimiter(rt, ac.alg, clock)
 				quota := ac.alg.Policy().Quota
 				ctx := context.Background()
@@ -482,7 +482,7 @@ func TestAllowNSteps(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			l := newLimiter(t, tc.alg, clock)
 			for i, st := range tc.steps {
 				clock.Set(t0.Add(st.at))
@@ -513,7 +513,7 @@ func (o traceOp) String() string {
 }
 
 // apply runs o on l with clock set to o.at.
-func (o traceOp) apply(t tb, l floodgate.Limiter, clock *conformance.Clock) floodgate.Result {
+func (o traceOp) apply(t tb, l floodgate.Limiter, clock *floodgatetest.Clock) floodgate.Result {
 	t.Helper()
 	clock.Set(o.at)
 	ctx := context.Background()
@@ -534,9 +534,9 @@ func (o traceOp) apply(t tb, l floodgate.Limiter, clock *conformance.Clock) floo
 }
 
 // replay returns a fresh limiter that has seen the trace.
-func replay(t tb, alg floodgate.Algorithm, trace []traceOp) (floodgate.Limiter, *conformance.Clock) {
+func replay(t tb, alg floodgate.Algorithm, trace []traceOp) (floodgate.Limiter, *floodgatetest.Clock) {
 	t.Helper()
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	l := newLimiter(t, alg, clock)
 	for _, o := range trace {
 		o.apply(t, l, clock)
@@ -561,7 +561,7 @@ func TestDecisionInvariants(t *testing.T) {
 		t.Run(ac.name, func(t *testing.T) {
 			_, float := ac.alg.(floodgate.SlidingWindow)
 			rapid.Check(t, func(rt *rapid.T) {
-				clock := conformance.NewClock(t0)
+				clock := floodgatetest.NewClock(t0)
 				l := newLimiter(rt, ac.alg, clock)
 				quota := ac.alg.Policy().Quota
 				now := t0.Add(time.Duration(rapid.Int64Range(0, int64(time.Second)).Draw(rt, "start")))
@@ -605,7 +605,7 @@ func TestDecisionInvariants(t *testing.T) {
 					}
 					if !res.Allowed && o.op != floodgate.OpRefund {
 						again := o.apply(rt, l, clock)
-						if !conformance.SameResult(res, again) {
+						if !floodgatetest.SameResult(res, again) {
 							rt.Fatalf("%v after %v: got %+v, want the identical denial %+v", o, trace, again, res)
 						}
 						checkRetryAfter(rt, ac.alg, trace, o, res.RetryAfter, float)

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/memstore"
 )
@@ -467,7 +467,7 @@ func TestFailOpenGrantsAreNotRefunded(t *testing.T) {
 }
 
 func TestClockBackwards(t *testing.T) {
-	clock := conformance.NewClock(time.Date(2025, 3, 14, 15, 9, 26, 0, time.UTC))
+	clock := floodgatetest.NewClock(time.Date(2025, 3, 14, 15, 9, 26, 0, time.UTC))
 	store, err := memstore.New(&memstore.Options{Now: clock.Now})
 	require.NoError(t, err)
 	r := wrap(t, store, floodgate.FixedWindow{Limit: 1000, Window: time.Hour})

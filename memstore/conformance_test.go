@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -17,4 +17,6 @@ func newStore(t *testing.T, now func() time.Time) floodgate.Store {
 	return s
 }
 
-func TestConformance(t *testing.T) { conformance.Run(t, newStore) }
+// TestConformance runs the store harness on memstore: on the harness's
+// virtual clocks and on time.Now (a nil now).
+func TestConformance(t *testing.T) { floodgatetest.Run(t, newStore) }

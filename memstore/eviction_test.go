@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -31,7 +31,7 @@ func TestKeyRotationForgivesNoSpentKey(t *testing.T) {
 		floodgate.SlidingLog{Limit: 10, Window: time.Hour},
 	} {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
 			lim, err := floodgate.New(s, alg)
 			require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestKeyRotationForgivesNoSpentKey(t *testing.T) {
 // count: sharing one state, they admit exactly Limit units together.
 func TestFixedWindowMovesUnderContention(t *testing.T) {
 	for round := range 20 {
-		clock := conformance.NewClock(t0.Add(time.Duration(round) * 2 * time.Second))
+		clock := floodgatetest.NewClock(t0.Add(time.Duration(round) * 2 * time.Second))
 		s := newMemStore(t, &memstore.Options{Now: clock.Now})
 		a, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: time.Second})
 		require.NoError(t, err)

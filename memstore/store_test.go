@@ -15,14 +15,14 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
 const ms = time.Millisecond
 
 // t0 is the tests' starting instant, aligned to every window they use.
-var t0 = conformance.T0
+var t0 = time.Unix(1_700_000_000, 0)
 
 // tb is what the helpers need of a *testing.T or a *rapid.T.
 type tb interface {
@@ -103,7 +103,7 @@ func TestUnsupportedAlgorithm(t *testing.T) {
 // with different packings, so the key's word moves under a mutex), two
 // kinds do not, and two keys do not.
 func TestStateBelongsToKeyAndKind(t *testing.T) {
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	s := newMemStore(t, &memstore.Options{Now: clock.Now})
 	a := floodgate.FixedWindow{Limit: 1, Window: time.Second}
 	b := floodgate.FixedWindow{Limit: 2, Window: time.Minute}
@@ -208,9 +208,9 @@ var algorithmsForSweep = []floodgate.Algorithm{
 func TestReclamationChangesNoDecision(t *testing.T) {
 	var swept atomic.Int64
 	rapid.Check(t, func(rt *rapid.T) {
-		clock := conformance.NewClock(t0)
+		clock := floodgatetest.NewClock(t0)
 		s := newMemStore(rt, &memstore.Options{Now: clock.Now, Shards: 1})
-		ref := conformance.NewReference()
+		ref := new(floodgatetest.Reference)
 		// A few keys that the trace revisits, and one-off keys that grow the
 		// shards so that insertions sweep them.
 		alg := algorithmsForSweep[rapid.IntRange(0, len(algorithmsForSweep)-1).Draw(rt, "alg")]
@@ -248,7 +248,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 					key := fmt.Sprintf("one-off/%d", oneOff)
 					want, err := ref.Apply(key, alg, now, take(1))
 					require.NoError(rt, err)
-					if got := apply(rt, s, key, alg, take(1)); !conformance.SameResult(want, got) {
+					if got := apply(rt, s, key, alg, take(1)); !floodgatetest.SameResult(want, got) {
 						rt.Fatalf("step %d: %v on %s at T0+%v:\n got %+v\nwant %+v", i, alg, key, now.Sub(t0), got, want)
 					}
 				}
@@ -271,7 +271,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 			want, err := ref.Apply(sl.key, sl.alg, now, req)
 			require.NoError(rt, err)
 			got := apply(rt, s, sl.key, sl.alg, req)
-			if !conformance.SameResult(want, got) {
+			if !floodgatetest.SameResult(want, got) {
 				rt.Fatalf("step %d: %v on %s at T0+%v, %+v:\n got %+v\nwant %+v (never reclaimed)", i, sl.alg, sl.key, now.Sub(t0), req, got, want)
 			}
 			if got.Allowed && req.Op != floodgate.OpRefund {
@@ -287,7 +287,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 func TestSweepReclaimsRestoredEntries(t *testing.T) {
 	for _, alg := range algorithmsForSweep {
 		t.Run(kindOf(alg).String(), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, Shards: 1})
 			for i := range 100 {
 				apply(t, s, "a"+strconv.Itoa(i), alg, take(1))
@@ -327,7 +327,7 @@ func TestMaxKeys(t *testing.T) {
 	const maxKeys, keys = 1000, 10_000
 	for _, alg := range algorithmsForSweep {
 		t.Run(kindOf(alg).String(), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
 			quota := alg.Policy().Quota
 			// With a delay allowed, the leaky bucket queues the second unit
@@ -364,7 +364,7 @@ func TestMaxKeys(t *testing.T) {
 // TestMaxKeysPerConfiguration checks that MaxKeys bounds each configuration
 // separately, as documented.
 func TestMaxKeysPerConfiguration(t *testing.T) {
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: 100})
 	for i := range 1000 {
 		for _, alg := range algorithmsForSweep {
@@ -380,7 +380,7 @@ func TestMaxKeysPerConfiguration(t *testing.T) {
 func TestMaxKeysTiny(t *testing.T) {
 	for _, maxKeys := range []int{1, 2, 17} {
 		t.Run(strconv.Itoa(maxKeys), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys, Shards: 64})
 			for _, alg := range algorithmsForSweep {
 				for i := range 100 {
@@ -399,7 +399,7 @@ func TestMaxKeysConcurrent(t *testing.T) {
 	const maxKeys = 1000
 	for _, alg := range []floodgate.Algorithm{algorithmsForSweep[0], algorithmsForSweep[4]} {
 		t.Run(kindOf(alg).String(), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
 			var wg sync.WaitGroup
 			for g := range 8 {
@@ -425,7 +425,7 @@ func TestTimeGoingBackwards(t *testing.T) {
 	for _, alg := range algorithmsForSweep {
 		t.Run(kindOf(alg).String(), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
-				back, frozen := conformance.NewClock(t0), conformance.NewClock(t0)
+				back, frozen := floodgatetest.NewClock(t0), floodgatetest.NewClock(t0)
 				sBack := newMemStore(rt, &memstore.Options{Now: back.Now})
 				sFrozen := newMemStore(rt, &memstore.Options{Now: frozen.Now})
 				now := t0
@@ -442,7 +442,7 @@ func TestTimeGoingBackwards(t *testing.T) {
 						req.MaxDelay = time.Duration(rapid.Int64Range(0, int64(2*time.Second)).Draw(rt, "maxDelay"))
 					}
 					a, b := apply(rt, sBack, "k", alg, req), apply(rt, sFrozen, "k", alg, req)
-					require.True(rt, conformance.SameResult(a, b))
+					require.True(rt, floodgatetest.SameResult(a, b))
 				}
 				back.Set(now.Add(-time.Duration(rapid.Int64Range(1, int64(3*time.Second)).Draw(rt, "back"))))
 				maxDelay := time.Duration(rapid.Int64Range(0, int64(2*time.Second)).Draw(rt, "finalMaxDelay"))
@@ -483,7 +483,7 @@ func TestZeroAllocs(t *testing.T) {
 	} {
 		alg := tc.alg
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now})
 			l, err := floodgate.New(s, alg)
 			require.NoError(t, err)

@@ -255,7 +255,7 @@ func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result
 		if from > t {
 			return 0
 		}
-		return limit - total
+		return max(limit-total, 0) // negative after the Limit of a live key is lowered, as in step.SlidingLog
 	}
 	resetAfter := func() time.Duration {
 		if !hasLast {

@@ -1,12 +1,14 @@
 package redisstore
 
 import (
-	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 )
 
 // nowFunc adapts a clock function to server.clock.
@@ -14,38 +16,51 @@ type nowFunc func() time.Time
 
 func (f nowFunc) Now() time.Time { return f() }
 
-// runConformance runs the store conformance suite: unchanged on a real
-// Redis; on miniredis, whose scripts run in an interpreter written in Go
-// behind one lock, with the concurrent part scaled down to keep the race
-// detector's run short.
-func runConformance(t *testing.T, newStore conformance.NewStore) {
-	if os.Getenv("REDIS_ADDR") != "" {
-		conformance.Run(t, newStore)
-		return
-	}
-	t.Run("Steps", func(t *testing.T) { conformance.RunSteps(t, newStore) })
-	t.Run("Errors", func(t *testing.T) { conformance.RunErrors(t, newStore) })
-	t.Run("Reference", func(t *testing.T) { conformance.RunReference(t, newStore) })
-	t.Run("Models", func(t *testing.T) { conformance.RunModels(t, newStore) })
-	t.Run("Concurrent", func(t *testing.T) { conformance.RunConcurrent(t, newStore, 8, 25) })
-}
-
-// TestConformance runs the store conformance suite on redisstore with the
-// suite's clock: on the Redis at REDIS_ADDR, else on a miniredis per store
-// whose clock (TIME and TTLs) follows the suite's.
-func TestConformance(t *testing.T) {
-	runConformance(t, func(t *testing.T, now func() time.Time) floodgate.Store {
-		srv := newServer(t)
+// conformanceOptions returns the options of a store under the harness: its
+// clock, or Redis TIME for a nil now, and batching when batch > 0.
+func conformanceOptions(srv *server, now func() time.Time, batch int) *Options {
+	o := &Options{BatchSize: batch}
+	if now != nil {
+		o.Now = srv.clock(nowFunc(now))
 		// A minute of margin: on a real Redis, TTLs run on the wall clock
-		// while the suite's clock stands still or jumps.
-		return newStore(t, srv.client(t), &Options{Now: srv.clock(nowFunc(now)), ExpiryMargin: time.Minute})
+		// while the harness's clock stands still or jumps.
+		o.ExpiryMargin = time.Minute
+	}
+	return o
+}
+
+// TestConformance runs the store harness on redisstore: on the Redis at
+// REDIS_ADDR, else on a miniredis per store whose clock (TIME and TTLs)
+// follows the harness's virtual clock; with a nil clock, on Redis TIME,
+// where the scripts' fast paths run.
+func TestConformance(t *testing.T) {
+	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
+		srv := newServer(t)
+		return newStore(t, srv.client(t), conformanceOptions(srv, now, 0))
 	})
 }
 
-// TestConformanceBatched runs the suite with batching on.
+// TestConformanceBatched runs the harness with batching on.
 func TestConformanceBatched(t *testing.T) {
-	runConformance(t, func(t *testing.T, now func() time.Time) floodgate.Store {
+	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
-		return newStore(t, srv.client(t), &Options{Now: srv.clock(nowFunc(now)), ExpiryMargin: time.Minute, BatchSize: 16})
+		return newStore(t, srv.client(t), conformanceOptions(srv, now, 16))
 	})
+}
+
+// TestConformanceCluster runs the harness on the Redis Cluster at
+// REDIS_CLUSTER_ADDRS, unbatched and batched, each store under a prefix of
+// its own.
+func TestConformanceCluster(t *testing.T) {
+	addrs := clusterAddrs(t)
+	for _, batch := range []int{0, 16} {
+		t.Run(map[int]string{0: "Unbatched", 16: "Batched"}[batch], func(t *testing.T) {
+			floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
+				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = c.Close() })
+				srv := &server{addr: strings.Join(addrs, ",")} // a real server: the clock is only the harness's
+				return newStore(t, c, conformanceOptions(srv, now, batch))
+			})
+		})
+	}
 }

@@ -11,7 +11,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -106,7 +106,7 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 func TestDifferential(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	margin := time.Minute
 	store := newStore(t, c, &Options{Now: srv.clock(clock), ExpiryMargin: margin})
 	ctx := context.Background()
@@ -157,7 +157,7 @@ func TestDifferential(t *testing.T) {
 func TestSeededStates(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	margin := time.Minute
 	store := newStore(t, c, &Options{Now: srv.clock(clock), ExpiryMargin: margin})
 	ctx := context.Background()
@@ -231,7 +231,7 @@ func TestSeededStates(t *testing.T) {
 func TestSlidingWindowRounding(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	now := srv.clock(clock)
 	store := newStore(t, c, &Options{Now: now})
 	ctx := context.Background()
@@ -341,7 +341,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 func TestSlidingLogLong(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	store := newStore(t, c, &Options{Now: srv.clock(clock)})
 	mem, err := memstore.New(&memstore.Options{Now: clock.Now})
 	require.NoError(t, err)

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 )
 
 func TestMain(m *testing.M) {
@@ -164,7 +164,7 @@ func TestFailurePolicies(t *testing.T) {
 			px := newProxy(t, srv.addr)
 			c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
 			t.Cleanup(func() { _ = c.Close() })
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			rec := &recorder{}
 			s := newStore(t, c, &Options{
 				Prefix:           testPrefix(t, srv.client(t)),
@@ -434,7 +434,7 @@ func TestClusterFailLocal(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	direct := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { _ = direct.Close() })
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	rec := &recorder{}
 	s := newStore(t, c, &Options{
 		Prefix:           testPrefix(t, direct),

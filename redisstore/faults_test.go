@@ -43,7 +43,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -1213,7 +1213,7 @@ func TestRedisKilled(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	c.AddHook(hook)
 	rec := &recorder{}
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	s := newStore(t, c, &Options{
 		Prefix:           "fgtest:killed:",
 		Now:              clock.Now,

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/scripts"
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -127,7 +127,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 func TestPointerConfigs(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
-	clock := conformance.NewClock(t0)
+	clock := floodgatetest.NewClock(t0)
 	s := newStore(t, c, &Options{Now: srv.clock(clock)})
 	ctx := context.Background()
 	for _, alg := range []floodgate.Algorithm{
@@ -209,7 +209,7 @@ func TestMismatchIsAnError(t *testing.T) {
 			// Spend the quota, then reserve with exactly the delay needed
 			// (or 1ns less), where the mutants go wrong.
 			ctx := context.Background()
-			clock := conformance.NewClock(t0)
+			clock := floodgatetest.NewClock(t0)
 			var events []Event
 			opts := &Options{
 				Now:       srv.clock(clock),

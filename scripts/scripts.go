@@ -3,7 +3,7 @@
 // step per decision. Each script makes the same admission decision and
 // writes the same new state as the algorithm's reference transition in
 // package step; redisstore checks every reply against it, and the store
-// conformance suite holds them together.
+// conformance harness (package floodgatetest) holds them together.
 //
 // # Files
 //

@@ -115,7 +115,12 @@ func SlidingWindow(a floodgate.SlidingWindow, st SlidingWindowState, now time.Ti
 	switch req.Op {
 	case floodgate.OpTake:
 		at := swAdmitAt(a, cur, from, req.N)
-		next := swRoll(a, cur, timemath.WindowStart(at, w))
+		// The admission's window is cur's, the next or the one after,
+		// counted from cur's start: the window aligned to the epoch when
+		// cur's is, and still cur's successor when cur's start was written
+		// by a configuration of another window length (the script does the
+		// same), so that cur's units are never forgotten.
+		next := swRoll(a, cur, cur.Start+(at-cur.Start)/w*w)
 		next.Curr += req.N
 		wait := max(at-t, 0)
 		if wait > maxDelayNs(req) {

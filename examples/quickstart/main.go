@@ -20,13 +20,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/conformance"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/redisstore"
 )
@@ -72,10 +72,17 @@ type series struct {
 	denied   [ticks]int
 }
 
+// virtualClock is the simulation's virtual time: the stores read it (their
+// Options.Now), simulate moves it.
+type virtualClock struct{ ns atomic.Int64 }
+
+func (c *virtualClock) Now() time.Time  { return time.Unix(0, c.ns.Load()) }
+func (c *virtualClock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
+
 // simulate runs the traffic through every algorithm on store, whose clock
 // reads clock. Each algorithm uses its own key; the leaky bucket queues
 // requests (Reserve with up to 1 s of delay), the others use Allow.
-func simulate(ctx context.Context, store floodgate.Store, clock *conformance.Clock, keyPrefix string) ([]series, error) {
+func simulate(ctx context.Context, store floodgate.Store, clock *virtualClock, keyPrefix string) ([]series, error) {
 	offered := traffic()
 	t0 := time.Unix(1_700_000_000, 0) // aligned to the windows
 	var out []series
@@ -202,7 +209,7 @@ func writeCSV(path string, all []series) error {
 
 func run(w io.Writer, csvPath string) error {
 	ctx := context.Background()
-	clock := conformance.NewClock(time.Time{})
+	clock := new(virtualClock)
 	store, err := memstore.New(&memstore.Options{Now: clock.Now})
 	if err != nil {
 		return err
@@ -234,7 +241,7 @@ func runRedis(ctx context.Context, w io.Writer, want []series) error {
 	}
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	defer client.Close()
-	clock := conformance.NewClock(time.Time{})
+	clock := new(virtualClock)
 	// The virtual clock runs far from the server's, whose clock drives the
 	// keys' TTLs: a generous margin keeps state alive however slowly this
 	// run goes.

@@ -1,11 +1,11 @@
-package conformance
+package floodgatetest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
-
-	"pgregory.net/rapid"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -110,16 +110,19 @@ func (m *logModel) allow(now, n int64) (bool, int64) {
 	return false, m.limit - inWindow
 }
 
-// RunModels runs random AllowN traces, with time moving forward, through the
-// store and through naive models of each algorithm, and requires the same
-// admissions and Remaining. For the sliding log it also checks that no
-// window-long interval ever holds more than Limit admitted units.
-func RunModels(t *testing.T, newStore NewStore) {
-	clock := NewClock(T0)
-	s := newStore(t, clock.Now)
+// runModels runs random AllowN traces, with time moving forward, through
+// a Limiter on the store and through naive models of each algorithm, and
+// requires the same admissions and Remaining. For the sliding log it also
+// checks that no window-long interval ever holds more than Limit admitted
+// units.
+func (h *harness) runModels(t *testing.T) {
+	clock := NewClock(t0)
+	s := h.open(t, clock.Now)
 	ctx := context.Background()
-	rapid.Check(t, func(rt *rapid.T) {
-		alg := genAlgorithm(rt)
+	for i := range traces {
+		g := h.rng(t, i)
+		alg := genAlgorithm(g)
+		lim := s.limiter(t, alg)
 		quota, window := alg.Policy().Quota, int64(alg.Policy().Window)
 		var m model
 		switch a := alg.(type) {
@@ -134,49 +137,56 @@ func RunModels(t *testing.T, newStore NewStore) {
 		case floodgate.SlidingLog:
 			m = &logModel{limit: a.Limit, window: window}
 		}
-		key := Key(t, "m")
-		now := T0.UnixNano() + rapid.Int64Range(0, window).Draw(rt, "start")
-		var admitted []int64
+		key := fmt.Sprintf("models/%d", i)
+		now := t0.UnixNano() + g.int64s(0, window)
+		var (
+			admitted []int64
+			log      []string
+		)
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("trace %d of %v %s\n%s\n%s", i, alg, h.replay(), strings.Join(log, "\n"), fmt.Sprintf(format, args...))
+		}
 		// Steps on a grid of window/20 hit window ends, refill instants and
 		// log expiries exactly, where off-by-one errors live.
 		tick := window / 20
-		for i := range rapid.IntRange(1, 60).Draw(rt, "steps") {
-			switch rapid.IntRange(0, 3).Draw(rt, "move") {
+		for n := range g.count(1, 60) {
+			switch g.ints(0, 3) {
 			case 0:
 			case 1:
-				now += rapid.Int64Range(1, window/3).Draw(rt, "dt")
+				now += g.int64s(1, window/3)
 			default:
-				now += tick * rapid.Int64Range(1, 25).Draw(rt, "ticks")
+				now += tick * g.int64s(1, 25)
 			}
 			clock.Set(time.Unix(0, now))
-			n := rapid.Int64Range(1, quota).Draw(rt, "n")
-			wantOK, wantRem := m.allow(now, n)
-			got, err := apply(ctx, s, key, alg, floodgate.Request{N: n})
+			cost := g.int64s(1, quota)
+			wantOK, wantRem := m.allow(now, cost)
+			got, err := lim.AllowN(ctx, key, cost)
+			log = append(log, fmt.Sprintf("%d: AllowN(t0+%v, %d) = %+v", n, time.Duration(now-t0.UnixNano()), cost, got))
 			if err != nil {
-				rt.Fatalf("step %d: %v", i, err)
+				fail("error %v", err)
 			}
 			if got.Allowed != wantOK || got.Remaining != wantRem {
-				rt.Fatalf("step %d: %v AllowN(T0+%v, %d) = allowed %v remaining %d, model says %v, %d",
-					i, alg, time.Duration(now-T0.UnixNano()), n, got.Allowed, got.Remaining, wantOK, wantRem)
+				fail("the model says allowed %v, remaining %d", wantOK, wantRem)
 			}
 			if got.Allowed {
-				for range n {
+				for range cost {
 					admitted = append(admitted, now)
 				}
 			}
 		}
 		if _, ok := alg.(floodgate.SlidingLog); ok {
-			for i, end := range admitted {
+			for j, end := range admitted {
 				count := 0
-				for _, u := range admitted[:i+1] {
+				for _, u := range admitted[:j+1] {
 					if u > end-window {
 						count++
 					}
 				}
 				if int64(count) > quota {
-					rt.Fatalf("%d units in the window ending at T0+%v, limit %d", count, time.Duration(end-T0.UnixNano()), quota)
+					fail("%d units in the window ending at t0+%v, limit %d", count, time.Duration(end-t0.UnixNano()), quota)
 				}
 			}
 		}
-	})
+	}
 }

@@ -1,16 +1,13 @@
-// Package conformance is the test suite every floodgate.Store must pass: the
-// same cases and randomized traces, checked against the algorithms'
-// reference Steps and against naive models, for every store (the pattern of
-// testing/slogtest).
-package conformance
+package floodgatetest
 
 import (
 	"sync"
 	"time"
 )
 
-// Clock is a virtual clock for tests. It is safe for concurrent use; the
-// zero value reads as the zero time.
+// Clock is a virtual clock: the now function Run hands to a store under
+// test, and a clock a store's own tests can drive. The zero value reads as
+// the zero time. A Clock is safe for concurrent use.
 type Clock struct {
 	mu sync.Mutex
 	t  time.Time
@@ -33,7 +30,7 @@ func (c *Clock) Set(t time.Time) {
 	c.t = t
 }
 
-// Advance moves the clock forward by d.
+// Advance moves the clock by d (backwards for a negative d).
 func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,53 +1,23 @@
-package conformance
+package floodgatetest
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
 )
 
-// NewStore returns a fresh store whose clock is now. The store may share a
-// backend with others (a Redis server): the suite uses keys unique to each
-// test.
-type NewStore func(t *testing.T, now func() time.Time) floodgate.Store
-
-// T0 is the suite's starting instant, aligned to every window it uses.
-var T0 = time.Unix(1_700_000_000, 0)
-
-// Run runs the whole suite against the stores newStore makes.
-func Run(t *testing.T, newStore NewStore) {
-	t.Run("Steps", func(t *testing.T) { RunSteps(t, newStore) })
-	t.Run("Errors", func(t *testing.T) { RunErrors(t, newStore) })
-	t.Run("Reference", func(t *testing.T) { RunReference(t, newStore) })
-	t.Run("Models", func(t *testing.T) { RunModels(t, newStore) })
-	t.Run("Concurrent", func(t *testing.T) { RunConcurrent(t, newStore, 16, 200) })
-}
-
-// stepCase is one call in a step-driven case: at T0+at, apply req and expect
-// want (At is filled in from at).
+// stepCase is one call in a hand-computed case: at t0+at, apply req and
+// expect want (its At is t0+at).
 type stepCase struct {
 	at   time.Duration
 	req  floodgate.Request
 	want floodgate.Result
 }
 
-func take(n int64) floodgate.Request { return floodgate.Request{Op: floodgate.OpTake, N: n} }
-func reserve(n int64, maxDelay time.Duration) floodgate.Request {
-	return floodgate.Request{Op: floodgate.OpTake, N: n, MaxDelay: maxDelay}
-}
-func upTo(n int64) floodgate.Request { return floodgate.Request{Op: floodgate.OpTakeUpTo, N: n} }
 func refund(n int64, at time.Duration) floodgate.Request {
-	return floodgate.Request{Op: floodgate.OpRefund, N: n, At: T0.Add(at)}
+	return floodgate.Request{Op: floodgate.OpRefund, N: n, At: t0.Add(at)}
 }
 
 func admit(limit, n, remaining int64, delay, reset time.Duration) floodgate.Result {
@@ -196,154 +166,52 @@ var stepCases = []struct {
 	},
 }
 
-// RunSteps runs the hand-computed cases. They pin down the reference Steps
+// stepRoutes are the ways the hand-computed cases reach a store: each case
+// runs once per way, on a key of its own.
+var stepRoutes = []struct {
+	name  string
+	route func(floodgate.Request) route
+}{
+	// What a user calls: Allow/AllowN (the store's Take), Reserve, and
+	// Apply for the steps no other method makes.
+	{"Limiter", typed},
+	// Limiter.Apply for every step: the whole Result.
+	{"Limiter.Apply", func(floodgate.Request) route { return viaLimiterApply }},
+	// The Bound without a Limiter: Take for the steps it can make.
+	{"Bound", func(req floodgate.Request) route {
+		if typed(req) == viaAllowN {
+			return viaBoundTake
+		}
+		return viaBoundApply
+	}},
+}
+
+// runSteps runs the hand-computed cases on a virtual clock, through a
+// Limiter and through the Bound. They pin down the reference transitions
 // as much as the store.
-func RunSteps(t *testing.T, newStore NewStore) {
+func (h *harness) runSteps(t *testing.T) {
 	for _, tc := range stepCases {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := NewClock(T0)
-			s := newStore(t, clock.Now)
-			key := Key(t, "k")
-			for i, st := range tc.steps {
-				clock.Set(T0.Add(st.at))
-				got, err := apply(context.Background(), s, key, tc.alg, st.req)
-				require.NoError(t, err, "step %d", i)
-				want := st.want
-				want.At = T0.Add(st.at)
-				assertResult(t, want, got, "step %d: Apply(T0+%v, %+v)", i, st.at, st.req)
-			}
-		})
-	}
-}
-
-// assertResult compares results, with the instants compared as instants.
-func assertResult(t *testing.T, want, got floodgate.Result, msgAndArgs ...any) {
-	t.Helper()
-	assert.True(t, want.At.Equal(got.At), "%s: At = %v, want %v", fmt.Sprintf(msgAndArgs[0].(string), msgAndArgs[1:]...), got.At, want.At)
-	want.At, got.At = time.Time{}, time.Time{}
-	assert.Equal(t, want, got, msgAndArgs...)
-}
-
-// Key returns a key unique to t and name, for stores shared between tests.
-func Key(t *testing.T, name string) string {
-	return fmt.Sprintf("%s/%s/%d", strings.ReplaceAll(t.Name(), " ", "_"), name, keySeq.Add(1))
-}
-
-var keySeq atomic.Int64
-
-// RunErrors checks that bad arguments give typed errors and no panic.
-func RunErrors(t *testing.T, newStore NewStore) {
-	clock := NewClock(T0)
-	s := newStore(t, clock.Now)
-	ctx := context.Background()
-	good := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 2}
-	cases := []struct {
-		name string
-		key  string
-		alg  floodgate.Algorithm
-		req  floodgate.Request
-		want error
-	}{
-		{"empty key", "", good, take(1), floodgate.ErrEmptyKey},
-		{"long key", strings.Repeat("k", floodgate.MaxKeyLen+1), good, take(1), floodgate.ErrKeyTooLong},
-		{"n zero", "k", good, take(0), floodgate.ErrInvalidN},
-		{"n negative", "k", good, take(-3), floodgate.ErrInvalidN},
-		{"n over burst", "k", good, take(3), floodgate.ErrExceedsLimit},
-		{"negative delay", "k", good, reserve(1, -time.Second), floodgate.ErrInvalidDelay},
-		{"zero rate", "k", floodgate.TokenBucket{Per: time.Second, Burst: 1}, take(1), floodgate.ErrInvalidConfig},
-		{"zero burst", "k", floodgate.TokenBucket{Rate: 1, Per: time.Second}, take(1), floodgate.ErrInvalidConfig},
-		{"negative capacity", "k", floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: -1}, take(1), floodgate.ErrInvalidConfig},
-		{"zero window", "k", floodgate.FixedWindow{Limit: 1}, take(1), floodgate.ErrInvalidConfig},
-		{"sub-microsecond window", "k", floodgate.SlidingWindow{Limit: 1, Window: 1500}, take(1), floodgate.ErrInvalidConfig},
-		{"zero limit", "k", floodgate.SlidingLog{Window: time.Second}, take(1), floodgate.ErrInvalidConfig},
-		{"n over limit", "k", floodgate.SlidingLog{Limit: 2, Window: time.Second}, take(3), floodgate.ErrExceedsLimit},
-		{"unknown op", "k", good, floodgate.Request{Op: 99, N: 1}, floodgate.ErrInvalidConfig},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			key := tc.key
-			if key == "k" {
-				key = Key(t, "k")
-			}
-			_, err := apply(ctx, s, key, tc.alg, tc.req)
-			require.Error(t, err)
-			assert.True(t, errors.Is(err, tc.want), "Apply(%q, %v, %+v) = %v, want %v", key, tc.alg, tc.req, err, tc.want)
-		})
-	}
-}
-
-// RunConcurrent hammers one key per algorithm from goroutines×calls calls on
-// a frozen clock, and checks the admitted count is the quota exactly (for
-// the sliding counter: at most the quota).
-func RunConcurrent(t *testing.T, newStore NewStore, goroutines, calls int) {
-	total := int64(goroutines * calls)
-	quota := total / 4
-	// Windows are long so that a real server's TTLs outlive the test.
-	for _, tc := range []struct {
-		alg     floodgate.Algorithm
-		req     floodgate.Request
-		want    int64
-		atMost  bool
-		delayed bool
-	}{
-		{alg: floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: quota}, req: take(1), want: quota},
-		{alg: floodgate.LeakyBucket{Rate: 1, Per: time.Hour, Capacity: quota}, req: take(1), want: 1},
-		{alg: floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: quota}, req: reserve(1, time.Hour), want: quota, delayed: true},
-		{alg: floodgate.FixedWindow{Limit: quota, Window: time.Hour}, req: take(1), want: quota},
-		{alg: floodgate.SlidingWindow{Limit: quota, Window: time.Hour}, req: take(1), want: quota, atMost: true},
-		{alg: floodgate.SlidingLog{Limit: quota, Window: time.Hour}, req: take(1), want: quota},
-		{alg: floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: quota}, req: upTo(3), want: quota},
-	} {
-		t.Run(fmt.Sprintf("%v/%v", tc.alg, tc.req.Op), func(t *testing.T) {
-			clock := NewClock(T0.Add(30 * time.Minute))
-			s := newStore(t, clock.Now)
-			key := Key(t, "hot")
-			var (
-				admitted atomic.Int64
-				delays   sync.Map
-				errs     = make(chan error, goroutines)
-				wg       sync.WaitGroup
-			)
-			for range goroutines {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for range calls {
-						res, err := apply(context.Background(), s, key, tc.alg, tc.req)
-						if err != nil {
-							errs <- err
-							return
-						}
-						admitted.Add(res.Granted)
-						if res.Allowed && tc.delayed {
-							if _, dup := delays.LoadOrStore(res.Delay, true); dup {
-								errs <- fmt.Errorf("two requests got the departure slot %v", res.Delay)
-								return
-							}
-						}
+			clock := NewClock(t0)
+			s := h.open(t, clock.Now)
+			p := s.pair(t, tc.alg)
+			for _, sr := range stepRoutes {
+				key := "steps/" + sr.name
+				for i, st := range tc.steps {
+					clock.Set(t0.Add(st.at))
+					r := sr.route(st.req)
+					got, err := p.do(context.Background(), r, key, st.req)
+					if err != nil {
+						t.Fatalf("%s: step %d: %v %s at t0+%v: %v", sr.name, i, r, opString(st.req, t0), st.at, err)
 					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				require.NoError(t, err)
-			}
-			if tc.atMost {
-				assert.LessOrEqual(t, admitted.Load(), tc.want, "admitted")
-				assert.Positive(t, admitted.Load())
-			} else {
-				assert.Equal(t, tc.want, admitted.Load(), "admitted")
+					want := st.want
+					want.At = t0.Add(st.at)
+					if !same(r, want, got) {
+						t.Errorf("%s: step %d: %v %s at t0+%v:\n got %s\nwant %s",
+							sr.name, i, r, opString(st.req, t0), st.at, show(r, got), show(r, want))
+					}
+				}
 			}
 		})
 	}
-}
-
-// apply binds alg on s and applies req for key.
-func apply(ctx context.Context, s floodgate.Store, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
-	b, err := s.Bind(alg)
-	if err != nil {
-		return floodgate.Result{}, err
-	}
-	return b.Apply(ctx, key, req)
 }

@@ -1,0 +1,138 @@
+package floodgatetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
+)
+
+// traces is the number of random traces of each randomized case.
+const traces = 100
+
+// genAlgorithm draws one of the five algorithms with a small quota and a
+// window of 1 s to 30 s (long enough for a real server's TTLs to outlive a
+// trace that runs in milliseconds).
+func genAlgorithm(g *gen) floodgate.Algorithm {
+	return genKind(g, step.Kind(g.ints(int(step.KindTokenBucket), int(step.KindSlidingLog))))
+}
+
+// genKind draws a configuration of kind k, as genAlgorithm does.
+func genKind(g *gen, k step.Kind) floodgate.Algorithm {
+	quota := g.int64s(1, 12)
+	window := time.Duration(g.int64s(1_000, 30_000)) * time.Millisecond
+	switch k {
+	case step.KindTokenBucket:
+		return floodgate.TokenBucket{Rate: g.int64s(1, 7), Per: window, Burst: quota}
+	case step.KindLeakyBucket:
+		return floodgate.LeakyBucket{Rate: g.int64s(1, 7), Per: window, Capacity: quota}
+	case step.KindFixedWindow:
+		return floodgate.FixedWindow{Limit: quota, Window: window}
+	case step.KindSlidingWindow:
+		return floodgate.SlidingWindow{Limit: quota, Window: window}
+	default:
+		return floodgate.SlidingLog{Limit: quota, Window: window}
+	}
+}
+
+// kindOf returns the kind of one of the five configurations.
+func kindOf(alg floodgate.Algorithm) step.Kind {
+	k, err := step.KindOf(alg)
+	if err != nil {
+		panic(err) // the cases use the five configurations only
+	}
+	return k
+}
+
+// runReference runs random traces of every operation, by every route, with
+// time moving forward (and now and then slightly back), through the store
+// and through the reference transitions, and requires identical results.
+// Since the routes share the key's state and each is checked against the
+// same reference, a store's Take and Apply are held to the same decisions.
+func (h *harness) runReference(t *testing.T) {
+	clock := NewClock(t0)
+	s := h.open(t, clock.Now)
+	for i := range traces {
+		g := h.rng(t, i)
+		p := s.pair(t, genAlgorithm(g))
+		keys := []string{fmt.Sprintf("ref/%d/a", i), fmt.Sprintf("ref/%d/b", i)}
+		h.trace(t, g, clock, i, []pair{p}, keys, g.count(1, 40))
+	}
+}
+
+// trace runs steps random steps of the limiters ps on keys, on the virtual
+// clock, and requires the Results of the reference, whose state belongs to
+// (key, kind): limiters of one kind share a key's state, limiters of two
+// kinds do not.
+func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, keys []string, steps int) {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		ref      Reference
+		admitted []time.Time // instants units were admitted for, for refunds
+		log      []string    // the steps so far, for the failure message
+	)
+	var algs []string
+	for _, p := range ps {
+		algs = append(algs, fmt.Sprint(p.alg))
+	}
+	first := ps[0].alg.Policy().Window
+	now := t0.Add(g.dur(0, first))
+	for n := range steps {
+		p := ps[g.ints(0, len(ps)-1)]
+		quota, window := p.alg.Policy().Quota, p.alg.Policy().Window
+		switch g.ints(0, 9) {
+		case 0: // stay
+		case 1:
+			now = now.Add(-g.dur(1, window/10))
+		case 2, 3:
+			now = now.Add(g.dur(1, 2*window))
+		case 4, 5, 6:
+			// On a grid that hits window ends and refill instants.
+			now = now.Add(window / 20 * time.Duration(g.int64s(1, 25)))
+		default:
+			now = now.Add(g.dur(1, window/4))
+		}
+		clock.Set(now)
+		key := keys[g.ints(0, len(keys)-1)]
+		req := floodgate.Request{N: g.int64s(1, quota)}
+		switch g.ints(0, 9) {
+		case 0, 1:
+			req.Op = floodgate.OpTakeUpTo
+			req.N = g.int64s(1, quota+2)
+		case 2:
+			req.Op = floodgate.OpRefund
+			req.At = now
+			if len(admitted) > 0 && g.ints(0, 1) == 0 {
+				req.At = admitted[g.ints(0, len(admitted)-1)]
+			}
+		case 3, 4:
+			req.MaxDelay = g.dur(0, 2*window)
+		}
+		rs := routes(req)
+		r := rs[g.ints(0, len(rs)-1)]
+		want, werr := ref.Apply(key, p.alg, now, req)
+		got, gerr := p.do(ctx, r, key, req)
+		log = append(log, fmt.Sprintf("%d: t0+%v %v on %s: %v %s: %s", n, now.Sub(t0), p.alg, key, r, opString(req, t0), show(r, got)))
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("trace %d of %s %s\n%s\n%s", i, strings.Join(algs, ", "), h.replay(), strings.Join(log, "\n"), fmt.Sprintf(format, args...))
+		}
+		if (werr != nil) != (gerr != nil) {
+			fail("err = %v, want %v", gerr, werr)
+		}
+		if werr != nil {
+			continue
+		}
+		if !same(r, want, got) {
+			fail("want %s", show(r, want))
+		}
+		if want.Allowed && req.Op != floodgate.OpRefund {
+			admitted = append(admitted, want.At.Add(want.Delay))
+		}
+	}
+}
