@@ -149,7 +149,7 @@ func FuzzConfig(f *testing.F) {
 		}
 		ctx := context.Background()
 		// memstore runs a normalized config (Rate 1 per emission interval):
-		// the reference Steps run the config as given, and must agree.
+		// the reference transitions run the config as given, and must agree.
 		ref := new(floodgatetest.Reference)
 		step := func(what string, req floodgate.Request, res floodgate.Result, err error) {
 			t.Helper()
@@ -162,7 +162,7 @@ func FuzzConfig(f *testing.F) {
 			req.MaxDelay = min(req.MaxDelay, floodgate.MaxDelay)
 			want, werr := ref.Apply("k", alg, now, req)
 			if werr != nil {
-				t.Fatalf("%v: %s: the reference Step failed with %v", alg, what, werr)
+				t.Fatalf("%v: %s: the reference transition failed with %v", alg, what, werr)
 			}
 			if res.At.IsZero() { // a Decision-only call
 				want.At = time.Time{}
@@ -221,7 +221,7 @@ var fuzzConfigs = []floodgate.Algorithm{
 
 // FuzzRequest decodes data into a trace of steps on one of fuzzConfigs (a
 // step: op byte, then varints for n, maxDelay and the clock's move in
-// µs) and runs it through memstore and the reference Steps: every outcome
+// µs) and runs it through memstore and the reference transitions: every outcome
 // must keep the invariants, and the two must agree on every step.
 func FuzzRequest(f *testing.F) {
 	enc := func(cfg byte, steps ...[4]int64) []byte {
@@ -323,7 +323,7 @@ func FuzzRequest(f *testing.F) {
 			}
 			want, werr := ref.Apply("k", alg, now, floodgate.Request{Op: req.Op, N: req.N, MaxDelay: min(req.MaxDelay, floodgate.MaxDelay), At: req.At})
 			if werr != nil {
-				t.Fatalf("%v: %s: the reference Step failed with %v", alg, what, werr)
+				t.Fatalf("%v: %s: the reference transition failed with %v", alg, what, werr)
 			}
 			if req.Op == floodgate.OpTake && op%5 != 4 {
 				// Decision-only calls: compare the Decisions.

@@ -26,8 +26,10 @@ import (
 // SlidingLog where the limit must hold in every window.
 //
 // Remaining, RetryAfter and ResetAfter follow the estimate: RetryAfter is
-// the earliest instant at which est + n ≤ Limit, found by solving the linear
-// decay of the previous window's weight.
+// the earliest instant at which est + n ≤ Limit (the previous window's
+// weight decays linearly; the reference bisects for the instant, the Lua
+// script solves for it and checks its neighbours, and both find the same
+// nanosecond).
 //
 // The estimate is computed in float64 in a fixed order of operations that the
 // Lua script repeats, so both stores decide alike.

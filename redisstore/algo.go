@@ -68,7 +68,7 @@ func resolve(alg floodgate.Algorithm) (algo, error) {
 	return a, nil
 }
 
-// checkRequest returns the error the reference Step would return for req
+// checkRequest returns the error the reference transition would return for req
 // with a valid configuration of quota units.
 func checkRequest(req floodgate.Request, quota int64) error {
 	switch {

@@ -99,7 +99,7 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 }
 
 // TestDifferential runs random traces through redisstore (on the test's
-// clock), through the algorithms' reference Steps and through memstore:
+// clock), through the algorithms' reference transitions and through memstore:
 // every Result must be identical, and after every step the key must hold
 // exactly the reference state with a TTL within the restore time plus the
 // margin (or be gone because the state is equivalent to a missing key).
@@ -152,7 +152,7 @@ func TestDifferential(t *testing.T) {
 
 // TestSeededStates writes random states straight into Redis, including
 // large windows and counts where the sliding counter's float estimate
-// rounds, and checks one step from each against the reference Step: the
+// rounds, and checks one step from each against the reference transition: the
 // traces of TestDifferential rarely reach such states.
 func TestSeededStates(t *testing.T) {
 	srv := newServer(t)

@@ -13,7 +13,7 @@
 // holds them): go-redis' Script.Run sends EVALSHA and, when the server
 // lacks the script (a new Cluster node, a restart, SCRIPT FLUSH), EVAL, so
 // no decision fails for a missing script. The script is the twin of the
-// algorithm's reference Step: it reads the key's state, decides, writes the
+// algorithm's reference transition: it reads the key's state, decides, writes the
 // new state, and returns the state it read and the instant it used; Go then
 // re-runs Step on them to build the Result, and fails with ErrMismatch if
 // the script decided or wrote otherwise. (The sliding log, too large to

@@ -27,7 +27,7 @@ var (
 	// the same call would fail again.
 	ErrReply = errors.New("redisstore: unexpected reply")
 	// ErrMismatch reports a script whose decision or new state differs from
-	// the algorithm's reference Step on the same state and instant. It is a
+	// the algorithm's reference transition on the same state and instant. It is a
 	// bug in floodgate (or scripts of another version sharing the keys) and
 	// is never absorbed by the failure policy.
 	ErrMismatch = errors.New("redisstore: script disagrees with the reference transition")

@@ -18,7 +18,7 @@ import (
 // paths (bucket_fast.lua, fixedwindow_fast.lua, slidingwindow_fast.lua) for
 // takes (the sliding window's without delay) and their general paths for
 // the other operations. Every reply is checked against the
-// reference Step (a disagreement fails the step with ErrMismatch); on
+// reference transition (a disagreement fails the step with ErrMismatch); on
 // miniredis, whose TIME the test sets, each admission's stored state and
 // TTL are checked too. States written on a client clock (nanoseconds, not
 // microseconds) are mixed in.

@@ -13,7 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate/step"
 )
 
-// model runs the reference Steps of one algorithm on a state of its own,
+// model runs the reference transitions of one algorithm on a state of its own,
 // and knows how that state is stored in Redis.
 type model struct {
 	alg floodgate.Algorithm
