@@ -68,22 +68,6 @@ func resolve(alg floodgate.Algorithm) (algo, error) {
 	return a, nil
 }
 
-// checkRequest returns the error the reference transition would return for req
-// with a valid configuration of quota units.
-func checkRequest(req floodgate.Request, quota int64) error {
-	switch {
-	case req.N < 1:
-		return fmt.Errorf("%w: got %d", floodgate.ErrInvalidN, req.N)
-	case req.MaxDelay < 0:
-		return fmt.Errorf("%w: got %v", floodgate.ErrInvalidDelay, req.MaxDelay)
-	case req.Op > floodgate.OpRefund:
-		return fmt.Errorf("%w: unknown Op %d", floodgate.ErrInvalidConfig, req.Op)
-	case req.Op == floodgate.OpTake && req.N > quota:
-		return fmt.Errorf("%w: n=%d, limit %d", floodgate.ErrExceedsLimit, req.N, quota)
-	}
-	return nil
-}
-
 // scale returns the configuration holding share of a's quota, for the
 // local fallback: the buckets keep their rate per unit of quota (Per grows
 // as the burst shrinks), the windows keep their window.

@@ -451,7 +451,7 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	if err := step.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
-	if err := checkRequest(req, a.quota); err != nil {
+	if err := step.CheckRequest(req, a.quota); err != nil {
 		return floodgate.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -26,6 +26,21 @@ func okStep(req floodgate.Request, quota, sec int64) bool {
 // badStep returns the error of a request checkStep refused, off the hot
 // path.
 func badStep(req floodgate.Request, quota int64, now time.Time) error {
+	if err := CheckRequest(req, quota); err != nil {
+		return err
+	}
+	// State words are nanoseconds since 1970 with 0 meaning "new key".
+	return fmt.Errorf("%w: the store's clock reads %v, outside 1970 to 2262", floodgate.ErrInvalidConfig, now)
+}
+
+// CheckRequest returns the error every transition returns for req under a
+// valid configuration of quota units (its Policy().Quota), whatever the
+// state: a cost below 1 (floodgate.ErrInvalidN), a negative MaxDelay
+// (floodgate.ErrInvalidDelay), an unknown Op (floodgate.ErrInvalidConfig),
+// or an OpTake above the quota (floodgate.ErrExceedsLimit). A store that
+// decides elsewhere than in these functions (redisstore's scripts) calls
+// it first.
+func CheckRequest(req floodgate.Request, quota int64) error {
 	switch {
 	case req.N < 1:
 		return fmt.Errorf("%w: got %d", floodgate.ErrInvalidN, req.N)
@@ -36,8 +51,7 @@ func badStep(req floodgate.Request, quota int64, now time.Time) error {
 	case req.N > quota && req.Op == floodgate.OpTake:
 		return fmt.Errorf("%w: n=%d, limit %d", floodgate.ErrExceedsLimit, req.N, quota)
 	}
-	// State words are nanoseconds since 1970 with 0 meaning "new key".
-	return fmt.Errorf("%w: the store's clock reads %v, outside 1970 to 2262", floodgate.ErrInvalidConfig, now)
+	return nil
 }
 
 // nsDur converts a nanosecond count of a decision, clamping negatives to 0.
