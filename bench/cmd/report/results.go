@@ -513,7 +513,7 @@ func (r *report) readmeSection() string {
 			}
 			fmt.Fprintf(&b, "\n")
 		}
-		fmt.Fprintf(&b, "\n")
+		fmt.Fprintf(&b, "\nIn-process: `cd bench && go test -run '^$' -bench '^BenchmarkMemoryPerKey$' -benchtime 1x .`\n(xtimerate is x/time/rate limiters in a `sync.Map`, as users key them;\nhttprate keeps a 64-bit hash of each key, not the key). Redis:\n`BenchmarkRedisMemoryPerKey` with `REDIS_ADDR` set.\n\n")
 	}
 	if libs := p.libraries("Accuracy"); anyMeasured(p, []string{"Accuracy"}, libs) {
 		fmt.Fprintf(&b, "### Accuracy: 4 instances on one Redis, 1,000 concurrent requests, quota 100\n\n| library | most admitted in a round |\n|---|---:|\n")
