@@ -34,6 +34,7 @@ func runConformance(t *testing.T, newStore conformance.NewStore) {
 // suite's clock: on the Redis at REDIS_ADDR, else on a miniredis per store
 // whose clock (TIME and TTLs) follows the suite's.
 func TestConformance(t *testing.T) {
+	parallelOnMiniredis(t)
 	runConformance(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
 		// A minute of margin: on a real Redis, TTLs run on the wall clock
@@ -44,6 +45,7 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceBatched runs the suite with batching on.
 func TestConformanceBatched(t *testing.T) {
+	parallelOnMiniredis(t)
 	runConformance(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
 		return newStore(t, srv.client(t), &Options{Now: srv.clock(nowFunc(now)), ExpiryMargin: time.Minute, BatchSize: 16})
