@@ -112,8 +112,28 @@ type recordingStore struct {
 	log []admission
 }
 
-func (s *recordingStore) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
-	res, err := s.Store.Apply(ctx, key, alg, req)
+func (s *recordingStore) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := s.Store.Bind(alg)
+	if err != nil {
+		return nil, err
+	}
+	return &recordingBound{Bound: b, s: s}, nil
+}
+
+// recordingBound records the steps of its Bound in its store's log.
+type recordingBound struct {
+	floodgate.Bound
+	s *recordingStore
+}
+
+func (b *recordingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	return res.Decision, err
+}
+
+func (b *recordingBound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+	s := b.s
+	res, err := b.Bound.Apply(ctx, key, req)
 	if err == nil && res.Granted > 0 {
 		s.mu.Lock()
 		if req.Op == floodgate.OpRefund {

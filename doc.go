@@ -3,7 +3,7 @@
 // store (package memstore) or on Redis (package redisstore), with a lease
 // layer that serves most decisions locally (package lease), adaptive
 // concurrency limits (package adaptive), and rate-limit HTTP fields,
-// middleware and a backing-off client (packages headers and client).
+// middleware and a backing-off client (packages headers, httplimit and client).
 //
 // Most users want New with memstore for one process, or with redisstore
 // for many, and a TokenBucket:
@@ -30,10 +30,14 @@
 // and easiest to explain, but lets up to 2·Limit units through across a
 // window boundary.
 //
-// [SlidingWindow] weights the previous window's count by its share of the
-// sliding window (Cloudflare's two-counter estimate): two counters per key,
-// no boundary spike, an approximation of a true sliding window (it assumes
-// the previous window's traffic was even).
+// [SlidingWindow] estimates a sliding window from two counters per key:
+// the previous fixed window's count, weighted by its share of the sliding
+// window, plus the current one's (Cloudflare's two-counter estimate). It is
+// cheap but approximate, since it assumes the previous window's traffic was
+// even: it can pass 2·Limit − 1 units in one window (a burst at a window's
+// end, then retries at RetryAfter), and on Poisson traffic at 1× and 1.2× a
+// Limit of 100, 11.82% and 16.35% of its admissions would be denied by an
+// exact window (docs/algorithms.md).
 //
 // [SlidingLog] is the exact sliding window: one entry per admitted request,
 // at most Limit per key. Use it where small limits must be exact.
@@ -52,8 +56,8 @@
 // # Exactness
 //
 // The algorithms compute in integer nanoseconds since the Unix epoch. Every
-// store reproduces each algorithm's Step method exactly, which the shared
-// conformance suite checks. Token and leaky bucket rates are exact when Per
+// store reproduces each algorithm's reference transition (package step)
+// exactly, which the conformance harness (package floodgatetest) checks. Token and leaky bucket rates are exact when Per
 // is a multiple of Rate nanoseconds and otherwise lower by less than one
 // nanosecond per unit; windows are whole microseconds; windows and restore
 // times are at most [MaxWindow] (about 52 days) so that the Lua scripts'
@@ -61,7 +65,10 @@
 //
 // # Keys
 //
-// Stores keep state per key and algorithm kind. Two limiters of the same
-// kind that share a store must not share keys: prefix them (for example
-// "login:" + user and "api:" + user).
+// A key's state belongs to the key and the algorithm's kind, on every store
+// (see [Store]): limiters of one kind sharing a store and a key share its
+// state, so a changed configuration (a rolling deploy that raises a limit)
+// continues from what the old one counted. Two different limits of one kind
+// must not share keys: prefix them (for example "login:" + user and "api:" +
+// user).
 package floodgate

@@ -3,8 +3,6 @@ package floodgate
 import (
 	"fmt"
 	"time"
-
-	"github.com/floodgate-go/floodgate/internal/take"
 )
 
 // FixedWindow admits Limit units per window; windows are aligned to the Unix
@@ -29,14 +27,6 @@ type FixedWindow struct {
 	Window time.Duration
 }
 
-// FixedWindowState is the stored state of a fixed window: the start of the
-// window the count belongs to, in nanoseconds since the Unix epoch, and the
-// units admitted in it. The zero value is the state of a new key.
-type FixedWindowState struct {
-	Start int64
-	Count int64
-}
-
 var _ Algorithm = FixedWindow{}
 
 // Validate reports whether the configuration is usable; errors match
@@ -46,91 +36,7 @@ func (a FixedWindow) Validate() error { return checkWindow(a.Limit, a.Window) }
 // Policy returns Limit units per Window.
 func (a FixedWindow) Policy() Policy { return windowPolicy(a.Limit, a.Window) }
 
-// Kind returns KindFixedWindow.
-func (a FixedWindow) Kind() Kind { return KindFixedWindow }
-
-// Step is the reference transition of the fixed window. It returns the new
-// state to store and the result; a denial returns st unchanged. Every Store
-// must produce the same results.
-func (a FixedWindow) Step(st FixedWindowState, now time.Time, req Request) (FixedWindowState, Result, error) {
-	if err := a.Validate(); err != nil {
-		return st, Result{}, err
-	}
-	if err := checkStep(req, a.Limit, now); err != nil {
-		return st, Result{}, err
-	}
-	t, w := now.UnixNano(), int64(a.Window)
-	res := Result{At: now, Decision: Decision{Limit: a.Limit}}
-	cur := st
-	if start := windowStart(t, w); cur.Start < start {
-		cur = FixedWindowState{Start: start}
-	}
-	// cur.Start > the current window when a reservation reached ahead: the
-	// current window is closed.
-	open := cur.Start <= t
-	remaining := func(s FixedWindowState) int64 {
-		if s.Start > t {
-			return 0
-		}
-		return max(a.Limit-s.Count, 0) // negative after the Limit of a live key is lowered
-	}
-	resetAfter := func(s FixedWindowState) time.Duration {
-		if s.Count == 0 {
-			// Empty, but a window reserved ahead (emptied by refunds) keeps
-			// the current one closed until it starts.
-			return nsDur(s.Start - t)
-		}
-		return time.Duration(s.Start + w - t)
-	}
-	switch req.Op {
-	case OpTake:
-		start, count, remaining, wait, reset, ok := take.Window(st.Start, st.Count, t, req.N, a.Limit, w, maxDelayNs(req))
-		res.Remaining, res.ResetAfter = remaining, time.Duration(reset)
-		if !ok {
-			res.RetryAfter = time.Duration(wait)
-			return st, res, nil
-		}
-		res.Allowed, res.Granted, res.Delay = true, req.N, time.Duration(wait)
-		return FixedWindowState{Start: start, Count: count}, res, nil
-	case OpTakeUpTo:
-		m := int64(0)
-		if open {
-			m = min(req.N, a.Limit-cur.Count)
-		}
-		if m <= 0 {
-			res.Remaining = remaining(cur)
-			res.RetryAfter = time.Duration(cur.Start + w - t)
-			if !open {
-				// The next admission is at the start of the reserved window
-				// if it has room, else at the start of the one after.
-				res.RetryAfter = time.Duration(cur.Start - t)
-				if cur.Count == a.Limit {
-					res.RetryAfter += time.Duration(w)
-				}
-			}
-			res.ResetAfter = resetAfter(cur)
-			return st, res, nil
-		}
-		next := FixedWindowState{Start: cur.Start, Count: cur.Count + m}
-		res.Allowed, res.Granted = true, m
-		res.Remaining = remaining(next)
-		res.ResetAfter = resetAfter(next)
-		return next, res, nil
-	default: // OpRefund: only into the window the units were counted in.
-		next := cur
-		if at := windowStart(req.At.UnixNano(), w); at == cur.Start {
-			back := min(req.N, cur.Count)
-			next.Count -= back
-			res.Allowed, res.Granted = back > 0, back
-		}
-		res.Remaining = remaining(next)
-		res.ResetAfter = resetAfter(next)
-		if res.Granted == 0 {
-			return st, res, nil
-		}
-		return next, res, nil
-	}
-}
+func (FixedWindow) algorithm() {}
 
 // String describes the configuration, e.g. "FixedWindow{100 per 1m0s}".
 func (a FixedWindow) String() string {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/timemath"
 )
 
 // Limiter decides whether work identified by a key may proceed now, later, or
@@ -42,8 +44,8 @@ type Limiter interface {
 	// quota); OpRefund gives back req.N units admitted for the instant
 	// req.At. Result.At is the store's clock at the step, from which a
 	// later refund names the instant of an admission (Result.At plus
-	// Result.Delay). The layers built on a Limiter (package lease, the
-	// HTTP middleware) use it; a wrapper around a Limiter forwards it.
+	// Result.Delay). The layers built on a Limiter (packages lease and
+	// httplimit) use it; a wrapper around a Limiter forwards it.
 	Apply(ctx context.Context, key string, req Request) (Result, error)
 }
 
@@ -85,48 +87,19 @@ type Policy struct {
 	Window time.Duration
 }
 
-// Kind names one of the five algorithms. Stores keep the state of a key
-// separately per Kind.
-type Kind uint8
-
-// The algorithms floodgate implements.
-const (
-	KindTokenBucket Kind = iota + 1
-	KindLeakyBucket
-	KindFixedWindow
-	KindSlidingWindow
-	KindSlidingLog
-)
-
-// String returns the short name stores use in keys ("tb", "lb", "fw", "sw",
-// "sl").
-func (k Kind) String() string {
-	switch k {
-	case KindTokenBucket:
-		return "tb"
-	case KindLeakyBucket:
-		return "lb"
-	case KindFixedWindow:
-		return "fw"
-	case KindSlidingWindow:
-		return "sw"
-	case KindSlidingLog:
-		return "sl"
-	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
-}
-
-// Algorithm is a validated algorithm configuration: TokenBucket, LeakyBucket,
-// FixedWindow, SlidingWindow or SlidingLog. Each holds the reference state
-// transition (its Step method) that every Store must reproduce exactly.
+// Algorithm is an algorithm configuration: TokenBucket, LeakyBucket,
+// FixedWindow, SlidingWindow or SlidingLog, and no other type (the
+// interface has an unexported method), because every store implements
+// exactly these five. A pointer to one of them is accepted by New as the
+// value it points to.
 type Algorithm interface {
 	// Validate reports whether the configuration is usable; a non-nil error
 	// matches ErrInvalidConfig.
 	Validate() error
 	// Policy reports the quota and the window, for headers.
 	Policy() Policy
-	// Kind names the algorithm.
-	Kind() Kind
+	// algorithm closes the interface to the five configurations.
+	algorithm()
 }
 
 // Op is the kind of step a Request asks a Store for.
@@ -172,47 +145,43 @@ type Result struct {
 	At time.Time
 }
 
-// Store executes admission steps. Implementations must be safe for
-// concurrent use.
+// Store keeps the state of keys and executes the steps of algorithms on
+// it; memstore and redisstore are Stores, and package step holds what an
+// author of another one needs. Implementations are safe for concurrent use.
 //
-// Apply performs one step for (key, alg) atomically: no other step on the
-// same key and algorithm Kind interleaves with it, and the outcome equals the
-// algorithm's Step applied to the stored state at the store's current time.
-// State is kept per key and Kind, so two limiters of the same Kind sharing a
-// store must not share keys (prefix them).
-//
-// Apply returns an error only for bad arguments (the sentinels of this
-// package), for a failure of the backend (wrapping ErrUnavailable and the
-// cause) or for an ended context. A denial is not an error.
+// A key's state belongs to the key and the algorithm's kind (token bucket,
+// leaky bucket, fixed window, sliding window, sliding log), never to one
+// configuration: every configuration of a kind bound to a store reads and
+// writes the same state for a key. A changed configuration (a rolling
+// deploy that raises a limit) therefore continues from what the old one
+// counted, and two limiters of one kind sharing a store must not share
+// keys (prefix them). The package floodgatetest checks a Store against
+// this contract.
 type Store interface {
-	Apply(ctx context.Context, key string, alg Algorithm, req Request) (Result, error)
-}
-
-// Binder is an optional interface of a Store: Bind prepares the store for
-// one algorithm configuration and returns what applies its steps, so that
-// decisions skip finding the algorithm's state in the store. New binds the
-// stores that implement it.
-type Binder interface {
-	Store
-	// Bind validates alg and returns its bound steps; it returns an error
-	// matching ErrInvalidConfig for an algorithm the store cannot run.
+	// Bind prepares the store for alg and returns what applies its steps.
+	// New calls it once per Limiter with one of the five configurations
+	// as a value, validated. It returns an error matching ErrInvalidConfig
+	// for an algorithm the store cannot run.
 	Bind(alg Algorithm) (Bound, error)
 }
 
-// Bound applies steps of the algorithm it was bound to, as Store.Apply does
-// for that algorithm. Implementations are safe for concurrent use.
+// Bound applies the steps of the algorithm a Store bound it to.
+// Implementations are safe for concurrent use.
 type Bound interface {
+	// Apply performs one step for key atomically: no other step on the
+	// same key and algorithm kind interleaves with it, and the Result
+	// equals the algorithm's reference transition (package step) applied
+	// to the stored state at the store's current time.
+	//
+	// Apply returns an error only for bad arguments (the sentinels of this
+	// package), for a failure of the backend (wrapping ErrUnavailable and
+	// the cause) or for an ended context. A denial is not an error.
 	Apply(ctx context.Context, key string, req Request) (Result, error)
-}
-
-// unbound adapts a Store without Bind to Bound.
-type unbound struct {
-	store Store
-	alg   Algorithm
-}
-
-func (u unbound) Apply(ctx context.Context, key string, req Request) (Result, error) {
-	return u.store.Apply(ctx, key, u.alg, req)
+	// Take is Apply of Request{Op: OpTake, N: n}, reporting the Decision
+	// only: the step of Allow and AllowN, which a store may make cheaper
+	// than Apply (memstore skips building the Result). It must decide
+	// exactly as Apply would.
+	Take(ctx context.Context, key string, n int64) (Decision, error)
 }
 
 // MaxKeyLen is the longest key a Limiter accepts, in bytes.
@@ -221,7 +190,7 @@ const MaxKeyLen = 1024
 // MaxWindow is the longest window, and the longest time to restore a full
 // quota, that an algorithm accepts: 2^52 ns, about 52 days. The bound keeps
 // every time difference exact in Redis' Lua, whose numbers are doubles.
-const MaxWindow = time.Duration(1 << 52)
+const MaxWindow = time.Duration(timemath.MaxWindow)
 
 // MaxDelay is the longest delay a Reserve or Wait can be admitted with:
 // 2^52 ns, about 52 days. Larger maxDelay arguments are treated as MaxDelay.
@@ -254,9 +223,9 @@ var (
 	ErrWaitExceedsDeadline = errors.New("floodgate: wait would exceed the context deadline")
 )
 
-// CheckKey returns ErrEmptyKey or ErrKeyTooLong for a key no Limiter accepts.
-// Stores call it on keys that reach them directly.
-func CheckKey(key string) error {
+// checkKey returns ErrEmptyKey or ErrKeyTooLong for a key no Limiter
+// accepts (step.CheckKey is the same check for stores).
+func checkKey(key string) error {
 	if key == "" {
 		return ErrEmptyKey
 	}
@@ -266,19 +235,9 @@ func CheckKey(key string) error {
 	return nil
 }
 
-// checkRequest validates the arguments common to every algorithm.
-func checkRequest(req Request) error {
-	if req.N < 1 {
-		return fmt.Errorf("%w: got %d", ErrInvalidN, req.N)
-	}
-	if req.MaxDelay < 0 {
-		return fmt.Errorf("%w: got %v", ErrInvalidDelay, req.MaxDelay)
-	}
-	return nil
-}
-
 // New returns a Limiter that runs alg on store. It validates alg and returns
-// an error matching ErrInvalidConfig when alg is unusable.
+// an error matching ErrInvalidConfig when alg is unusable or store cannot
+// run it.
 func New(store Store, alg Algorithm) (Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
@@ -290,30 +249,20 @@ func New(store Store, alg Algorithm) (Limiter, error) {
 	if err := alg.Validate(); err != nil {
 		return nil, err
 	}
-	var bound Bound = unbound{store: store, alg: alg}
-	if b, ok := store.(Binder); ok {
-		if bound, err = b.Bind(alg); err != nil {
-			return nil, err
-		}
+	bound, err := store.Bind(alg)
+	if err != nil {
+		return nil, err
 	}
-	l := &limiter{store: bound, alg: alg, policy: alg.Policy()}
-	l.taker, _ = bound.(taker)
-	return l, nil
-}
-
-// taker is implemented by a Bound with a faster path than Apply for a plain
-// take (OpTake without delay): memstore's token bucket and fixed window
-// return the fields of the Decision that vary as scalars, which stay in
-// registers, where a Result or a Decision (structs of more than four
-// fields) is copied through memory at each call. Take must decide exactly as Apply would; the Decision
-// has Limit the quota and Delay 0.
-type taker interface {
-	Take(ctx context.Context, key string, n int64) (allowed bool, remaining int64, retryAfter, resetAfter time.Duration, err error)
+	if bound == nil {
+		return nil, fmt.Errorf("%w: %T bound %v to nothing", ErrInvalidConfig, store, alg)
+	}
+	return &limiter{store: bound, alg: alg, policy: alg.Policy()}, nil
 }
 
 // derefAlgorithm returns alg as a value: a pointer to one of the five
 // configurations also implements Algorithm (their methods have value
-// receivers), and stores compare and switch on the values. A nil alg, or a
+// receivers), and stores compare and switch on the values. It is the one
+// place that handles pointers: stores are bound to values only. A nil alg, or a
 // nil pointer, whose methods would panic, is ErrInvalidConfig.
 func derefAlgorithm(alg Algorithm) (Algorithm, error) {
 	nilAlg := fmt.Errorf("%w: nil algorithm", ErrInvalidConfig)
@@ -353,16 +302,14 @@ func derefAlgorithm(alg Algorithm) (Algorithm, error) {
 // over a Store.
 type limiter struct {
 	store  Bound
-	taker  taker // store's fast path for Allow and AllowN, or nil
 	alg    Algorithm
 	policy Policy
 }
 
 var _ Limiter = (*limiter)(nil)
 
-// Allow, AllowN and Reserve repeat take's body rather than call it: each
-// layer copies the Result, and these are the hot path (measured with
-// callgrind: about 90 instructions a decision).
+// Allow and AllowN repeat take's checks rather than call it: each layer
+// copies the Result, and these are the hot path.
 
 func (l *limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	if key == "" || len(key) > MaxKeyLen {
@@ -371,18 +318,7 @@ func (l *limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	if l.taker != nil {
-		// Written out rather than in a method: returning a Decision from one
-		// costs a copy through memory (Go keeps structs of more than four
-		// fields out of registers).
-		ok, remaining, retry, reset, err := l.taker.Take(ctx, key, 1)
-		if err != nil {
-			return Decision{}, err
-		}
-		return Decision{Allowed: ok, Limit: l.policy.Quota, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}, nil
-	}
-	res, err := l.store.Apply(ctx, key, Request{Op: OpTake, N: 1})
-	return res.Decision, err
+	return l.store.Take(ctx, key, 1)
 }
 
 func (l *limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
@@ -392,18 +328,7 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 	if err := ctx.Err(); err != nil {
 		return Decision{}, err
 	}
-	if l.taker != nil {
-		// Written out rather than in a method: returning a Decision from one
-		// costs a copy through memory (Go keeps structs of more than four
-		// fields out of registers).
-		ok, remaining, retry, reset, err := l.taker.Take(ctx, key, n)
-		if err != nil {
-			return Decision{}, err
-		}
-		return Decision{Allowed: ok, Limit: l.policy.Quota, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}, nil
-	}
-	res, err := l.store.Apply(ctx, key, Request{Op: OpTake, N: n})
-	return res.Decision, err
+	return l.store.Take(ctx, key, n)
 }
 
 func (l *limiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error) {
@@ -423,7 +348,7 @@ func (l *limiter) take(ctx context.Context, key string, n int64, maxDelay time.D
 
 // badTake returns the error of take's arguments, off the hot path.
 func (l *limiter) badTake(key string, n int64, maxDelay time.Duration) error {
-	if err := CheckKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return err
 	}
 	switch {
@@ -488,7 +413,7 @@ func (l *limiter) Apply(ctx context.Context, key string, req Request) (Result, e
 
 // step checks the key, n and ctx, and applies req.
 func (l *limiter) step(ctx context.Context, key string, req Request) (Result, error) {
-	if err := CheckKey(key); err != nil {
+	if err := checkKey(key); err != nil {
 		return Result{}, err
 	}
 	if req.N < 1 {

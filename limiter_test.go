@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/conformance"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 const ms = time.Millisecond
@@ -201,7 +203,9 @@ func TestNewAcceptsBoundaryConfigs(t *testing.T) {
 			l, err := floodgate.New(s, tc.alg)
 			require.NoError(t, err, "New(%v)", tc.alg)
 			assert.Equal(t, tc.want, l.Policy(), "%v: Policy()", tc.alg)
-			d, err := l.Allow(context.Background(), "k")
+			// A key per case: the cases of one kind share the store, and
+			// a key's state belongs to (key, kind).
+			d, err := l.Allow(context.Background(), tc.name)
 			require.NoError(t, err)
 			assert.True(t, d.Allowed, "%v: Allow on a new key = %+v, want admitted", tc.alg, d)
 		})
@@ -239,22 +243,24 @@ func TestPolicy(t *testing.T) {
 }
 
 func TestKindString(t *testing.T) {
-	for kind, want := range map[floodgate.Kind]string{
-		floodgate.KindTokenBucket:   "tb",
-		floodgate.KindLeakyBucket:   "lb",
-		floodgate.KindFixedWindow:   "fw",
-		floodgate.KindSlidingWindow: "sw",
-		floodgate.KindSlidingLog:    "sl",
-		0:                           "Kind(0)",
-		42:                          "Kind(42)",
+	for kind, want := range map[step.Kind]string{
+		step.KindTokenBucket:   "tb",
+		step.KindLeakyBucket:   "lb",
+		step.KindFixedWindow:   "fw",
+		step.KindSlidingWindow: "sw",
+		step.KindSlidingLog:    "sl",
+		0:                      "Kind(0)",
+		42:                     "Kind(42)",
 	} {
 		assert.Equal(t, want, kind.String(), "Kind(%d).String()", uint8(kind))
 	}
-	for i, want := range []floodgate.Kind{
-		floodgate.KindTokenBucket, floodgate.KindLeakyBucket, floodgate.KindFixedWindow,
-		floodgate.KindSlidingWindow, floodgate.KindSlidingLog,
+	for i, want := range []step.Kind{
+		step.KindTokenBucket, step.KindLeakyBucket, step.KindFixedWindow,
+		step.KindSlidingWindow, step.KindSlidingLog,
 	} {
-		assert.Equal(t, want, fiveAlgorithms[i].alg.Kind(), "%v.Kind()", fiveAlgorithms[i].alg)
+		got, err := step.KindOf(fiveAlgorithms[i].alg)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, "KindOf(%v)", fiveAlgorithms[i].alg)
 	}
 }
 
@@ -354,29 +360,33 @@ func TestRequestErrors(t *testing.T) {
 	}
 }
 
-// TestCustomAlgorithm checks that an Algorithm a store does not implement is
-// an error, not a panic.
-func TestCustomAlgorithm(t *testing.T) {
+// TestNewAlgorithmArguments: New takes each configuration as a value or a
+// pointer (the one place that dereferences); nil, a nil pointer and an
+// invalid configuration are errors matching ErrInvalidConfig, not panics.
+// Algorithm is closed: a type of another package cannot implement it.
+func TestNewAlgorithmArguments(t *testing.T) {
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
-	// memstore binds at New, so an algorithm it cannot run fails there.
-	_, err = floodgate.New(s, customAlg{})
-	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-
-	_, err = floodgate.New(s, customAlg{invalid: true})
-	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-}
-
-type customAlg struct{ invalid bool }
-
-func (a customAlg) Validate() error {
-	if a.invalid {
-		return fmt.Errorf("%w: custom", floodgate.ErrInvalidConfig)
+	for name, alg := range map[string]floodgate.Algorithm{
+		"nil":           nil,
+		"nil pointer":   (*floodgate.FixedWindow)(nil),
+		"invalid value": floodgate.FixedWindow{Limit: 0, Window: time.Second},
+		"invalid ptr":   &floodgate.SlidingLog{Limit: 1, Window: time.Nanosecond},
+	} {
+		assert.NotPanics(t, func() { _, err = floodgate.New(s, alg) }, name)
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, name)
 	}
-	return nil
+	for _, ac := range fiveAlgorithms {
+		ptr := reflect.New(reflect.TypeOf(ac.alg))
+		ptr.Elem().Set(reflect.ValueOf(ac.alg))
+		lim, err := floodgate.New(s, ptr.Interface().(floodgate.Algorithm))
+		require.NoError(t, err, "New(&%v)", ac.alg)
+		assert.Equal(t, ac.alg, lim.Algorithm(), "New(&%v).Algorithm()", ac.alg)
+		d, err := lim.Allow(context.Background(), "ptr:"+ac.name)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "New(&%v).Allow", ac.alg)
+	}
 }
-func (customAlg) Policy() floodgate.Policy { return floodgate.Policy{Quota: 1, Window: time.Second} }
-func (customAlg) Kind() floodgate.Kind     { return 99 }
 
 // TestAllowIsAllowN1AndReserveZeroIsAllowN runs the same random trace through
 // three limiters on identical clocks: one calls Allow (AllowN(1) when n is

@@ -10,6 +10,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // TestSlidingWindowFlatEstimate: with a huge Limit and Prev = 1 the
@@ -19,8 +20,8 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 	w := floodgate.MaxWindow.Truncate(time.Microsecond)
 	a := floodgate.SlidingWindow{Limit: 1 << 40, Window: w}
 	start := time.Unix(0, 0).Add(3 * w)
-	st := floodgate.SlidingWindowState{Start: start.UnixNano(), Prev: 1, Curr: 1<<40 - 1}
-	_, res, err := a.Step(st, start, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	st := step.SlidingWindowState{Start: start.UnixNano(), Prev: 1, Curr: 1<<40 - 1}
+	_, res, err := step.SlidingWindow(a, st, start, floodgate.Request{Op: floodgate.OpTake, N: 1})
 	require.NoError(t, err)
 	assert.False(t, res.Allowed)
 	// One unit fits only once the previous window's single unit has no
@@ -35,18 +36,18 @@ func TestTakeUpToOverLoweredLimit(t *testing.T) {
 	upTo := floodgate.Request{Op: floodgate.OpTakeUpTo, N: 3}
 
 	fw := floodgate.FixedWindow{Limit: 5, Window: time.Minute}
-	_, res, err := fw.Step(floodgate.FixedWindowState{Start: now.UnixNano(), Count: 10}, now, upTo)
+	_, res, err := step.FixedWindow(fw, step.FixedWindowState{Start: now.UnixNano(), Count: 10}, now, upTo)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "FixedWindow AllowUpTo over a lowered limit")
 	assert.Zero(t, res.Granted)
 	assert.Zero(t, res.Remaining)
 
 	sl := floodgate.SlidingLog{Limit: 5, Window: time.Minute}
-	var log floodgate.SlidingLogState
+	var log step.SlidingLogState
 	big := floodgate.SlidingLog{Limit: 10, Window: time.Minute}
-	_, err = big.Step(&log, now, floodgate.Request{Op: floodgate.OpTake, N: 10})
+	_, err = step.SlidingLog(big, &log, now, floodgate.Request{Op: floodgate.OpTake, N: 10})
 	require.NoError(t, err)
-	res, err = sl.Step(&log, now, upTo)
+	res, err = step.SlidingLog(sl, &log, now, upTo)
 	require.NoError(t, err)
 	assert.False(t, res.Allowed, "SlidingLog AllowUpTo over a lowered limit")
 	assert.Zero(t, res.Granted)

@@ -18,6 +18,12 @@
 //	Accuracy                   4 limiter instances on one Redis, 1,000
 //	                           concurrent requests, quota 100 (metric admitted)
 //
+// The tests (not benchmarks) of slidingwindow_test.go measure the sliding
+// window counter against the exact sliding log on virtual time and assert
+// the figures docs/algorithms.md states:
+//
+//	cd bench && go test -count=1 -run '^TestSlidingWindow' -v .
+//
 // The Redis scenarios need REDIS_ADDR (host:port of a server they may write
 // to; they use a key prefix of their own and never flush anything) and skip
 // with "skipped: REDIS_ADDR not set" without it.

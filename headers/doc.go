@@ -4,7 +4,7 @@
 // and the JSON bodies of 429 responses.
 //
 // It holds pure functions and plain values, with no handler logic and no
-// dependency on the rest of floodgate: the middleware in package floodgate
+// dependency on the rest of floodgate: the middleware in package httplimit
 // writes with it, and package client reads with it.
 //
 // # Fields

@@ -90,7 +90,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 	}
 
 	for _, alg := range []floodgate.Algorithm{benchAlgorithm, benchWindowAlgorithm} {
-		b.Run(alg.Kind().String()+"/serial", func(b *testing.B) {
+		b.Run(kindOf(alg).String()+"/serial", func(b *testing.B) {
 			l := newMem(b, alg)
 			before := l.Stats()
 			b.ReportAllocs()
@@ -107,7 +107,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 			reportRoundTrips(b, before, l.Stats())
 		})
 
-		b.Run(alg.Kind().String()+"/parallel", func(b *testing.B) {
+		b.Run(kindOf(alg).String()+"/parallel", func(b *testing.B) {
 			l := newMem(b, alg)
 			before := l.Stats()
 			b.ReportAllocs()

@@ -10,6 +10,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // Limiter serves decisions from per-key pools of units leased in batches
@@ -20,7 +21,7 @@ import (
 type Limiter struct {
 	remote floodgate.Limiter
 	alg    floodgate.Algorithm
-	kind   floodgate.Kind
+	kind   step.Kind
 	policy floodgate.Policy
 	// window is the remote window whose end bounds a lease, in ns: the
 	// window of a fixed or sliding window; 0 for the other kinds.
@@ -64,20 +65,24 @@ func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
+	kind, err := step.KindOf(alg)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
 	l := &Limiter{
 		remote:    remote,
 		alg:       alg,
-		kind:      alg.Kind(),
+		kind:      kind,
 		policy:    policy,
 		entries:   xsync.NewMap[string, *entry](),
 		jan:       newJanitor(),
 		closeDone: make(chan struct{}),
 	}
 	switch l.kind {
-	case floodgate.KindTokenBucket, floodgate.KindSlidingLog:
-	case floodgate.KindFixedWindow, floodgate.KindSlidingWindow:
+	case step.KindTokenBucket, step.KindSlidingLog:
+	case step.KindFixedWindow, step.KindSlidingWindow:
 		l.window = int64(policy.Window)
-	case floodgate.KindLeakyBucket:
+	case step.KindLeakyBucket:
 		return nil, fmt.Errorf("%w: lease: the remote runs a leaky bucket, whose shaping leases would defeat (a pool admits its units at once); use the remote directly", floodgate.ErrInvalidConfig)
 	default:
 		return nil, fmt.Errorf("%w: lease: unknown algorithm kind %v", floodgate.ErrInvalidConfig, l.kind)
@@ -249,7 +254,7 @@ func (l *Limiter) Policy() floodgate.Policy { return l.policy }
 
 // check returns the error of arguments no decision accepts, or ErrClosed.
 func (l *Limiter) check(key string, n int64) error {
-	if err := floodgate.CheckKey(key); err != nil {
+	if err := step.CheckKey(key); err != nil {
 		return err
 	}
 	if n < 1 {

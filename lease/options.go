@@ -69,7 +69,7 @@ type Options struct {
 	// Timeout bounds each round trip the Limiter makes on its own behalf:
 	// refills and the refunds of expired or closed pools. A caller waiting
 	// for a refill is bounded by its own context as well. The default is
-	// 1s; the remote store's own timeout (redisstore's is 5ms) is usually
+	// 1s; the remote store's own timeout (redisstore's is 20ms) is usually
 	// shorter.
 	Timeout time.Duration
 

@@ -12,6 +12,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // entry is the lease state of one key.
@@ -405,8 +406,8 @@ func (l *Limiter) installLocked(e *entry, r *refill, res floodgate.Result, grant
 // for them; a sliding log refunds per instant and keeps one record per
 // lease, dropping the oldest ones that no unit still held can belong to
 // (units are taken oldest first).
-func appendGrant(kind floodgate.Kind, grants []grant, g grant, held int64) []grant {
-	if kind != floodgate.KindSlidingLog {
+func appendGrant(kind step.Kind, grants []grant, g grant, held int64) []grant {
+	if kind != step.KindSlidingLog {
 		total := g.n
 		for _, old := range grants {
 			total += old.n
@@ -458,7 +459,7 @@ func (l *Limiter) retireLocked(e *entry, p *pool, reason ReturnReason, now int64
 	}
 	e.dropped += units
 	refundable := p.refundable
-	if l.kind == floodgate.KindFixedWindow && (reason == ReturnReplaced || now >= p.winDeadline) {
+	if l.kind == step.KindFixedWindow && (reason == ReturnReplaced || now >= p.winDeadline) {
 		// The remote's window has ended, or is ending within a round trip:
 		// its count resets and a refund would come back empty.
 		refundable = false

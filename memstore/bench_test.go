@@ -21,7 +21,7 @@ var benchAlgorithms = []floodgate.Algorithm{
 	floodgate.SlidingLog{Limit: 1_000, Window: time.Hour},
 }
 
-func algName(a floodgate.Algorithm) string { return a.Kind().String() }
+func algName(a floodgate.Algorithm) string { return kindOf(a).String() }
 
 // BenchmarkFloor measures time.Now plus one compare-and-swap: the least a
 // decision on a shared word can cost on this machine.

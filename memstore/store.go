@@ -1,12 +1,20 @@
 // Package memstore is the in-process floodgate.Store: a sharded table of
-// per-key state, one table per algorithm configuration.
+// per-key state, one table per algorithm kind.
+//
+// A key's state belongs to the key and the algorithm's kind, as
+// floodgate.Store requires: every configuration of a kind bound to the
+// store shares its table, so a changed configuration continues from what
+// the old one counted, and the store's memory does not grow with the
+// number of configurations.
 //
 // The token bucket, the leaky bucket and the fixed window keep their state in
 // one 64-bit word that decisions update with compare-and-swap, so a decision
-// on an existing key takes no lock beyond a shard's read lock for the lookup
-// and allocates nothing. The sliding window counter and the sliding log take
-// a per-key mutex (a fixed window whose limit is too large to pack beside its
-// window index in one word does too).
+// on an existing key takes no lock and allocates nothing. The sliding window
+// counter and the sliding log take a per-key mutex. So does a fixed window
+// key once a configuration other than the one that created it (another
+// window, or a limit that needs more bits) touches it, or when its limit is
+// too large to pack beside a window index in one word: the word holds the
+// window index in units of the creating configuration's window.
 //
 // # Memory
 //
@@ -15,12 +23,13 @@
 // since it was last swept first reclaims such entries, so memory stays
 // proportional to the keys in use without a background goroutine; Sweep
 // reclaims them on demand. Options.MaxKeys caps the entries of each
-// algorithm configuration: when it is reached, inserting a new key evicts,
-// among a few entries of its shard (or of another shard if its own is
-// empty), the one closest to full restoration.
-// The evicted key starts over with a full quota, so a key-rotation attack
-// costs bounded memory at the price of forgiving what the evicted entries
-// still remembered.
+// algorithm kind: when it is reached, inserting a new key evicts, among a
+// few entries of its shard (or of another shard if its own is empty), the
+// one that remembers the least: the fewest units counted, then the soonest
+// restored (for the buckets, whose state is an instant, the soonest
+// restored). The evicted key starts over with a full quota, so a
+// key-rotation attack costs bounded memory, and it evicts the keys it
+// rotates through (each holding one unit) before any key it spent.
 //
 // # Clock
 //
@@ -43,6 +52,8 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/timemath"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // Options configures a Store. A nil *Options means the defaults.
@@ -50,10 +61,10 @@ type Options struct {
 	// Now is the clock. The default is the wall clock at New plus the
 	// monotonic time elapsed since.
 	Now func() time.Time
-	// MaxKeys caps the number of keys the store tracks per algorithm
-	// configuration. The default is 4,194,304 (about 200 MiB of token
-	// buckets). When the cap is reached, new keys evict entries; see the
-	// package doc.
+	// MaxKeys caps the number of keys the store tracks per algorithm kind
+	// (so the store holds at most five times MaxKeys). The default is
+	// 4,194,304 (about 200 MiB of token buckets). When the cap is reached,
+	// new keys evict entries; see the package doc.
 	MaxKeys int
 	// Shards is the number of lock shards per algorithm, rounded up to a
 	// power of two. The default is 64 per CPU, at most 4096.
@@ -75,25 +86,17 @@ type Store struct {
 	maxKeys int64
 	shards  int
 
-	mu     sync.Mutex                // serializes additions to bounds
-	bounds atomic.Pointer[[]binding] // copy-on-write: one table per algorithm
+	// One table per algorithm kind, created on first use and shared by
+	// every configuration of the kind: a key's state belongs to (key,
+	// kind), as floodgate.Store requires.
+	mu     sync.Mutex // serializes the creation of tables
+	tb, lb atomic.Pointer[wordTable]
+	fw     atomic.Pointer[fwTable]
+	sw     atomic.Pointer[lockedTable[step.SlidingWindowState]]
+	sl     atomic.Pointer[lockedTable[step.SlidingLogState]]
 }
 
-var _ floodgate.Binder = (*Store)(nil)
-
-// binding is the table of one algorithm configuration.
-type binding struct {
-	alg floodgate.Algorithm
-	t   boundTable
-}
-
-// boundTable applies steps of one algorithm configuration.
-type boundTable interface {
-	floodgate.Bound
-	// sweep reclaims the entries restored at now.
-	sweep(now int64)
-	len() int
-}
+var _ floodgate.Store = (*Store)(nil)
 
 // New returns a Store. A nil opts means the defaults.
 func New(opts *Options) (*Store, error) {
@@ -119,7 +122,6 @@ func New(opts *Options) (*Store, error) {
 	s := &Store{now: o.Now, maxKeys: int64(o.MaxKeys), shards: 1 << bits.Len(uint(o.Shards-1))}
 	s.base = time.Now()
 	s.baseNs = s.base.UnixNano()
-	s.bounds.Store(&[]binding{})
 	return s, nil
 }
 
@@ -134,117 +136,160 @@ func (s *Store) clock() time.Time {
 	return time.Unix(0, s.baseNs+int64(time.Since(s.base)))
 }
 
-// Apply executes one step; see floodgate.Store. It never blocks on I/O and
-// ignores ctx.
-func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
-	if err := floodgate.CheckKey(key); err != nil {
-		return floodgate.Result{}, err
-	}
-	t, err := s.table(alg)
-	if err != nil {
-		return floodgate.Result{}, err
-	}
-	return t.Apply(ctx, key, req)
-}
-
-// Bind returns the steps of alg on this store; see floodgate.Binder.
-// floodgate.New calls it, so that a Limiter's decisions skip finding alg's
-// table.
+// Bind returns the steps of alg on this store; see floodgate.Store.
+// floodgate.New calls it. Binding allocates no table: every configuration
+// of a kind shares the kind's table, so the store's memory is bounded by
+// MaxKeys per kind whatever the number of configurations.
 func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
-	return s.table(alg)
+	if err := check(alg); err != nil {
+		return nil, err
+	}
+	switch a := alg.(type) {
+	case floodgate.TokenBucket:
+		b := s.bindTB(a)
+		return &b, nil
+	case floodgate.LeakyBucket:
+		b := s.bindLB(a)
+		return &b, nil
+	case floodgate.FixedWindow:
+		b := s.bindFW(a)
+		return &b, nil
+	case floodgate.SlidingWindow:
+		b := s.bindSW(a)
+		return &b, nil
+	default:
+		b := s.bindSL(alg.(floodgate.SlidingLog))
+		return &b, nil
+	}
 }
 
-// table returns the table of alg, creating it on first use.
-func (s *Store) table(alg floodgate.Algorithm) (boundTable, error) {
-	switch alg.(type) {
-	case floodgate.TokenBucket, floodgate.LeakyBucket, floodgate.FixedWindow, floodgate.SlidingWindow, floodgate.SlidingLog:
+// Apply binds alg and executes one step for key, for one-off steps and
+// tests; a Limiter from floodgate.New binds once instead. It never blocks
+// on I/O and ignores ctx.
+func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
+	if err := step.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
+	}
+	if err := check(alg); err != nil {
+		return floodgate.Result{}, err
+	}
+	// The bound values stay on the stack: Apply allocates nothing for a
+	// key it has.
+	switch a := alg.(type) {
+	case floodgate.TokenBucket:
+		b := s.bindTB(a)
+		return b.Apply(ctx, key, req)
+	case floodgate.LeakyBucket:
+		b := s.bindLB(a)
+		return b.Apply(ctx, key, req)
+	case floodgate.FixedWindow:
+		b := s.bindFW(a)
+		return b.Apply(ctx, key, req)
+	case floodgate.SlidingWindow:
+		b := s.bindSW(a)
+		return b.Apply(ctx, key, req)
 	default:
-		// Only the five comparable config types reach the == below.
-		return nil, fmt.Errorf("%w: memstore does not support %T", floodgate.ErrInvalidConfig, alg)
+		b := s.bindSL(alg.(floodgate.SlidingLog))
+		return b.Apply(ctx, key, req)
 	}
-	for _, b := range *s.bounds.Load() {
-		if b.alg == alg {
-			return b.t, nil
-		}
+}
+
+// check validates alg, one of the five configurations as a value.
+func check(alg floodgate.Algorithm) error {
+	if _, err := step.KindOf(alg); err != nil {
+		return fmt.Errorf("memstore: %w", err)
 	}
-	if err := alg.Validate(); err != nil {
-		return nil, err
+	return alg.Validate()
+}
+
+// lazy returns the table in p, creating it with newT on first use.
+func lazy[T any](s *Store, p *atomic.Pointer[T], newT func() *T) *T {
+	if t := p.Load(); t != nil {
+		return t
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := *s.bounds.Load()
-	for _, b := range old {
-		if b.alg == alg {
-			return b.t, nil
-		}
+	if t := p.Load(); t != nil {
+		return t
 	}
-	t := s.newTable(alg)
-	bs := append(append(make([]binding, 0, len(old)+1), old...), binding{alg: alg, t: t})
-	s.bounds.Store(&bs)
-	return t, nil
+	t := newT()
+	p.Store(t)
+	return t
 }
 
-func (s *Store) newTable(alg floodgate.Algorithm) boundTable {
-	switch a := alg.(type) {
-	case floodgate.TokenBucket:
-		// Rate 1 per emission interval is the same bucket, and spares the
-		// step a division.
-		a.Per, a.Rate = a.Policy().Window/time.Duration(a.Burst), 1
-		return newWordTable(s, wordTB, a, floodgate.LeakyBucket{}, fwPacking{})
-	case floodgate.LeakyBucket:
-		a.Per, a.Rate = a.Policy().Window/time.Duration(a.Capacity), 1
-		return newWordTable(s, wordLB, floodgate.TokenBucket{}, a, fwPacking{})
-	case floodgate.FixedWindow:
-		if p, ok := newFWPacking(a, s.nowNs()); ok {
-			return newWordTable(s, wordFW, floodgate.TokenBucket{}, floodgate.LeakyBucket{}, p)
-		}
-		return newLockedTable(s,
-			func(st *floodgate.FixedWindowState, now time.Time, req floodgate.Request) (floodgate.Result, error) {
-				next, res, err := a.Step(*st, now, req)
-				*st = next
-				return res, err
-			},
-			func(st *floodgate.FixedWindowState) int64 { return fwRestoreAt(*st, int64(a.Window)) })
-	case floodgate.SlidingWindow:
-		w := int64(a.Window)
-		return newLockedTable(s,
-			func(st *floodgate.SlidingWindowState, now time.Time, req floodgate.Request) (floodgate.Result, error) {
-				next, res, err := a.Step(*st, now, req)
-				*st = next
-				return res, err
-			},
-			func(st *floodgate.SlidingWindowState) int64 {
-				switch {
-				case st.Curr > 0:
-					return st.Start + 2*w
-				case st.Prev > 0:
-					return st.Start + w
-				}
-				// An empty window reserved ahead keeps the windows before it
-				// closed: forgetting it early would reopen them.
-				return st.Start
-			})
-	case floodgate.SlidingLog:
-		w := int64(a.Window)
-		return newLockedTable(s,
-			func(st *floodgate.SlidingLogState, now time.Time, req floodgate.Request) (floodgate.Result, error) {
-				return a.Step(st, now, req)
-			},
-			func(st *floodgate.SlidingLogState) int64 {
-				if last, ok := st.Last(); ok {
-					return last + w
-				}
-				return math.MinInt64
-			})
+func (s *Store) bindTB(a floodgate.TokenBucket) tbBound {
+	// Rate 1 per emission interval is the same bucket, and spares the step
+	// a division.
+	tau := a.Policy().Window
+	a.Per, a.Rate = tau/time.Duration(a.Burst), 1
+	return tbBound{t: lazy(s, &s.tb, func() *wordTable { return newWordTable(s) }), a: a, tau: int64(tau)}
+}
+
+func (s *Store) bindLB(a floodgate.LeakyBucket) lbBound {
+	a.Per, a.Rate = a.Policy().Window/time.Duration(a.Capacity), 1
+	return lbBound{t: lazy(s, &s.lb, func() *wordTable { return newWordTable(s) }), a: a}
+}
+
+func (s *Store) bindFW(a floodgate.FixedWindow) fwBound {
+	t := lazy(s, &s.fw, func() *fwTable { return newFWTable(s) })
+	raise(&t.maxW, int64(a.Window))
+	return fwBound{t: t, a: a, pack: newFWPacking(a, s.nowNs())}
+}
+
+func (s *Store) bindSW(a floodgate.SlidingWindow) swBound {
+	t := lazy(s, &s.sw, func() *lockedTable[step.SlidingWindowState] {
+		return newLockedTable(s, swHeld)
+	})
+	raise(&t.maxW, int64(a.Window))
+	return swBound{t: t, a: a}
+}
+
+func (s *Store) bindSL(a floodgate.SlidingLog) slBound {
+	t := lazy(s, &s.sl, func() *lockedTable[step.SlidingLogState] {
+		return newLockedTable(s, slHeld)
+	})
+	raise(&t.maxW, int64(a.Window))
+	return slBound{t: t, a: a}
+}
+
+// raise sets m to v if v is larger.
+func raise(m *atomic.Int64, v int64) {
+	for old := m.Load(); v > old && !m.CompareAndSwap(old, v); old = m.Load() {
 	}
-	panic("memstore: unreachable: table checks the algorithm type")
+}
+
+// sweeper is what Len and Sweep need of a table.
+type sweeper interface {
+	sweep(now int64)
+	len() int
+}
+
+// tables returns the tables created so far.
+func (s *Store) tables() []sweeper {
+	var ts []sweeper
+	if t := s.tb.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.lb.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.fw.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.sw.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.sl.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	return ts
 }
 
 // Len returns the number of keys the store tracks, over all algorithms.
 func (s *Store) Len() int {
 	n := 0
-	for _, b := range *s.bounds.Load() {
-		n += b.t.len()
+	for _, t := range s.tables() {
+		n += t.len()
 	}
 	return n
 }
@@ -254,35 +299,22 @@ func (s *Store) Len() int {
 // sooner, for example after a burst of one-off keys.
 func (s *Store) Sweep() {
 	now := s.nowNs()
-	for _, b := range *s.bounds.Load() {
-		b.t.sweep(now)
+	for _, t := range s.tables() {
+		t.sweep(now)
 	}
-}
-
-// fwRestoreAt returns the instant a fixed window state carries no
-// information: the end of its window or, for an empty one, its start (an
-// empty window reserved ahead keeps the windows before it closed).
-func fwRestoreAt(st floodgate.FixedWindowState, w int64) int64 {
-	if st.Count == 0 {
-		return st.Start
-	}
-	return st.Start + w
 }
 
 // stepNow is nowNs for a step, with whether the instant is one a step
 // accepts: from 1970 until the nanoseconds overflow in 2262, as
-// floodgate.TokenBucket.Step checks.
+// step.TokenBucket checks.
 func (s *Store) stepNow() (int64, bool) {
 	if s.now == nil {
 		ns := s.baseNs + int64(time.Since(s.base))
 		return ns, ns >= 0
 	}
 	now := s.now()
-	return now.UnixNano(), uint64(now.Unix()) <= latestUnix
+	return now.UnixNano(), uint64(now.Unix()) <= timemath.LatestUnix
 }
-
-// latestUnix is the last second whose nanoseconds fit an int64.
-const latestUnix = (1<<63 - 1) / 1_000_000_000
 
 // nowNs returns the store's clock in nanoseconds since the Unix epoch for
 // reclamation, or math.MinInt64, before which nothing is restored, when the

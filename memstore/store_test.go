@@ -77,35 +77,44 @@ func TestNewOptions(t *testing.T) {
 	}
 }
 
-// TestUnsupportedAlgorithm checks that an Algorithm memstore does not know
-// is an error matching ErrInvalidConfig, not a panic.
+// TestUnsupportedAlgorithm: Apply takes the five configurations as values
+// (floodgate.New dereferences pointers, the one place that does); a pointer
+// or nil is an error matching ErrInvalidConfig, not a panic, and leaves no
+// entry behind.
 func TestUnsupportedAlgorithm(t *testing.T) {
 	s := newMemStore(t, nil)
-	_, err := s.Apply(context.Background(), "k", otherAlg{}, take(1))
+	_, err := s.Apply(context.Background(), "k", &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, take(1))
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	var nilAlg floodgate.Algorithm
 	assert.NotPanics(t, func() { _, err = s.Apply(context.Background(), "k", nilAlg, take(1)) })
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	_, err = s.Bind((*floodgate.SlidingLog)(nil))
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	assert.Zero(t, s.Len())
+	lim, err := floodgate.New(s, &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
+	require.NoError(t, err, "New dereferences a pointer configuration")
+	d, err := lim.Allow(context.Background(), "k")
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
 }
 
-type otherAlg struct{}
-
-func (otherAlg) Validate() error          { return nil }
-func (otherAlg) Policy() floodgate.Policy { return floodgate.Policy{Quota: 1, Window: time.Second} }
-func (otherAlg) Kind() floodgate.Kind     { return floodgate.KindTokenBucket }
-
-// TestKeysAreSeparatePerConfiguration checks that one key under two
-// configurations, and two keys under one, keep separate state.
-func TestKeysAreSeparatePerConfiguration(t *testing.T) {
+// TestStateBelongsToKeyAndKind: a key's state belongs to (key, kind), as
+// floodgate.Store requires: two configurations of one kind share it (here
+// with different packings, so the key's word moves under a mutex), two
+// kinds do not, and two keys do not.
+func TestStateBelongsToKeyAndKind(t *testing.T) {
 	clock := conformance.NewClock(t0)
 	s := newMemStore(t, &memstore.Options{Now: clock.Now})
 	a := floodgate.FixedWindow{Limit: 1, Window: time.Second}
-	b := floodgate.FixedWindow{Limit: 1, Window: time.Minute}
+	b := floodgate.FixedWindow{Limit: 2, Window: time.Minute}
 	assert.True(t, apply(t, s, "k", a, take(1)).Allowed)
-	assert.True(t, apply(t, s, "k", b, take(1)).Allowed, "the same key under another configuration")
+	res := apply(t, s, "k", b, take(1))
+	assert.True(t, res.Allowed, "b counts a's unit and has room for one more")
+	assert.EqualValues(t, 0, res.Remaining, "b counts a's unit")
+	assert.False(t, apply(t, s, "k", b, take(1)).Allowed, "b's limit of 2 is spent")
+	assert.False(t, apply(t, s, "k", a, take(1)).Allowed, "a sees b's units")
 	assert.True(t, apply(t, s, "k2", a, take(1)).Allowed, "another key under the same configuration")
-	assert.False(t, apply(t, s, "k", a, take(1)).Allowed)
+	assert.True(t, apply(t, s, "k", floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, take(1)).Allowed, "another kind")
 	assert.Equal(t, 3, s.Len())
 }
 
@@ -277,7 +286,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 // exactly the entries whose quota is restored, for every algorithm.
 func TestSweepReclaimsRestoredEntries(t *testing.T) {
 	for _, alg := range algorithmsForSweep {
-		t.Run(alg.Kind().String(), func(t *testing.T) {
+		t.Run(kindOf(alg).String(), func(t *testing.T) {
 			clock := conformance.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, Shards: 1})
 			for i := range 100 {
@@ -317,7 +326,7 @@ func TestSweepReclaimsRestoredEntries(t *testing.T) {
 func TestMaxKeys(t *testing.T) {
 	const maxKeys, keys = 1000, 10_000
 	for _, alg := range algorithmsForSweep {
-		t.Run(alg.Kind().String(), func(t *testing.T) {
+		t.Run(kindOf(alg).String(), func(t *testing.T) {
 			clock := conformance.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
 			quota := alg.Policy().Quota
@@ -389,7 +398,7 @@ func TestMaxKeysTiny(t *testing.T) {
 func TestMaxKeysConcurrent(t *testing.T) {
 	const maxKeys = 1000
 	for _, alg := range []floodgate.Algorithm{algorithmsForSweep[0], algorithmsForSweep[4]} {
-		t.Run(alg.Kind().String(), func(t *testing.T) {
+		t.Run(kindOf(alg).String(), func(t *testing.T) {
 			clock := conformance.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
 			var wg sync.WaitGroup
@@ -414,7 +423,7 @@ func TestMaxKeysConcurrent(t *testing.T) {
 // more than staying at the later time.
 func TestTimeGoingBackwards(t *testing.T) {
 	for _, alg := range algorithmsForSweep {
-		t.Run(alg.Kind().String(), func(t *testing.T) {
+		t.Run(kindOf(alg).String(), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				back, frozen := conformance.NewClock(t0), conformance.NewClock(t0)
 				sBack := newMemStore(rt, &memstore.Options{Now: back.Now})

@@ -120,19 +120,21 @@ type reclaimer[E any] interface {
 	// at now or if force is set; it reports whether it did. A busy entry may
 	// be skipped.
 	kill(e *E, now int64, force bool) bool
-	// restoreAt returns the instant at which e carries no information, or
-	// false for an entry that is dead or busy.
-	restoreAt(e *E) (int64, bool)
+	// held returns what e remembers (the units it counts; 0 for a bucket,
+	// whose debt is in restoreAt) and the instant at which it carries no
+	// information, or false for an entry that is dead or busy.
+	held(e *E) (held, restoreAt int64, ok bool)
 }
 
 // evictSample is the number of entries an eviction compares.
 const evictSample = 8
 
 // insert adds a fresh entry for key unless one exists, and returns the entry
-// now in the table. Before adding, it reclaims restored entries of the shard
-// when the shard has doubled since its last sweep, and evicts one entry when
-// the table holds maxKeys entries.
-func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], now func() int64, maxKeys int64) *E {
+// now in the table; init, if not nil, prepares a fresh entry before anyone
+// can see it. Before adding, it reclaims restored entries of the shard when
+// the shard has doubled since its last sweep, and evicts one entry when the
+// table holds maxKeys entries.
+func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], now func() int64, maxKeys int64, init ...func(*E)) *E {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := t.find(sh, key, h); e != nil {
@@ -160,6 +162,9 @@ func (t *table[E]) insert(sh *shard[E], key string, h uint64, r reclaimer[E], no
 	// Clone: the caller's key may share memory with a larger buffer that the
 	// table must not keep alive.
 	e := t.newE(strings.Clone(key))
+	for _, f := range init {
+		f(e)
+	}
 	t.put(*sh.slots.Load(), e, h)
 	sh.n++
 	return e
@@ -173,18 +178,21 @@ func (t *table[E]) sweepLocked(sh *shard[E], r reclaimer[E], now int64, force bo
 	return before - sh.n
 }
 
-// evictLocked deletes, among a few entries of sh, the one nearest to
-// restoration: forgetting it forgives the least. It returns 1 if it deleted
-// one. The caller holds sh.mu for writing.
+// evictLocked deletes, among a few entries of sh, the one that remembers
+// the least: the fewest units counted, then the soonest restored. A spent
+// quota is never forgotten while a sampled entry holds less, so a
+// key-rotation attack (a stream of new keys, each used once) evicts its own
+// keys before the keys it spent. It returns 1 if it deleted one. The caller
+// holds sh.mu for writing.
 func (t *table[E]) evictLocked(sh *shard[E], r reclaimer[E], now int64) int {
 	if sh.n == 0 {
 		return 0
 	}
 	var (
-		victim *E
-		at     uint64
-		best   int64
-		seen   int
+		victim           *E
+		at               uint64
+		bestHeld, bestAt int64
+		seen             int
 	)
 	slots := *sh.slots.Load()
 	m := uint64(len(slots) - 1)
@@ -195,9 +203,12 @@ func (t *table[E]) evictLocked(sh *shard[E], r reclaimer[E], now int64) int {
 		if e == nil {
 			continue
 		}
-		when, ok := r.restoreAt(e)
-		if ok && (victim == nil || when < best) {
-			victim, at, best = e, j, when
+		held, when, ok := r.held(e)
+		if when <= now {
+			held = 0 // restored: it remembers nothing
+		}
+		if ok && (victim == nil || held < bestHeld || (held == bestHeld && when < bestAt)) {
+			victim, at, bestHeld, bestAt = e, j, held, when
 		}
 		if seen++; seen == evictSample || (ok && when <= now) {
 			break

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // maxQuota is the largest quota redisstore accepts: counts stay exact in
@@ -19,7 +20,7 @@ const maxQuota = 1 << 52
 // algo is one of the five algorithm configurations, validated, with the
 // numbers its script takes.
 type algo struct {
-	kind  floodgate.Kind
+	kind  step.Kind
 	quota int64
 	arg8  int64 // emission interval (buckets) or window (windows), in ns
 	arg9  int64 // tau (buckets), in ns
@@ -30,59 +31,37 @@ type algo struct {
 	sl    floodgate.SlidingLog
 }
 
-// resolve validates alg and returns its algo.
+// resolve validates alg, one of the five configurations as a value
+// (floodgate.New dereferences pointers), and returns its algo.
 func resolve(alg floodgate.Algorithm) (algo, error) {
 	var a algo
+	kind, err := step.KindOf(alg)
+	if err != nil {
+		return a, fmt.Errorf("redisstore: %w", err)
+	}
 	switch v := alg.(type) {
 	case floodgate.TokenBucket:
 		a.tb = v
-	case *floodgate.TokenBucket:
-		if v == nil {
-			return a, fmt.Errorf("%w: nil *TokenBucket", floodgate.ErrInvalidConfig)
-		}
-		a.tb, alg = *v, *v
 	case floodgate.LeakyBucket:
 		a.lb = v
-	case *floodgate.LeakyBucket:
-		if v == nil {
-			return a, fmt.Errorf("%w: nil *LeakyBucket", floodgate.ErrInvalidConfig)
-		}
-		a.lb, alg = *v, *v
 	case floodgate.FixedWindow:
 		a.fw = v
-	case *floodgate.FixedWindow:
-		if v == nil {
-			return a, fmt.Errorf("%w: nil *FixedWindow", floodgate.ErrInvalidConfig)
-		}
-		a.fw, alg = *v, *v
 	case floodgate.SlidingWindow:
 		a.sw = v
-	case *floodgate.SlidingWindow:
-		if v == nil {
-			return a, fmt.Errorf("%w: nil *SlidingWindow", floodgate.ErrInvalidConfig)
-		}
-		a.sw, alg = *v, *v
 	case floodgate.SlidingLog:
 		a.sl = v
-	case *floodgate.SlidingLog:
-		if v == nil {
-			return a, fmt.Errorf("%w: nil *SlidingLog", floodgate.ErrInvalidConfig)
-		}
-		a.sl, alg = *v, *v
-	default:
-		return a, fmt.Errorf("%w: redisstore does not support %T", floodgate.ErrInvalidConfig, alg)
 	}
 	if err := alg.Validate(); err != nil {
 		return a, err
 	}
-	a.kind = alg.Kind()
+	a.kind = kind
 	p := alg.Policy()
 	a.quota = p.Quota
 	if a.quota > maxQuota {
 		return a, fmt.Errorf("%w: redisstore supports quotas up to 2^52, got %d", floodgate.ErrInvalidConfig, a.quota)
 	}
 	switch a.kind {
-	case floodgate.KindTokenBucket, floodgate.KindLeakyBucket:
+	case step.KindTokenBucket, step.KindLeakyBucket:
 		// Policy's window is tau = quota·interval exactly.
 		a.arg8, a.arg9 = int64(p.Window)/a.quota, int64(p.Window)
 	default:
@@ -116,19 +95,19 @@ func (a algo) scale(share float64) floodgate.Algorithm {
 		return time.Duration(min(math.Ceil(float64(d)/share), float64(math.MaxInt64/2)))
 	}
 	switch a.kind {
-	case floodgate.KindTokenBucket:
+	case step.KindTokenBucket:
 		if share == 1 {
 			return a.tb
 		}
 		return floodgate.TokenBucket{Rate: a.tb.Rate, Per: per(a.tb.Per), Burst: part(a.tb.Burst)}
-	case floodgate.KindLeakyBucket:
+	case step.KindLeakyBucket:
 		if share == 1 {
 			return a.lb
 		}
 		return floodgate.LeakyBucket{Rate: a.lb.Rate, Per: per(a.lb.Per), Capacity: part(a.lb.Capacity)}
-	case floodgate.KindFixedWindow:
+	case step.KindFixedWindow:
 		return floodgate.FixedWindow{Limit: part(a.fw.Limit), Window: a.fw.Window}
-	case floodgate.KindSlidingWindow:
+	case step.KindSlidingWindow:
 		return floodgate.SlidingWindow{Limit: part(a.sw.Limit), Window: a.sw.Window}
 	default:
 		return floodgate.SlidingLog{Limit: part(a.sl.Limit), Window: a.sl.Window}
@@ -185,7 +164,7 @@ func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error)
 	if err != nil {
 		return floodgate.Result{}, err
 	}
-	if a.kind == floodgate.KindSlidingLog {
+	if a.kind == step.KindSlidingLog {
 		return a.decodeLog(&r, req)
 	}
 	now, old, next := r.now(), r.str(2), r.str(3)
@@ -200,27 +179,27 @@ func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error)
 		want func() string // the reference's new state, for the error
 	)
 	switch a.kind {
-	case floodgate.KindTokenBucket, floodgate.KindLeakyBucket:
+	case step.KindTokenBucket, step.KindLeakyBucket:
 		tat, perr := strconv.ParseInt(old, 10, 64)
 		if perr != nil {
 			return res, badReply("state %q", old)
 		}
 		var n int64
-		if a.kind == floodgate.KindTokenBucket {
-			n, res, err = a.tb.Step(tat, t, req)
+		if a.kind == step.KindTokenBucket {
+			n, res, err = step.TokenBucket(a.tb, tat, t, req)
 		} else {
-			n, res, err = a.lb.Step(tat, t, req)
+			n, res, err = step.LeakyBucket(a.lb, tat, t, req)
 		}
 		got, gerr := strconv.ParseInt(next, 10, 64)
 		same = gerr == nil && got == n
 		want = func() string { return strconv.FormatInt(n, 10) }
-	case floodgate.KindFixedWindow:
+	case step.KindFixedWindow:
 		st, ok := parseFixed(old)
 		if !ok {
 			return res, badReply("fixed window state %q", old)
 		}
-		var n floodgate.FixedWindowState
-		n, res, err = a.fw.Step(st, t, req)
+		var n step.FixedWindowState
+		n, res, err = step.FixedWindow(a.fw, st, t, req)
 		got, ok := parseFixed(next)
 		same = ok && got == n
 		want = func() string { return strconv.FormatInt(n.Start, 10) + ":" + strconv.FormatInt(n.Count, 10) }
@@ -229,8 +208,8 @@ func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error)
 		if !ok {
 			return res, badReply("sliding window state %q", old)
 		}
-		var n floodgate.SlidingWindowState
-		n, res, err = a.sw.Step(st, t, req)
+		var n step.SlidingWindowState
+		n, res, err = step.SlidingWindow(a.sw, st, t, req)
 		got, ok := parseSliding(next)
 		same = ok && got == n
 		want = func() string {
@@ -249,7 +228,7 @@ func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error)
 }
 
 // decodeLog builds the Result of the sliding log's reply with the formulas
-// of SlidingLog.Step, from the facts the script returns (the log itself is
+// of step.SlidingLog, from the facts the script returns (the log itself is
 // too large to return), checking the facts for consistency.
 func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result, error) {
 	t, allowed, granted := r.now(), r.int(2) == 1, r.int(3)
@@ -354,25 +333,25 @@ func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result
 }
 
 // parseFixed parses "start:count".
-func parseFixed(s string) (floodgate.FixedWindowState, bool) {
+func parseFixed(s string) (step.FixedWindowState, bool) {
 	a, b, ok := strings.Cut(s, ":")
 	if !ok {
-		return floodgate.FixedWindowState{}, false
+		return step.FixedWindowState{}, false
 	}
 	start, err1 := strconv.ParseInt(a, 10, 64)
 	count, err2 := strconv.ParseInt(b, 10, 64)
-	return floodgate.FixedWindowState{Start: start, Count: count}, err1 == nil && err2 == nil
+	return step.FixedWindowState{Start: start, Count: count}, err1 == nil && err2 == nil
 }
 
 // parseSliding parses "start:prev:curr".
-func parseSliding(s string) (floodgate.SlidingWindowState, bool) {
+func parseSliding(s string) (step.SlidingWindowState, bool) {
 	a, rest, ok1 := strings.Cut(s, ":")
 	b, c, ok2 := strings.Cut(rest, ":")
 	start, err1 := strconv.ParseInt(a, 10, 64)
 	prev, err2 := strconv.ParseInt(b, 10, 64)
 	curr, err3 := strconv.ParseInt(c, 10, 64)
 	ok := ok1 && ok2 && err1 == nil && err2 == nil && err3 == nil
-	return floodgate.SlidingWindowState{Start: start, Prev: prev, Curr: curr}, ok
+	return step.SlidingWindowState{Start: start, Prev: prev, Curr: curr}, ok
 }
 
 func badReply(format string, args ...any) error {

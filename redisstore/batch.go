@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // batcher sends a node's concurrent decisions to Redis in pipelines: each
@@ -39,7 +39,7 @@ type batcher struct {
 // and the GC.
 type pending struct {
 	ctx    context.Context
-	kind   floodgate.Kind
+	kind   step.Kind
 	key    [1]string // KEYS
 	args   []any
 	sendBy time.Time // a batch taking it later fails it unsent
@@ -83,7 +83,7 @@ var errLate = errors.New("redisstore: no reply before the deadline")
 // that no batch has taken within T fails unsent, and the batch that takes
 // it ends within T: the caller waits at most 2T, and stops waiting then
 // whatever the client does. With NoTimeout only ctx bounds the wait.
-func (b *batcher) do(ctx context.Context, kind floodgate.Kind, rkey string, args []any) (any, error, bool) {
+func (b *batcher) do(ctx context.Context, kind step.Kind, rkey string, args []any) (any, error, bool) {
 	p := pendings.Get().(*pending)
 	p.ctx, p.kind, p.key[0], p.args = ctx, kind, rkey, args
 	timeout := b.s.timeout
@@ -251,7 +251,7 @@ const (
 // group is the decisions of a batch sent as one script call: the single
 // script for one decision, batch.lua's for more.
 type group struct {
-	kind    floodgate.Kind
+	kind    step.Kind
 	slot    uint16
 	members []*pending
 	cmd     *redis.Cmd

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // TestBatchScript sends one hand-made batch through the batcher and checks
@@ -74,8 +75,8 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 	opts.BatchSize = 64
 	batched := newStore(t, c, &opts)
 	for _, s := range []*Store{batched, alone} {
-		require.NoError(t, c.LPush(ctx, s.Key("wrongtype", floodgate.KindTokenBucket), "x").Err())
-		require.NoError(t, c.Set(ctx, s.Key("corrupt", floodgate.KindTokenBucket), "garbage", time.Minute).Err())
+		require.NoError(t, c.LPush(ctx, s.Key("wrongtype", step.KindTokenBucket), "x").Err())
+		require.NoError(t, c.Set(ctx, s.Key("corrupt", step.KindTokenBucket), "garbage", time.Minute).Err())
 	}
 	batch := make([]*pending, len(steps))
 	algos := make([]algo, len(steps))

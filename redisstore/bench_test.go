@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // benchAlgs are the configurations benchmarked: quotas large enough that
@@ -56,9 +57,9 @@ func BenchmarkStoreApply(b *testing.B) {
 			parallelism int // goroutines
 		}{{"serial", 1}, {"parallel64", 64}} {
 			for _, batch := range []int{0, 64} {
-				name := fmt.Sprintf("%v/%s/unbatched", alg.Kind(), mode.name)
+				name := fmt.Sprintf("%v/%s/unbatched", kindOf(alg), mode.name)
 				if batch > 0 {
-					name = fmt.Sprintf("%v/%s/batched", alg.Kind(), mode.name)
+					name = fmt.Sprintf("%v/%s/batched", kindOf(alg), mode.name)
 				}
 				b.Run(name, func(b *testing.B) {
 					c := benchClient(b, mode.parallelism+8)
@@ -114,7 +115,7 @@ func TestMemoryUsage(t *testing.T) {
 	c := srv.client(t)
 	s := newStore(t, c, nil)
 	ctx := context.Background()
-	usage := func(key string, kind floodgate.Kind) int64 {
+	usage := func(key string, kind step.Kind) int64 {
 		n, err := c.MemoryUsage(ctx, s.Key(key, kind)).Result()
 		require.NoError(t, err)
 		return n
@@ -122,7 +123,7 @@ func TestMemoryUsage(t *testing.T) {
 	for _, alg := range benchAlgs[:4] {
 		_, err := s.Apply(ctx, "user:1234567", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 		require.NoError(t, err)
-		t.Logf("%v: %d bytes per key", alg, usage("user:1234567", alg.Kind()))
+		t.Logf("%v: %d bytes per key", alg, usage("user:1234567", kindOf(alg)))
 	}
 	for _, entries := range []int64{1, 10, 100, 1000} {
 		alg := floodgate.SlidingLog{Limit: entries, Window: time.Hour}
@@ -132,7 +133,7 @@ func TestMemoryUsage(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
 		}
-		n := usage(key, alg.Kind())
+		n := usage(key, kindOf(alg))
 		t.Logf("%v full (%d entries): %d bytes, %.1f per entry", alg, entries, n, float64(n)/float64(entries))
 		require.Less(t, n, 200+160*entries, "memory per entry")
 	}

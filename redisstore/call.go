@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // errStarved reports a decision that found none of its node's MaxInFlight
@@ -23,7 +24,7 @@ var errStarved = errors.New("redisstore: no free slot before the deadline")
 // (see batcher.do). probe is the half-open breaker's probe, which never
 // waits for a slot. It also reports whether the call was one of the
 // store's first, cold ones.
-func (s *Store) call(ctx context.Context, n *node, probe bool, kind floodgate.Kind, rkey string, args []any) (reply any, err error, cold bool) {
+func (s *Store) call(ctx context.Context, n *node, probe bool, kind step.Kind, rkey string, args []any) (reply any, err error, cold bool) {
 	if n.batch != nil {
 		return n.batch.do(ctx, kind, rkey, args)
 	}
@@ -124,7 +125,7 @@ func (s *Store) waitSlot(ctx context.Context, n *node, timeout time.Duration) er
 // n; when a Cluster refuses it there (MOVED, ASK: the slot has moved or
 // is migrating), through the ClusterClient, which follows the
 // redirection. Neither sends a script twice (see once).
-func (s *Store) runAt(ctx context.Context, n *node, kind floodgate.Kind, keys []string, args []any) (any, error) {
+func (s *Store) runAt(ctx context.Context, n *node, kind step.Kind, keys []string, args []any) (any, error) {
 	c := n.client.Load()
 	if c == nil || s.single != nil {
 		return run(ctx, s.client, kind, false, keys, args)

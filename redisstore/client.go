@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // derive returns the client the store calls Redis through, made from the
@@ -92,7 +92,7 @@ func newProgram(src string) program {
 
 // evalCmd returns the EVALSHA (or, with eval, EVAL) of script on keys and
 // args.
-func evalCmd(ctx context.Context, kind floodgate.Kind, batch, eval bool, keys []string, args []any) *redis.Cmd {
+func evalCmd(ctx context.Context, kind step.Kind, batch, eval bool, keys []string, args []any) *redis.Cmd {
 	p := programs[kind]
 	if batch {
 		p = batchPrograms[kind]
@@ -111,7 +111,7 @@ func evalCmd(ctx context.Context, kind floodgate.Kind, batch, eval bool, keys []
 
 // run makes one script call on c, once: EVALSHA and, when the server
 // lacks the script, EVAL.
-func run(ctx context.Context, p processor, kind floodgate.Kind, batch bool, keys []string, args []any) (any, error) {
+func run(ctx context.Context, p processor, kind step.Kind, batch bool, keys []string, args []any) (any, error) {
 	cmd := evalCmd(ctx, kind, batch, false, keys, args)
 	_ = p.Process(ctx, once{cmd})
 	if isNoScript(cmd.Err()) {

@@ -13,6 +13,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/conformance"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // result is a Result with its instant as a number, for comparisons.
@@ -142,7 +143,7 @@ func TestDifferential(t *testing.T) {
 			fromMem, err := mem.Apply(ctx, key, alg, req)
 			require.NoError(rt, err)
 			require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, alg, req)
-			checkStored(rt, c, store.Key(key, alg.Kind()), m, now, margin, !srv.real(), got.Allowed)
+			checkStored(rt, c, store.Key(key, kindOf(alg)), m, now, margin, !srv.real(), got.Allowed)
 			if got.Allowed && req.Op != floodgate.OpRefund {
 				admitted = append(admitted, got.At.Add(got.Delay))
 			}
@@ -193,10 +194,10 @@ func TestSeededStates(t *testing.T) {
 			m.tat = now.UnixNano() + rapid.Int64Range(-2*tau, tau+int64(floodgate.MaxDelay)).Draw(rt, "tat")
 		case 2:
 			m.alg = floodgate.FixedWindow{Limit: quota, Window: w}
-			m.fw = floodgate.FixedWindowState{Start: ws + int64(w)*rapid.Int64Range(-2, 2).Draw(rt, "k"), Count: count("count")}
+			m.fw = step.FixedWindowState{Start: ws + int64(w)*rapid.Int64Range(-2, 2).Draw(rt, "k"), Count: count("count")}
 		default:
 			m.alg = floodgate.SlidingWindow{Limit: quota, Window: w}
-			m.sw = floodgate.SlidingWindowState{Start: ws + int64(w)*rapid.Int64Range(-2, 1).Draw(rt, "k"), Prev: count("prev"), Curr: count("curr")}
+			m.sw = step.SlidingWindowState{Start: ws + int64(w)*rapid.Int64Range(-2, 1).Draw(rt, "k"), Prev: count("prev"), Curr: count("curr")}
 			if m.sw.Prev+m.sw.Curr > quota && rapid.Bool().Draw(rt, "valid") {
 				m.sw.Prev = quota - m.sw.Curr
 			}
@@ -208,7 +209,7 @@ func TestSeededStates(t *testing.T) {
 				m.sw.Prev = min(int64(flat/1024)+1, quota)
 			}
 		}
-		rkey := store.Key(key, m.alg.Kind())
+		rkey := store.Key(key, kindOf(m.alg))
 		// The TTL the script would have set when it wrote this state.
 		ttl := time.Duration(max(m.horizon(now), 0)).Round(time.Millisecond) + time.Millisecond + margin
 		clock.Set(now)
@@ -262,11 +263,11 @@ func TestSlidingWindowRounding(t *testing.T) {
 	} {
 		alg := floodgate.SlidingWindow{Limit: tc.limit, Window: tc.w}
 		ws := t0.UnixNano() / int64(tc.w) * int64(tc.w)
-		seed := floodgate.SlidingWindowState{Start: ws, Prev: tc.p, Curr: tc.c}
+		seed := step.SlidingWindowState{Start: ws, Prev: tc.p, Curr: tc.c}
 		// The Result comes from the reference; the script's own offset
 		// decides only whether the delay fits: reserve with exactly the
 		// delay needed, and with 1ns less.
-		_, ref, err := alg.Step(seed, time.Unix(0, ws), floodgate.Request{Op: floodgate.OpTake, N: tc.n, MaxDelay: tc.w})
+		_, ref, err := step.SlidingWindow(alg, seed, time.Unix(0, ws), floodgate.Request{Op: floodgate.OpTake, N: tc.n, MaxDelay: tc.w})
 		require.NoError(t, err)
 		require.True(t, ref.Allowed)
 		require.Positive(t, ref.Delay)
@@ -279,7 +280,7 @@ func TestSlidingWindowRounding(t *testing.T) {
 			m := &model{alg: alg, sw: seed}
 			clock.Set(time.Unix(0, ws))
 			at := now() // moves miniredis' clock before the key is written
-			require.NoError(t, c.Set(ctx, store.Key(key, alg.Kind()), m.stored(), time.Hour).Err())
+			require.NoError(t, c.Set(ctx, store.Key(key, kindOf(alg)), m.stored(), time.Hour).Err())
 			want, err := m.step(at, op)
 			require.NoError(t, err)
 			got, err := store.Apply(ctx, key, alg, op)
@@ -328,7 +329,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 		req := floodgate.Request{Op: floodgate.OpTake, N: limit, MaxDelay: time.Duration(tc.maxDelay)}
 		args := a.args(strconv.FormatInt(ws, 10), req, 1000)
 		call, cancel := context.WithTimeout(ctx, 10*time.Second)
-		reply, err := run(call, c, floodgate.KindSlidingWindow, false, []string{key}, args)
+		reply, err := run(call, c, step.KindSlidingWindow, false, []string{key}, args)
 		cancel()
 		require.NoError(t, err)
 		r, err := newReplyReader(reply)

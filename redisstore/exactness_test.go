@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // gateways returns n stores, each on its own client (separate connection
@@ -130,7 +131,7 @@ func TestDistributedExactness(t *testing.T) {
 					t.Skip("the server's clock crossed a window boundary; the quota renewed")
 				}
 				want := quota
-				if alg.Kind() == floodgate.KindLeakyBucket {
+				if kindOf(alg) == step.KindLeakyBucket {
 					// A shaper without delay admits one request, then a
 					// queue is waiting: the others would need a delay.
 					want = 1
@@ -195,7 +196,7 @@ func TestClusterExactness(t *testing.T) {
 				masters := map[string]bool{}
 				cc := probe.(*redis.ClusterClient)
 				for _, k := range names[:50] {
-					slot, err := cc.ClusterKeySlot(context.Background(), stores[0].Key(k, alg.Kind())).Result()
+					slot, err := cc.ClusterKeySlot(context.Background(), stores[0].Key(k, kindOf(alg))).Result()
 					require.NoError(t, err)
 					masters[fmt.Sprint(slot*3/16384)] = true
 				}

@@ -651,7 +651,7 @@ func TestRingBreakerPerShard(t *testing.T) {
 	var onA, onB []string
 	for i := 0; len(onA) < 5 || len(onB) < 5; i++ {
 		k := "user:" + strconv.Itoa(i)
-		c, err := ring.GetShardClientForKey(s.Key(k, alg.Kind()))
+		c, err := ring.GetShardClientForKey(s.Key(k, kindOf(alg)))
 		require.NoError(t, err)
 		if c.Options().Addr == a.addr() {
 			onA = append(onA, k)

@@ -89,7 +89,7 @@ func TestScriptFastPaths(t *testing.T) {
 				// The TTL is the time until the state carries no
 				// information (the bucket full, the window over), rounded
 				// up to a millisecond, plus the margin.
-				rkey := s.Key(key, alg.Kind())
+				rkey := s.Key(key, kindOf(alg))
 				v, err := c.Get(ctx, rkey).Result()
 				require.NoError(t, err)
 				start, _, _ := strings.Cut(v, ":")

@@ -44,6 +44,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/conformance"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // faultTimeout is the Options.Timeout of the fault tests: the default, set
@@ -637,7 +638,7 @@ func countUnits(t *testing.T, rdb redis.Cmdable, s *Store, keys []string, which 
 	for _, i := range which {
 		k := keys[i]
 		ctx, cancel := adminCtx()
-		state, err := rdb.Get(ctx, s.Key(k, floodgate.KindFixedWindow)).Result()
+		state, err := rdb.Get(ctx, s.Key(k, step.KindFixedWindow)).Result()
 		cancel()
 		if errors.Is(err, redis.Nil) {
 			state = fmt.Sprintf("%d:0", window) // never admitted anything
@@ -769,7 +770,7 @@ func clusterKeys(t *testing.T, cl *redisCluster, s *Store, n int) (keys, owners 
 	keys = numberedKeys("user:%d", n)
 	owners = make([]string, n)
 	for i, k := range keys {
-		owners[i] = cl.masterOf(s.Key(k, floodgate.KindTokenBucket))
+		owners[i] = cl.masterOf(s.Key(k, step.KindTokenBucket))
 	}
 	return keys, owners
 }
@@ -966,7 +967,7 @@ func TestFaultClusterFailover(t *testing.T) {
 // slotKeys returns n user keys (named prefix + a number) whose Redis keys
 // on s, of kind, hash to slot, and n more whose slots are other slots that
 // the master at owner serves.
-func slotKeys(t *testing.T, cl *redisCluster, s *Store, kind floodgate.Kind, owner string, slot, n int, prefix string) (same, other []string) {
+func slotKeys(t *testing.T, cl *redisCluster, s *Store, kind step.Kind, owner string, slot, n int, prefix string) (same, other []string) {
 	t.Helper()
 	ranges := cl.slotsOf(owner)
 	owned := func(sl int) bool {
@@ -1055,12 +1056,12 @@ func TestFaultSlotMigration(t *testing.T) {
 			from, to := src, dst
 			slot := -1
 			for i := 0; slot < 0; i++ {
-				k := ss[0].Key("mig"+strconv.Itoa(i), floodgate.KindFixedWindow)
+				k := ss[0].Key("mig"+strconv.Itoa(i), step.KindFixedWindow)
 				if sl := cl.keySlot(k); cl.slotOwner(sl) == from {
 					slot = sl
 				}
 			}
-			same, other := slotKeys(t, cl, ss[0], floodgate.KindFixedWindow, from, slot, 4, "mig:"+m.name+":")
+			same, other := slotKeys(t, cl, ss[0], step.KindFixedWindow, from, slot, 4, "mig:"+m.name+":")
 			keys := append(slices.Clone(same), other...)
 			windowOf := func() int64 {
 				now, err := admin.Time(context.Background()).Result()

@@ -13,6 +13,9 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // server is the Redis a test runs on: the one at REDIS_ADDR when set, else
@@ -145,3 +148,12 @@ func newStore(t testing.TB, c redis.UniversalClient, opts *Options) *Store {
 
 // t0 is a fixed instant with nanoseconds, for virtual clocks.
 var t0 = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
+
+// kindOf returns the Kind of one of the five configurations.
+func kindOf(alg floodgate.Algorithm) step.Kind {
+	k, err := step.KindOf(alg)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // model runs the reference Steps of one algorithm on a state of its own,
@@ -17,9 +18,9 @@ import (
 type model struct {
 	alg floodgate.Algorithm
 	tat int64 // token and leaky bucket
-	fw  floodgate.FixedWindowState
-	sw  floodgate.SlidingWindowState
-	sl  floodgate.SlidingLogState
+	fw  step.FixedWindowState
+	sw  step.SlidingWindowState
+	sl  step.SlidingLogState
 }
 
 func (m *model) step(now time.Time, req floodgate.Request) (floodgate.Result, error) {
@@ -29,15 +30,15 @@ func (m *model) step(now time.Time, req floodgate.Request) (floodgate.Result, er
 	)
 	switch a := m.alg.(type) {
 	case floodgate.TokenBucket:
-		m.tat, res, err = a.Step(m.tat, now, req)
+		m.tat, res, err = step.TokenBucket(a, m.tat, now, req)
 	case floodgate.LeakyBucket:
-		m.tat, res, err = a.Step(m.tat, now, req)
+		m.tat, res, err = step.LeakyBucket(a, m.tat, now, req)
 	case floodgate.FixedWindow:
-		m.fw, res, err = a.Step(m.fw, now, req)
+		m.fw, res, err = step.FixedWindow(a, m.fw, now, req)
 	case floodgate.SlidingWindow:
-		m.sw, res, err = a.Step(m.sw, now, req)
+		m.sw, res, err = step.SlidingWindow(a, m.sw, now, req)
 	case floodgate.SlidingLog:
-		res, err = a.Step(&m.sl, now, req)
+		res, err = step.SlidingLog(a, &m.sl, now, req)
 	}
 	return res, err
 }
@@ -94,10 +95,10 @@ func (m *model) stored() any {
 
 // readStored reads a key's state from Redis in the format of
 // model.stored, and reports whether the key exists.
-func readStored(t tb, c redis.UniversalClient, key string, kind floodgate.Kind) (any, bool) {
+func readStored(t tb, c redis.UniversalClient, key string, kind step.Kind) (any, bool) {
 	t.Helper()
 	ctx := context.Background()
-	if kind != floodgate.KindSlidingLog {
+	if kind != step.KindSlidingLog {
 		v, err := c.Get(ctx, key).Result()
 		if err == redis.Nil {
 			return nil, false
@@ -128,7 +129,7 @@ func readStored(t tb, c redis.UniversalClient, key string, kind floodgate.Kind) 
 // checked when TTLs run on the wall clock and the key was written earlier.
 func checkStored(t tb, c redis.UniversalClient, key string, m *model, now time.Time, margin time.Duration, virtual, wrote bool) {
 	t.Helper()
-	got, ok := readStored(t, c, key, m.alg.Kind())
+	got, ok := readStored(t, c, key, kindOf(m.alg))
 	h := m.horizon(now)
 	if !ok {
 		require.LessOrEqualf(t, h, int64(0), "key %s is missing, but the reference state %v still matters for %v", key, m.stored(), time.Duration(h))

@@ -68,7 +68,7 @@ func ttlHygiene(t *testing.T, c redis.UniversalClient) {
 		if res.Allowed && req.Op != floodgate.OpRefund {
 			admitted = append(admitted, res)
 		}
-		rkey := s.Key(key, alg.Kind())
+		rkey := s.Key(key, kindOf(alg))
 		pttl, err := c.PTTL(ctx, rkey).Result()
 		require.NoError(t, err)
 		if pttl == -2*time.Nanosecond {

@@ -18,6 +18,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/scripts"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // Defaults of Options.
@@ -197,14 +198,14 @@ const maxUnix = 9_000_000_000
 
 // programs are the scripts, and batchPrograms those making a batch of
 // decisions of one algorithm (scripts.BatchSource), indexed by
-// floodgate.Kind.
+// step.Kind.
 var (
 	programs      = programsOf(scripts.Source)
 	batchPrograms = programsOf(scripts.BatchSource)
 )
 
-func programsOf(source func(floodgate.Kind) string) (p [floodgate.KindSlidingLog + 1]program) {
-	for k := floodgate.KindTokenBucket; k <= floodgate.KindSlidingLog; k++ {
+func programsOf(source func(step.Kind) string) (p [step.KindSlidingLog + 1]program) {
+	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
 		p[k] = newProgram(source(k))
 	}
 	return p
@@ -370,7 +371,7 @@ func (s *Store) Close() error {
 // Ring, the one server otherwise. It asks the client which node that is,
 // as a decision does.
 func (s *Store) BreakerState(key string) BreakerState {
-	n, err := s.nodeFor(context.Background(), s.Key(key, floodgate.KindTokenBucket))
+	n, err := s.nodeFor(context.Background(), s.Key(key, step.KindTokenBucket))
 	if err != nil {
 		return BreakerClosed
 	}
@@ -379,7 +380,7 @@ func (s *Store) BreakerState(key string) BreakerState {
 
 // Key returns the Redis key holding the state of key for the algorithm
 // kind, for operators and tests.
-func (s *Store) Key(key string, kind floodgate.Kind) string {
+func (s *Store) Key(key string, kind step.Kind) string {
 	if s.hashKeys {
 		sum := sha256.Sum256([]byte(key))
 		key = base64.RawURLEncoding.EncodeToString(sum[:16])
@@ -387,13 +388,14 @@ func (s *Store) Key(key string, kind floodgate.Kind) string {
 	return s.prefix + "{" + key + "}:" + kind.String()
 }
 
-// Apply executes one step; see floodgate.Store. It makes one round trip to
+// Apply binds alg and executes one step, for one-off steps and tests; a
+// Limiter from floodgate.New binds once instead. It makes one round trip to
 // Redis (two when the server lacks the script). When Redis fails, the
 // failure policy (Options.OnFailure) decides.
 func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
 	a, err := s.resolve(alg)
 	if err != nil {
-		if kerr := floodgate.CheckKey(key); kerr != nil {
+		if kerr := step.CheckKey(key); kerr != nil {
 			return floodgate.Result{}, kerr
 		}
 		return floodgate.Result{}, err
@@ -401,7 +403,7 @@ func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, 
 	return s.apply(ctx, key, a, nil, req)
 }
 
-// Bind implements floodgate.Binder: it validates alg once, so that the
+// Bind implements floodgate.Store: it validates alg once, so that the
 // decisions of a limiter made with floodgate.New skip it. The Bound is safe
 // for concurrent use and valid until the Store is closed.
 func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
@@ -412,7 +414,7 @@ func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
 	return &bound{s: s, a: a, args: new(argsCache)}, nil
 }
 
-var _ floodgate.Binder = (*Store)(nil)
+var _ floodgate.Store = (*Store)(nil)
 
 // resolve validates alg for this store: under FailLocal, its local share
 // must be a valid configuration too, or every decision of an outage would
@@ -440,10 +442,17 @@ func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request) (f
 	return b.s.apply(ctx, key, b.a, b.args, req)
 }
 
+// Take is Apply of a plain take: a round trip costs far more than the
+// Result it builds.
+func (b *bound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	res, err := b.s.apply(ctx, key, b.a, b.args, floodgate.Request{Op: floodgate.OpTake, N: n})
+	return res.Decision, err
+}
+
 // apply executes one step of a resolved algorithm; args caches its
 // arguments, or is nil.
 func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, req floodgate.Request) (floodgate.Result, error) {
-	if err := floodgate.CheckKey(key); err != nil {
+	if err := step.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
 	if err := checkRequest(req, a.quota); err != nil {
@@ -459,7 +468,7 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	if s.now != nil {
 		t := s.now()
 		if t.Unix() < 0 || t.Unix() >= maxUnix {
-			// As the reference Steps do; the scripts' window arithmetic
+			// As the reference steps (package step) do; the scripts' window arithmetic
 			// is exact up to 2255.
 			return floodgate.Result{}, fmt.Errorf("%w: the clock (Options.Now) reads %v, outside 1970 to 2255", floodgate.ErrInvalidConfig, t)
 		}

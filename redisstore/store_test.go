@@ -15,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/conformance"
 	"github.com/floodgate-go/floodgate/scripts"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 func TestNewValidatesOptions(t *testing.T) {
@@ -56,19 +57,19 @@ func TestKeys(t *testing.T) {
 	s, err := New(c, nil)
 	require.NoError(t, err)
 	defer s.Close()
-	assert.Equal(t, "fg:{user:42}:tb", s.Key("user:42", floodgate.KindTokenBucket))
-	assert.Equal(t, "fg:{user:42}:sl", s.Key("user:42", floodgate.KindSlidingLog))
+	assert.Equal(t, "fg:{user:42}:tb", s.Key("user:42", step.KindTokenBucket))
+	assert.Equal(t, "fg:{user:42}:sl", s.Key("user:42", step.KindSlidingLog))
 
 	h, err := New(c, &Options{Prefix: "rl:", HashKeys: true})
 	require.NoError(t, err)
 	defer h.Close()
 	long := strings.Repeat("x", floodgate.MaxKeyLen)
-	k := h.Key(long, floodgate.KindFixedWindow)
+	k := h.Key(long, step.KindFixedWindow)
 	assert.Len(t, k, len("rl:{}:fw")+22)
 	assert.True(t, strings.HasPrefix(k, "rl:{") && strings.HasSuffix(k, "}:fw"), k)
-	assert.Equal(t, k, h.Key(long, floodgate.KindFixedWindow), "hashing is deterministic")
-	assert.NotEqual(t, k, h.Key(long[1:], floodgate.KindFixedWindow))
-	assert.NotContains(t, h.Key("a}b{c", floodgate.KindFixedWindow)[4:26], "}", "a hashed key cannot end the hash tag")
+	assert.Equal(t, k, h.Key(long, step.KindFixedWindow), "hashing is deterministic")
+	assert.NotEqual(t, k, h.Key(long[1:], step.KindFixedWindow))
+	assert.NotContains(t, h.Key("a}b{c", step.KindFixedWindow)[4:26], "}", "a hashed key cannot end the hash tag")
 }
 
 // TestApplyRejectsBadInput checks the errors Apply returns before calling
@@ -93,7 +94,6 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		"nil algorithm":    {"k", nil, take, floodgate.ErrInvalidConfig},
 		"nil pointer":      {"k", (*floodgate.TokenBucket)(nil), take, floodgate.ErrInvalidConfig},
 		"invalid config":   {"k", floodgate.TokenBucket{Rate: 0, Per: time.Second, Burst: 1}, take, floodgate.ErrInvalidConfig},
-		"foreign algo":     {"k", fakeAlg{}, take, floodgate.ErrInvalidConfig},
 		"huge quota":       {"k", floodgate.FixedWindow{Limit: 1 << 53, Window: time.Second}, take, floodgate.ErrInvalidConfig},
 		"zero n":           {"k", tb, floodgate.Request{Op: floodgate.OpTake}, floodgate.ErrInvalidN},
 		"n above quota":    {"k", tb, floodgate.Request{Op: floodgate.OpTake, N: 6}, floodgate.ErrExceedsLimit},
@@ -120,14 +120,10 @@ func TestApplyRejectsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
-type fakeAlg struct{}
-
-func (fakeAlg) Validate() error          { return nil }
-func (fakeAlg) Policy() floodgate.Policy { return floodgate.Policy{Quota: 1, Window: time.Second} }
-func (fakeAlg) Kind() floodgate.Kind     { return floodgate.KindTokenBucket }
-
 // TestPointerConfigs checks that *TokenBucket and friends work like the
-// values they point to.
+// values they point to through floodgate.New, the one place that
+// dereferences them, and that the store itself takes values only, as
+// memstore does.
 func TestPointerConfigs(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
@@ -141,10 +137,14 @@ func TestPointerConfigs(t *testing.T) {
 		&floodgate.SlidingWindow{Limit: 2, Window: time.Second},
 		&floodgate.SlidingLog{Limit: 2, Window: time.Second},
 	} {
-		res, err := s.Apply(ctx, "p", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		lim, err := floodgate.New(s, alg)
+		require.NoError(t, err, "%T", alg)
+		res, err := lim.Apply(ctx, "p", floodgate.Request{Op: floodgate.OpTake, N: 1})
 		require.NoError(t, err, "%T", alg)
 		assert.True(t, res.Allowed, "%T", alg)
 		assert.Equal(t, int64(2), res.Limit, "%T", alg)
+		_, err = s.Apply(ctx, "p", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%T through Apply", alg)
 	}
 }
 
@@ -199,7 +199,7 @@ func TestMismatchIsAnError(t *testing.T) {
 		"log total wrong":   {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			kind := tc.alg.Kind()
+			kind := kindOf(tc.alg)
 			src := scripts.Source(kind)
 			require.Contains(t, src, tc.from)
 			saved := programs[kind]
@@ -256,8 +256,6 @@ func TestLimiter(t *testing.T) {
 	c := srv.client(t)
 	s := newStore(t, c, nil)
 	_, err := s.Bind(floodgate.FixedWindow{Limit: 0, Window: time.Second})
-	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	_, err = floodgate.New(s, fakeAlg{})
 	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 
 	lim, err := floodgate.New(s, floodgate.SlidingLog{Limit: 3, Window: time.Hour})

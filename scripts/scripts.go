@@ -1,8 +1,8 @@
 // Package scripts holds the Lua twins of floodgate's reference transitions:
 // one script per algorithm, which redisstore runs on Redis as one atomic
 // step per decision. Each script makes the same admission decision and
-// writes the same new state as the algorithm's Step method in package
-// floodgate; redisstore checks every reply against Step, and the store
+// writes the same new state as the algorithm's reference transition in
+// package step; redisstore checks every reply against it, and the store
 // conformance suite holds them together.
 //
 // The files are tokenbucket.lua, leakybucket.lua, fixedwindow.lua,
@@ -57,7 +57,7 @@ package scripts
 import (
 	_ "embed"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 var (
@@ -84,26 +84,26 @@ var (
 )
 
 // fastPaths are the fast paths, each defining fast(key, ARGV, t), indexed
-// by floodgate.Kind; the sliding log has none.
+// by step.Kind; the sliding log has none.
 var fastPaths = [...]string{
-	floodgate.KindTokenBucket:   "local leaky = false\n" + bucketFast,
-	floodgate.KindLeakyBucket:   "local leaky = true\n" + bucketFast,
-	floodgate.KindFixedWindow:   fixedWindowFast,
-	floodgate.KindSlidingWindow: slidingWindowFast,
-	floodgate.KindSlidingLog:    "",
+	step.KindTokenBucket:   "local leaky = false\n" + bucketFast,
+	step.KindLeakyBucket:   "local leaky = true\n" + bucketFast,
+	step.KindFixedWindow:   fixedWindowFast,
+	step.KindSlidingWindow: slidingWindowFast,
+	step.KindSlidingLog:    "",
 }
 
-// bodies are the algorithms' files, indexed by floodgate.Kind.
+// bodies are the algorithms' files, indexed by step.Kind.
 var bodies = [...]string{
-	floodgate.KindTokenBucket:   tokenBucket,
-	floodgate.KindLeakyBucket:   leakyBucket,
-	floodgate.KindFixedWindow:   fixedWindow,
-	floodgate.KindSlidingWindow: slidingWindow,
-	floodgate.KindSlidingLog:    slidingLog,
+	step.KindTokenBucket:   tokenBucket,
+	step.KindLeakyBucket:   leakyBucket,
+	step.KindFixedWindow:   fixedWindow,
+	step.KindSlidingWindow: slidingWindow,
+	step.KindSlidingLog:    slidingLog,
 }
 
 // sources and batchSources are the complete scripts, indexed by
-// floodgate.Kind.
+// step.Kind.
 var sources, batchSources [len(bodies)]string
 
 func init() {
@@ -126,7 +126,7 @@ func init() {
 // decision: lib.lua followed by the algorithm's file, after the fast path
 // (and a call of it) for the buckets and the fixed window. It returns "" for
 // a Kind without a script.
-func Source(kind floodgate.Kind) string {
+func Source(kind step.Kind) string {
 	if int(kind) >= len(sources) {
 		return ""
 	}
@@ -137,7 +137,7 @@ func Source(kind floodgate.Kind) string {
 // decisions in one call (see batch.lua): the fast path if any, lib.lua, the
 // algorithm's file as a function, and batch.lua. It returns "" for a Kind
 // without a script.
-func BatchSource(kind floodgate.Kind) string {
+func BatchSource(kind step.Kind) string {
 	if int(kind) >= len(batchSources) {
 		return ""
 	}

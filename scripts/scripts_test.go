@@ -13,18 +13,18 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 func TestSource(t *testing.T) {
-	for _, k := range []floodgate.Kind{floodgate.KindTokenBucket, floodgate.KindLeakyBucket, floodgate.KindFixedWindow, floodgate.KindSlidingWindow, floodgate.KindSlidingLog} {
+	for _, k := range []step.Kind{step.KindTokenBucket, step.KindLeakyBucket, step.KindFixedWindow, step.KindSlidingWindow, step.KindSlidingLog} {
 		src := Source(k)
 		i := strings.Index(src, lib)
 		require.GreaterOrEqual(t, i, 0, "%v holds lib.lua", k)
-		fast := k != floodgate.KindSlidingLog
+		fast := k != step.KindSlidingLog
 		require.Equal(t, fast, i > 0, "%v: all but the sliding log have a fast path before lib.lua", k)
-		if k == floodgate.KindTokenBucket || k == floodgate.KindLeakyBucket {
-			require.True(t, strings.HasPrefix(src, "local leaky = "+strconv.FormatBool(k == floodgate.KindLeakyBucket)+"\n"+bucketFast), "%v sets leaky for bucket_fast.lua", k)
+		if k == step.KindTokenBucket || k == step.KindLeakyBucket {
+			require.True(t, strings.HasPrefix(src, "local leaky = "+strconv.FormatBool(k == step.KindLeakyBucket)+"\n"+bucketFast), "%v sets leaky for bucket_fast.lua", k)
 		}
 		for _, header := range []string{"KEYS[1]", "ARGV[1]", "Reply:", "Time:"} {
 			require.Contains(t, src[i+len(lib):], header, "%v's header", k)
@@ -45,8 +45,8 @@ func TestSource(t *testing.T) {
 		require.True(t, strings.HasSuffix(bsrc, "\nlocal function one(KEYS, ARGV)\n"+src[i+len(lib)+1:]+"\nend\n"+batch), "%v: one, then batch.lua", k)
 	}
 	require.Empty(t, Source(0))
-	require.Empty(t, Source(floodgate.KindSlidingLog+1))
-	require.Empty(t, BatchSource(floodgate.KindSlidingLog+1))
+	require.Empty(t, Source(step.KindSlidingLog+1))
+	require.Empty(t, BatchSource(step.KindSlidingLog+1))
 }
 
 // harness runs lib.lua's helpers on the instants given, as a script.

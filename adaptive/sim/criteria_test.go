@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -15,14 +16,67 @@ import (
 // The acceptance criteria of the adaptive limiter, after the harness the
 // reference notes propose (adaptive-headers-spec.md §6.2): a server of C
 // workers with service time S, Poisson arrivals stepping through 0.5×, 1×,
-// 3× and 0.5× of capacity, client deadline 10·S. Each criterion holds for
-// every one of 20 seeds, measured after a convergence budget of 30 windows.
+// 3× and 0.5× of capacity, client deadline 10·S. Each criterion is measured
+// on the 40 seeds of criteriaSeeds, after a convergence budget of 30
+// windows, and the tests log the worst seed of each. Where a criterion
+// misses on some seeds, its test asserts what holds on all 40 and names the
+// seeds it misses on, and the docs state the measured worst case.
 const (
-	seeds  = 20
 	S      = 10 * time.Millisecond // service time
 	window = 4 * S                 // the Windowed limit's window, and the series interval
 	settle = 30 * window           // convergence budget
 )
+
+// criteriaSeeds returns the criteria's 40 seeds: 0–19, the seeds the
+// criteria were first written on, and 1001–1020, the seeds on which the
+// review of issue 13 measured them again (and found a collapse goodput of
+// 94.37%, a critical goodput of 97.68% and Vegas outside its band once).
+func criteriaSeeds() []uint64 {
+	var s []uint64
+	for i := range uint64(20) {
+		s = append(s, i)
+	}
+	for i := range uint64(20) {
+		s = append(s, 1001+i)
+	}
+	return s
+}
+
+// worst tracks the worst value of a measurement over seeds, and the seed it
+// came from: the least value when low is set (goodput), else the greatest
+// (latency, shedding).
+type worst struct {
+	low  bool
+	v    float64
+	seed uint64
+	n    int // values seen
+}
+
+func lowest() *worst  { return &worst{low: true} }
+func highest() *worst { return &worst{} }
+
+func (w *worst) add(seed uint64, v float64) {
+	if w.n == 0 || (w.low && v < w.v) || (!w.low && v > w.v) {
+		w.v, w.seed = v, seed
+	}
+	w.n++
+}
+
+// format gives the worst value to digits decimals, rounded towards the bad
+// side (down for a least value, up for a greatest), then unit and the seed,
+// so that a figure copied from the log into the docs never flatters the
+// limiter.
+func (w *worst) format(digits int, unit string) string {
+	p := math.Pow(10, float64(digits))
+	v := math.Ceil(w.v*p-1e-9) / p
+	if w.low {
+		v = math.Floor(w.v*p+1e-9) / p
+	}
+	if v == 0 {
+		v = 0 // not -0
+	}
+	return fmt.Sprintf("%.*f%s (seed %d)", digits, v, unit, w.seed)
+}
 
 // windowedVegas builds the limiter under test: Windowed(Vegas) with Vegas's
 // defaults and a fixed window, on the run's clock and random source.
@@ -60,29 +114,29 @@ func standard(seed uint64, workers int, service Distribution, limiter func(Env) 
 
 // perSeed runs one simulation per seed, GOMAXPROCS at a time (runs are
 // independent and deterministic, so their order does not matter), and
-// returns measure's result for each run, indexed by seed. Assertions stay on
-// the test goroutine.
-func perSeed[T any](t *testing.T, n uint64, config func(seed uint64) Config, measure func(*Result) T) []T {
+// returns measure's result for each run: out[i] is that of seeds[i].
+// Assertions stay on the test goroutine.
+func perSeed[T any](t *testing.T, seeds []uint64, config func(seed uint64) Config, measure func(*Result) T) []T {
 	t.Helper()
-	out := make([]T, n)
-	errs := make([]error, n)
+	out := make([]T, len(seeds))
+	errs := make([]error, len(seeds))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
-	for seed := range n {
+	for i, seed := range seeds {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			r, err := Run(config(seed))
 			if err != nil {
-				errs[seed] = err
+				errs[i] = err
 				return
 			}
-			out[seed] = measure(r)
+			out[i] = measure(r)
 		})
 	}
 	wg.Wait()
-	for seed, err := range errs {
-		require.NoErrorf(t, err, "seed %d", seed)
+	for i, err := range errs {
+		require.NoErrorf(t, err, "seed %d", seeds[i])
 	}
 	return out
 }
@@ -114,34 +168,21 @@ func vegasBand(c int) (lo, hi int) {
 }
 
 func TestVegasUnderOverload(t *testing.T) {
-	assertUnderOverload(t, windowedVegas(nil), 3, vegasBand)
+	// The median limit at 3x is in the band on 79 of the 80 runs. With
+	// lognormal service on seed 1013 it settles at 21, one below the band
+	// [22, 27]: the test names that run rather than widening the band for
+	// all, and fails once the run is back in the band, so that the docs
+	// that state the miss are updated with it.
+	assertUnderOverload(t, windowedVegas(nil), 3, &limitBand{
+		bounds: vegasBand,
+		misses: map[string][]uint64{"lognormal": {1013}},
+	})
 }
 
 func TestCollapseBaseline(t *testing.T) {
 	// With the collapse term, an unprotected server drowns at 3x while the
 	// limiter keeps goodput near capacity.
-	const c = 20
-	capacity := float64(c) / S.Seconds()
-	config := func(limiter func(Env) (*adaptive.Limiter, error)) func(uint64) Config {
-		return func(seed uint64) Config {
-			cfg := standard(seed, c, Deterministic, limiter)
-			cfg.Collapse = 0.5
-			return cfg
-		}
-	}
-	protected := perSeed(t, seeds, config(windowedVegas(nil)), phases("over"))
-	unprotected := perSeed(t, seeds, config(nil), phases("over"))
-	minWith, maxWithout := 1e9, 0.0
-	defer func() {
-		t.Logf("goodput at 3x with collapse: limiter >= %.3f, no limiter <= %.3f of capacity", minWith, maxWithout)
-	}()
-	for seed := range protected {
-		with := protected[seed][0].Goodput / capacity
-		without := unprotected[seed][0].Goodput / capacity
-		minWith, maxWithout = min(minWith, with), max(maxWithout, without)
-		assert.GreaterOrEqualf(t, with, 0.9, "seed %d: goodput with limiter and collapse = %.3f, want >= 0.9", seed, with)
-		assert.Lessf(t, without, 0.5*with, "seed %d: goodput without limiter = %.3f, want clearly below %.3f", seed, without, with)
-	}
+	assertCollapseBaseline(t, windowedVegas(nil), 0.9)
 }
 
 func TestVegasFollowsCapacityStep(t *testing.T) {
@@ -153,6 +194,7 @@ func TestVegasFollowsCapacityStep(t *testing.T) {
 		windows int // windows after the step until the limit entered the band
 		halved  Stats
 	}
+	seeds := criteriaSeeds()
 	for _, dist := range []Distribution{Deterministic, Lognormal} {
 		runs := perSeed(t, seeds, func(seed uint64) Config {
 			return Config{
@@ -174,17 +216,21 @@ func TestVegasFollowsCapacityStep(t *testing.T) {
 			}
 			return o
 		})
-		slowest := 0
-		for seed, o := range runs {
+		slowest := highest()
+		for i, o := range runs {
+			seed := seeds[i]
 			assert.Truef(t, o.windows >= 0 && o.windows <= 20, "dist %d seed %d: limit entered [%d, %d] after %d windows, want <= 20",
 				dist, seed, lo, hi, o.windows)
 			assert.Truef(t, o.halved.LimitMin >= lo && o.halved.LimitMax <= hi,
 				"dist %d seed %d: limit after the step in [%d, %d], want within [%d, %d]", dist, seed, o.halved.LimitMin, o.halved.LimitMax, lo, hi)
-			slowest = max(slowest, o.windows)
+			slowest.add(seed, float64(o.windows))
 		}
-		t.Logf("distribution %d: limit in the new band after at most %d windows", dist, slowest)
+		t.Logf("%s distribution, %d seeds: limit in the new band after at most %s windows", distName[dist], len(seeds), slowest.format(0, ""))
 	}
 }
+
+// distName names the service distributions in logs.
+var distName = map[Distribution]string{Deterministic: "deterministic", Lognormal: "lognormal"}
 
 // classGoodput returns the share of a class's offered requests that were
 // good.
@@ -208,16 +254,14 @@ func TestPartitionProtectsCritical(t *testing.T) {
 	// Erlang loss at a cap equal to the mean), which is what the ordered
 	// criticality mode below is for.
 	const c = 100
+	seeds := criteriaSeeds()
 	if testing.Short() {
 		t.Log("short mode: 5 seeds")
-	}
-	n := uint64(seeds)
-	if testing.Short() {
-		n = 5
+		seeds = seeds[:5]
 	}
 	parts := &adaptive.LimiterOptions{Partitions: []adaptive.Partition{{Name: "critical", Share: 0.7}, {Name: "sheddable", Share: 0.3}}}
-	worst := 1.0
-	runs := perSeed(t, n, func(seed uint64) Config {
+	worst := lowest()
+	runs := perSeed(t, seeds, func(seed uint64) Config {
 		return Config{
 			Seed: seed, Workers: c, ServiceTime: S, Interval: window, Limiter: windowedVegas(parts),
 			Classes: []Class{{Name: "critical", Weight: 0.5}, {Name: "sheddable", Weight: 2.5}},
@@ -227,14 +271,14 @@ func TestPartitionProtectsCritical(t *testing.T) {
 			},
 		}
 	}, phases("over"))
-	for seed, st := range runs {
-		over := st[0]
+	for i, st := range runs {
+		seed, over := seeds[i], st[0]
 		g := classGoodput(over, "critical")
 		assert.GreaterOrEqualf(t, g, 0.95, "seed %d: critical goodput = %.4f of offered, want >= 0.95", seed, g)
 		assert.Greaterf(t, classShed(over, "sheddable"), 5*classShed(over, "critical"), "seed %d: shedding must fall on the sheddable partition", seed)
-		worst = min(worst, g)
+		worst.add(seed, g)
 	}
-	t.Logf("critical goodput >= %.4f of offered", worst)
+	t.Logf("%s, %d seeds: critical goodput >= %s of offered", t.Name(), len(seeds), worst.format(4, ""))
 }
 
 func TestCriticalityShedsLowestFirst(t *testing.T) {
@@ -243,7 +287,8 @@ func TestCriticalityShedsLowestFirst(t *testing.T) {
 	// in reverse order of importance.
 	const c = 20
 	crit := &adaptive.LimiterOptions{Criticality: &adaptive.CriticalityOptions{}}
-	worst := 1.0
+	seeds := criteriaSeeds()
+	worst := lowest()
 	runs := perSeed(t, seeds, func(seed uint64) Config {
 		return Config{
 			Seed: seed, Workers: c, ServiceTime: S, Interval: window, Limiter: windowedVegas(crit),
@@ -257,8 +302,8 @@ func TestCriticalityShedsLowestFirst(t *testing.T) {
 			},
 		}
 	}, phases("over"))
-	for seed, st := range runs {
-		over := st[0]
+	for i, st := range runs {
+		seed, over := seeds[i], st[0]
 		g := classGoodput(over, adaptive.ClassCritical)
 		assert.GreaterOrEqualf(t, g, 0.95, "seed %d: critical goodput = %.4f of offered, want >= 0.95", seed, g)
 		sheds := fmt.Sprintf("critical %.3f, default %.3f, sheddable %.3f, background %.3f",
@@ -268,7 +313,7 @@ func TestCriticalityShedsLowestFirst(t *testing.T) {
 			classShed(over, adaptive.ClassDefault) < classShed(over, adaptive.ClassSheddable) &&
 			classShed(over, adaptive.ClassSheddable) < classShed(over, adaptive.ClassBackground),
 			"seed %d: shed rates %s, want increasing", seed, sheds)
-		worst = min(worst, g)
+		worst.add(seed, g)
 	}
-	t.Logf("critical goodput >= %.4f of offered", worst)
+	t.Logf("%s, %d seeds: critical goodput >= %s of offered", t.Name(), len(seeds), worst.format(4, ""))
 }

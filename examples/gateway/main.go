@@ -43,6 +43,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/redisstore"
 )
@@ -164,8 +165,8 @@ func newGateway(cfg config) (g *gateway, err error) {
 	}
 	g.closers = append(g.closers, g.lim.Close)
 
-	limit, err := floodgate.NewMiddleware(g.lim, &floodgate.MiddlewareOptions{
-		Key: floodgate.KeyChain(floodgate.KeyByAPIKey("X-API-Key"), floodgate.KeyByIP(nil)),
+	limit, err := httplimit.New(g.lim, &httplimit.Options{
+		Key: httplimit.KeyChain(httplimit.KeyByAPIKey("X-API-Key"), httplimit.KeyByIP(nil)),
 	})
 	if err != nil {
 		return nil, err

@@ -7,7 +7,7 @@
 //     client paces itself and the server never has to refuse.
 //
 // By default it starts its own server in-process (a burst of 3, then one
-// request per second per client, behind floodgate.Middleware); -url points it
+// request per second per client, behind httplimit.New); -url points it
 // at another, such as examples/httpserver:
 //
 //	go run ./examples/httpclient
@@ -31,6 +31,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/client"
+	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -73,7 +74,7 @@ func demoServer() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	mw, err := floodgate.NewMiddleware(lim, nil)
+	mw, err := httplimit.New(lim, nil)
 	if err != nil {
 		return nil, err
 	}

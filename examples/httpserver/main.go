@@ -1,5 +1,5 @@
 // Command httpserver serves a small API behind floodgate's net/http
-// middleware, on the in-process store:
+// middleware (package httplimit), on the in-process store:
 //
 //   - /api/hello: 5 requests at once, then one every 6 seconds, per API key
 //     (X-API-Key) or, without one, per client address;
@@ -38,6 +38,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/headers"
+	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -107,32 +108,32 @@ func newHandler(cfg config) (http.Handler, error) {
 		return nil, err
 	}
 
-	key := floodgate.KeyChain(
-		floodgate.KeyByAPIKey("X-API-Key"),
-		floodgate.KeyByIP(&floodgate.IPKeyOptions{TrustedProxies: cfg.trusted}),
+	key := httplimit.KeyChain(
+		httplimit.KeyByAPIKey("X-API-Key"),
+		httplimit.KeyByIP(&httplimit.IPKeyOptions{TrustedProxies: cfg.trusted}),
 	)
 	logDenials := func(r *http.Request, key string, d floodgate.Decision) {
 		if !d.Allowed {
 			log.Printf("%s %s: key %s denied, retry in %v", r.Method, r.URL.Path, key, d.RetryAfter)
 		}
 	}
-	limit := func(lim floodgate.Limiter, o floodgate.MiddlewareOptions) (func(http.Handler) http.Handler, error) {
+	limit := func(lim floodgate.Limiter, o httplimit.Options) (func(http.Handler) http.Handler, error) {
 		o.Key, o.Shadow, o.OnDecision = key, cfg.shadow, logDenials
-		return floodgate.NewMiddleware(lim, &o)
+		return httplimit.New(lim, &o)
 	}
 
-	hello, err := limit(api, floodgate.MiddlewareOptions{})
+	hello, err := limit(api, httplimit.Options{})
 	if err != nil {
 		return nil, err
 	}
-	report, err := limit(api, floodgate.MiddlewareOptions{
+	report, err := limit(api, httplimit.Options{
 		Cost:           func(*http.Request) int64 { return 5 },
 		ProblemDetails: true,
 	})
 	if err != nil {
 		return nil, err
 	}
-	export, err := limit(exports, floodgate.MiddlewareOptions{
+	export, err := limit(exports, httplimit.Options{
 		KeyPrefix:  "export:",
 		MaxDelay:   3 * time.Second,
 		PolicyName: "export",

@@ -1,6 +1,6 @@
 // Command quickstart runs floodgate's five algorithms side by side on the
 // same scripted traffic, on virtual time, and prints what each admitted per
-// tick: the fixed window's boundary spike, the sliding window's smoothing,
+// tick: the fixed window's boundary spike, the sliding window's estimate,
 // the token bucket's burst, and the leaky bucket's constant egress.
 //
 // It then runs the same traffic through the Redis store — on the server at
@@ -91,7 +91,7 @@ func simulate(ctx context.Context, store floodgate.Store, clock *conformance.Clo
 				// Requests of a tick arrive spread over it.
 				clock.Set(t0.Add(time.Duration(i)*tick + time.Duration(j)*tick/time.Duration(n)))
 				var d floodgate.Decision
-				if a.alg.Kind() == floodgate.KindLeakyBucket {
+				if _, shaper := a.alg.(floodgate.LeakyBucket); shaper {
 					d, err = lim.Reserve(ctx, key, 1, time.Second)
 				} else {
 					d, err = lim.Allow(ctx, key)

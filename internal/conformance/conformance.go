@@ -33,9 +33,9 @@ func Run(t *testing.T, newStore NewStore) {
 	t.Run("Concurrent", func(t *testing.T) { RunConcurrent(t, newStore, 16, 200) })
 }
 
-// step is one call in a step-driven case: at T0+at, apply req and expect
+// stepCase is one call in a step-driven case: at T0+at, apply req and expect
 // want (At is filled in from at).
-type step struct {
+type stepCase struct {
 	at   time.Duration
 	req  floodgate.Request
 	want floodgate.Result
@@ -67,13 +67,13 @@ const ms = time.Millisecond
 var stepCases = []struct {
 	name  string
 	alg   floodgate.Algorithm
-	steps []step
+	steps []stepCase
 }{
 	{
 		name: "TokenBucket",
 		// 100 ms per token, tolerance 500 ms.
 		alg: floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 5},
-		steps: []step{
+		steps: []stepCase{
 			{0, take(3), admit(5, 3, 2, 0, 300*ms)},
 			{0, take(3), deny(5, 2, 100*ms, 300*ms)},       // needs 1 more token: 100 ms
 			{100 * ms, take(3), admit(5, 3, 0, 0, 500*ms)}, // exactly refilled
@@ -90,7 +90,7 @@ var stepCases = []struct {
 		name: "LeakyBucket",
 		// 100 ms per unit, capacity 300 ms of work.
 		alg: floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 3},
-		steps: []step{
+		steps: []stepCase{
 			{0, take(1), admit(3, 1, 2, 0, 100*ms)},
 			{0, take(1), deny(3, 2, 100*ms, 100*ms)}, // AllowN never queues
 			{0, reserve(1, time.Second), admit(3, 1, 1, 100*ms, 200*ms)},
@@ -106,7 +106,7 @@ var stepCases = []struct {
 	{
 		name: "FixedWindow",
 		alg:  floodgate.FixedWindow{Limit: 3, Window: time.Second},
-		steps: []step{
+		steps: []stepCase{
 			{900 * ms, take(2), admit(3, 2, 1, 0, 100*ms)},
 			{950 * ms, take(2), deny(3, 1, 50*ms, 50*ms)},
 			{950 * ms, take(1), admit(3, 1, 0, 0, 50*ms)},
@@ -123,7 +123,7 @@ var stepCases = []struct {
 	{
 		name: "SlidingWindow",
 		alg:  floodgate.SlidingWindow{Limit: 10, Window: time.Second},
-		steps: []step{
+		steps: []stepCase{
 			{500 * ms, take(10), admit(10, 10, 0, 0, 1500*ms)},
 			// est = 10·(1−0) + 0: one unit fits when 10·(1−f) ≤ 9, f = 0.1.
 			{1000 * ms, take(1), deny(10, 0, 100*ms, time.Second)},
@@ -143,7 +143,7 @@ var stepCases = []struct {
 	{
 		name: "SlidingLog",
 		alg:  floodgate.SlidingLog{Limit: 3, Window: time.Second},
-		steps: []step{
+		steps: []stepCase{
 			{0, take(1), admit(3, 1, 2, 0, time.Second)},
 			{200 * ms, take(2), admit(3, 2, 0, 0, time.Second)},
 			{500 * ms, take(1), deny(3, 0, 500*ms, 700*ms)},       // the unit at 0 leaves at 1 s
@@ -162,7 +162,7 @@ var stepCases = []struct {
 		// a store must not forget the empty reserved window early.
 		name: "FixedWindow/refunded reservation",
 		alg:  floodgate.FixedWindow{Limit: 3, Window: time.Second},
-		steps: []step{
+		steps: []stepCase{
 			{0, take(3), admit(3, 3, 0, 0, time.Second)},
 			{0, reserve(2, time.Second), admit(3, 2, 0, time.Second, 2*time.Second)},
 			{500 * ms, refund(2, time.Second), admit(3, 2, 0, 0, 500*ms)},
@@ -173,7 +173,7 @@ var stepCases = []struct {
 	{
 		name: "SlidingWindow/refunded reservation",
 		alg:  floodgate.SlidingWindow{Limit: 1, Window: time.Second},
-		steps: []step{
+		steps: []stepCase{
 			{0, take(1), admit(1, 1, 0, 0, 2*time.Second)},
 			// est at 1 s is 1: the unit fits at 2 s, in the window after.
 			{0, reserve(1, 3*time.Second), admit(1, 1, 0, 2*time.Second, 4*time.Second)},
@@ -187,7 +187,7 @@ var stepCases = []struct {
 		// whole quota: one unit fits when it leaves, not when it departs.
 		name: "SlidingLog/take up to behind a reservation",
 		alg:  floodgate.SlidingLog{Limit: 3, Window: time.Second},
-		steps: []step{
+		steps: []stepCase{
 			{0, take(3), admit(3, 3, 0, 0, time.Second)},
 			{0, reserve(3, time.Second), admit(3, 3, 0, time.Second, 2*time.Second)},
 			{500 * ms, upTo(1), deny(3, 0, 1500*ms, 1500*ms)},
@@ -206,7 +206,7 @@ func RunSteps(t *testing.T, newStore NewStore) {
 			key := Key(t, "k")
 			for i, st := range tc.steps {
 				clock.Set(T0.Add(st.at))
-				got, err := s.Apply(context.Background(), key, tc.alg, st.req)
+				got, err := apply(context.Background(), s, key, tc.alg, st.req)
 				require.NoError(t, err, "step %d", i)
 				want := st.want
 				want.At = T0.Add(st.at)
@@ -265,7 +265,7 @@ func RunErrors(t *testing.T, newStore NewStore) {
 			if key == "k" {
 				key = Key(t, "k")
 			}
-			_, err := s.Apply(ctx, key, tc.alg, tc.req)
+			_, err := apply(ctx, s, key, tc.alg, tc.req)
 			require.Error(t, err)
 			assert.True(t, errors.Is(err, tc.want), "Apply(%q, %v, %+v) = %v, want %v", key, tc.alg, tc.req, err, tc.want)
 		})
@@ -309,7 +309,7 @@ func RunConcurrent(t *testing.T, newStore NewStore, goroutines, calls int) {
 				go func() {
 					defer wg.Done()
 					for range calls {
-						res, err := s.Apply(context.Background(), key, tc.alg, tc.req)
+						res, err := apply(context.Background(), s, key, tc.alg, tc.req)
 						if err != nil {
 							errs <- err
 							return
@@ -337,4 +337,13 @@ func RunConcurrent(t *testing.T, newStore NewStore, goroutines, calls int) {
 			}
 		})
 	}
+}
+
+// apply binds alg on s and applies req for key.
+func apply(ctx context.Context, s floodgate.Store, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
+	b, err := s.Bind(alg)
+	if err != nil {
+		return floodgate.Result{}, err
+	}
+	return b.Apply(ctx, key, req)
 }

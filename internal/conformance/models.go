@@ -151,7 +151,7 @@ func RunModels(t *testing.T, newStore NewStore) {
 			clock.Set(time.Unix(0, now))
 			n := rapid.Int64Range(1, quota).Draw(rt, "n")
 			wantOK, wantRem := m.allow(now, n)
-			got, err := s.Apply(ctx, key, alg, floodgate.Request{N: n})
+			got, err := apply(ctx, s, key, alg, floodgate.Request{N: n})
 			if err != nil {
 				rt.Fatalf("step %d: %v", i, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // genAlgorithm draws one of the five algorithms with a small quota and a
@@ -37,35 +38,35 @@ func genAlgorithm(rt *rapid.T) floodgate.Algorithm {
 // behaviour every store must reproduce.
 type reference struct {
 	words map[string]int64
-	fw    map[string]floodgate.FixedWindowState
-	sw    map[string]floodgate.SlidingWindowState
-	sl    map[string]*floodgate.SlidingLogState
+	fw    map[string]step.FixedWindowState
+	sw    map[string]step.SlidingWindowState
+	sl    map[string]*step.SlidingLogState
 }
 
 func newReference() *reference {
 	return &reference{
 		words: map[string]int64{},
-		fw:    map[string]floodgate.FixedWindowState{},
-		sw:    map[string]floodgate.SlidingWindowState{},
-		sl:    map[string]*floodgate.SlidingLogState{},
+		fw:    map[string]step.FixedWindowState{},
+		sw:    map[string]step.SlidingWindowState{},
+		sl:    map[string]*step.SlidingLogState{},
 	}
 }
 
 func (r *reference) apply(key string, alg floodgate.Algorithm, now time.Time, req floodgate.Request) (res floodgate.Result, err error) {
 	switch a := alg.(type) {
 	case floodgate.TokenBucket:
-		r.words[key], res, err = a.Step(r.words[key], now, req)
+		r.words[key], res, err = step.TokenBucket(a, r.words[key], now, req)
 	case floodgate.LeakyBucket:
-		r.words[key], res, err = a.Step(r.words[key], now, req)
+		r.words[key], res, err = step.LeakyBucket(a, r.words[key], now, req)
 	case floodgate.FixedWindow:
-		r.fw[key], res, err = a.Step(r.fw[key], now, req)
+		r.fw[key], res, err = step.FixedWindow(a, r.fw[key], now, req)
 	case floodgate.SlidingWindow:
-		r.sw[key], res, err = a.Step(r.sw[key], now, req)
+		r.sw[key], res, err = step.SlidingWindow(a, r.sw[key], now, req)
 	case floodgate.SlidingLog:
 		if r.sl[key] == nil {
-			r.sl[key] = new(floodgate.SlidingLogState)
+			r.sl[key] = new(step.SlidingLogState)
 		}
-		res, err = a.Step(r.sl[key], now, req)
+		res, err = step.SlidingLog(a, r.sl[key], now, req)
 	default:
 		err = fmt.Errorf("unknown algorithm %T", alg)
 	}
@@ -127,7 +128,7 @@ func RunReference(t *testing.T, newStore NewStore) {
 				req.MaxDelay = time.Duration(rapid.Int64Range(0, 2*int64(window)).Draw(rt, "maxDelay"))
 			}
 			want, werr := ref.apply(key, alg, now, req)
-			got, gerr := s.Apply(ctx, key, alg, req)
+			got, gerr := apply(ctx, s, key, alg, req)
 			if (werr != nil) != (gerr != nil) {
 				rt.Fatalf("step %d: %v at %v, %+v: err = %v, want %v", i, alg, now.Sub(T0), req, gerr, werr)
 			}

@@ -1,6 +1,7 @@
 // Package take holds the take steps of the token bucket and the fixed
-// window in integer nanoseconds, so that the root package's reference Steps
-// and memstore's fast path for Allow run the same arithmetic.
+// window in integer nanoseconds, so that the reference transitions
+// (package step) and memstore's fast path for Allow run the same
+// arithmetic.
 package take
 
 // Bucket takes n units at instant t from the bucket whose theoretical arrival

@@ -68,7 +68,7 @@ var scenarios = []scenario{
 
 // libraryNotes says what each library is and how it is configured.
 var libraryNotes = []struct{ lib, note string }{
-	{"floodgate", "floodgate's token bucket: GCRA in one 64-bit word updated by compare-and-swap in memstore (`memstore.New(nil)`); on Redis, redisstore's token bucket script on one key with the server's clock (Timeout raised from 5ms to 5s, as long as go-redis lets the peers wait)."},
+	{"floodgate", "floodgate's token bucket: GCRA in one 64-bit word updated by compare-and-swap in memstore (`memstore.New(nil)`); on Redis, redisstore's token bucket script on one key with the server's clock (Timeout redisstore.NoTimeout: its default of 20ms is off, as the peers have no per-call timeout)."},
 	{"floodgate-fixedwindow", "floodgate's fixed window (epoch-aligned), for a like-for-like comparison with ulule and sethvargo."},
 	{"floodgate-slidingwindow", "floodgate's sliding window counter, for a like-for-like comparison with httprate."},
 	{"floodgate-leakybucket", "floodgate's leaky bucket (a shaper): called with Reserve and the whole window as maximum delay, so admitted requests are queued departures."},

@@ -10,16 +10,16 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/scripts"
+	"github.com/floodgate-go/floodgate/step"
 )
 
-var kinds = map[string]floodgate.Kind{
-	"tb": floodgate.KindTokenBucket,
-	"lb": floodgate.KindLeakyBucket,
-	"fw": floodgate.KindFixedWindow,
-	"sw": floodgate.KindSlidingWindow,
-	"sl": floodgate.KindSlidingLog,
+var kinds = map[string]step.Kind{
+	"tb": step.KindTokenBucket,
+	"lb": step.KindLeakyBucket,
+	"fw": step.KindFixedWindow,
+	"sw": step.KindSlidingWindow,
+	"sl": step.KindSlidingLog,
 }
 
 func main() {

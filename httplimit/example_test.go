@@ -1,4 +1,4 @@
-package floodgate_test
+package httplimit_test
 
 import (
 	"fmt"
@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
-func ExampleMiddleware() {
+func ExampleNew() {
 	// A stopped clock keeps the output stable; leave Now unset in real use.
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	store, err := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
@@ -26,7 +27,11 @@ func ExampleMiddleware() {
 	hello := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "hello\n")
 	})
-	handler := floodgate.Middleware(limiter, nil)(hello)
+	mw, err := httplimit.New(limiter, nil)
+	if err != nil {
+		panic(err)
+	}
+	handler := mw(hello)
 
 	for range 3 {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
@@ -42,9 +47,9 @@ func ExampleMiddleware() {
 }
 
 func ExampleKeyChain() {
-	key := floodgate.KeyChain(
-		floodgate.KeyByAPIKey("X-API-Key"), // callers with a key: by key
-		floodgate.KeyByIP(&floodgate.IPKeyOptions{ // everyone else: by address
+	key := httplimit.KeyChain(
+		httplimit.KeyByAPIKey("X-API-Key"), // callers with a key: by key
+		httplimit.KeyByIP(&httplimit.IPKeyOptions{ // everyone else: by address
 			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 		}),
 	)

@@ -1,4 +1,4 @@
-package floodgate
+package httplimit
 
 import (
 	"crypto/sha256"
@@ -20,9 +20,9 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 // key found. A typical chain limits authenticated callers by identity and
 // everyone else by address:
 //
-//	floodgate.KeyChain(
-//		floodgate.KeyByAPIKey("X-API-Key"),
-//		floodgate.KeyByIP(&floodgate.IPKeyOptions{TrustedProxies: proxies}),
+//	httplimit.KeyChain(
+//		httplimit.KeyByAPIKey("X-API-Key"),
+//		httplimit.KeyByIP(&httplimit.IPKeyOptions{TrustedProxies: proxies}),
 //	)
 //
 // Nil functions are skipped.
@@ -68,7 +68,7 @@ func hashedKey(prefix, v string) string {
 }
 
 // maxSubjectLen is the longest subject used as it is; longer ones are hashed
-// so that keys stay short and below MaxKeyLen.
+// so that keys stay short and below floodgate.MaxKeyLen.
 const maxSubjectLen = 128
 
 // KeyBySubject returns a KeyFunc that keys requests by the authenticated

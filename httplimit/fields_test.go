@@ -1,4 +1,4 @@
-package floodgate_test
+package httplimit_test
 
 import (
 	"encoding/json"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/headers"
+	"github.com/floodgate-go/floodgate/httplimit"
 )
 
 // TestMiddlewareFieldsRoundTrip runs every algorithm behind the middleware in
@@ -62,7 +63,7 @@ func roundTrip(t *testing.T, alg floodgate.Algorithm, style headers.Style, reset
 	lim, err := floodgate.New(newStore(t), alg)
 	require.NoError(t, err)
 	var last floodgate.Decision
-	h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+	h := httplimit.Middleware(lim, &httplimit.Options{
 		Style:      style,
 		XReset:     reset,
 		OnDecision: func(_ *http.Request, _ string, d floodgate.Decision) { last = d },

@@ -1,4 +1,4 @@
-package floodgate_test
+package httplimit_test
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/headers"
+	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -140,7 +141,7 @@ func do(t *testing.T, handler http.Handler, remoteAddr string, hdr ...string) *h
 
 func TestMiddlewareAllowedResponseCarriesIETFFields(t *testing.T) {
 	next := &okHandler{}
-	h := floodgate.Middleware(always(allowed42, nil), nil)(next)
+	h := httplimit.Middleware(always(allowed42, nil), nil)(next)
 	rec := do(t, h, "192.0.2.1:1234")
 
 	assert.Equal(t, http.StatusOK, rec.Code)
@@ -154,7 +155,7 @@ func TestMiddlewareAllowedResponseCarriesIETFFields(t *testing.T) {
 
 func TestMiddlewareDenial(t *testing.T) {
 	next := &okHandler{}
-	h := floodgate.Middleware(always(denied, nil), nil)(next)
+	h := httplimit.Middleware(always(denied, nil), nil)(next)
 	rec := do(t, h, "192.0.2.1:1234")
 
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
@@ -174,7 +175,7 @@ func TestMiddlewareDenial(t *testing.T) {
 }
 
 func TestMiddlewareProblemDetails(t *testing.T) {
-	h := floodgate.Middleware(always(denied, nil), &floodgate.MiddlewareOptions{
+	h := httplimit.Middleware(always(denied, nil), &httplimit.Options{
 		ProblemDetails: true, PolicyName: "per-ip",
 	})(&okHandler{})
 	rec := do(t, h, "192.0.2.1:1234")
@@ -191,34 +192,34 @@ func TestMiddlewareStyles(t *testing.T) {
 	now := time.Unix(1_700_000_000, 500_000_000)
 	tests := []struct {
 		name string
-		opts floodgate.MiddlewareOptions
+		opts httplimit.Options
 		d    floodgate.Decision
 		want http.Header
 	}{
-		{"draft", floodgate.MiddlewareOptions{Style: headers.StyleDraft}, allowed42, http.Header{
+		{"draft", httplimit.Options{Style: headers.StyleDraft}, allowed42, http.Header{
 			"Ratelimit-Limit": {"100"}, "Ratelimit-Remaining": {"42"}, "Ratelimit-Reset": {"17"},
 		}},
-		{"x delta", floodgate.MiddlewareOptions{Style: headers.StyleX}, denied, http.Header{
+		{"x delta", httplimit.Options{Style: headers.StyleX}, denied, http.Header{
 			"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"0"}, "X-Ratelimit-Reset": {"3"},
 			"Retry-After": {"3"},
 		}},
-		{"x epoch", floodgate.MiddlewareOptions{
+		{"x epoch", httplimit.Options{
 			Style: headers.StyleX, XReset: headers.ResetEpoch, Now: func() time.Time { return now },
 		}, allowed42, http.Header{
 			"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"42"}, "X-Ratelimit-Reset": {"1700000017"},
 		}},
-		{"ietf and x", floodgate.MiddlewareOptions{Style: headers.StyleIETF | headers.StyleX}, allowed42, http.Header{
+		{"ietf and x", httplimit.Options{Style: headers.StyleIETF | headers.StyleX}, allowed42, http.Header{
 			"Ratelimit-Policy": {`"default";q=100;w=60`}, "Ratelimit": {`"default";r=42;t=17`},
 			"X-Ratelimit-Limit": {"100"}, "X-Ratelimit-Remaining": {"42"}, "X-Ratelimit-Reset": {"17"},
 		}},
-		{"omitted, allowed", floodgate.MiddlewareOptions{OmitFields: true}, allowed42, http.Header{}},
-		{"omitted, denied keeps Retry-After", floodgate.MiddlewareOptions{OmitFields: true}, denied, http.Header{
+		{"omitted, allowed", httplimit.Options{OmitFields: true}, allowed42, http.Header{}},
+		{"omitted, denied keeps Retry-After", httplimit.Options{OmitFields: true}, denied, http.Header{
 			"Retry-After": {"3"},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := floodgate.Middleware(always(tt.d, nil), &tt.opts)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			h := httplimit.Middleware(always(tt.d, nil), &tt.opts)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			rec := do(t, h, "192.0.2.1:1234")
 			got := rec.Header().Clone()
 			for _, k := range []string{"Content-Type", "Cache-Control", "X-Content-Type-Options"} {
@@ -231,7 +232,7 @@ func TestMiddlewareStyles(t *testing.T) {
 
 func TestMiddlewareCustomDenyHandler(t *testing.T) {
 	var got floodgate.Decision
-	h := floodgate.Middleware(always(denied, nil), &floodgate.MiddlewareOptions{
+	h := httplimit.Middleware(always(denied, nil), &httplimit.Options{
 		DenyHandler: func(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
 			got = d
 			assert.Equal(t, "3", w.Header().Get("Retry-After"), "fields must be set before DenyHandler runs")
@@ -248,29 +249,29 @@ func TestMiddlewareErrors(t *testing.T) {
 	tests := []struct {
 		name   string
 		lim    floodgate.Limiter
-		opts   *floodgate.MiddlewareOptions
+		opts   *httplimit.Options
 		status int
 		match  error
 	}{
 		{"store unavailable", always(floodgate.Decision{}, storeDown), nil, http.StatusServiceUnavailable, floodgate.ErrUnavailable},
 		{"context ended", always(floodgate.Decision{}, context.DeadlineExceeded), nil, http.StatusServiceUnavailable, context.DeadlineExceeded},
 		{"other error", always(floodgate.Decision{}, floodgate.ErrKeyTooLong), nil, http.StatusInternalServerError, floodgate.ErrKeyTooLong},
-		{"no key", always(allowed42, nil), &floodgate.MiddlewareOptions{Key: floodgate.KeyByAPIKey("X-API-Key")},
-			http.StatusInternalServerError, floodgate.ErrNoKey},
+		{"no key", always(allowed42, nil), &httplimit.Options{Key: httplimit.KeyByAPIKey("X-API-Key")},
+			http.StatusInternalServerError, httplimit.ErrNoKey},
 		{"nil limiter", nil, nil, http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"unprintable policy name", always(allowed42, nil), &floodgate.MiddlewareOptions{PolicyName: "naïve"},
+		{"unprintable policy name", always(allowed42, nil), &httplimit.Options{PolicyName: "naïve"},
 			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"negative MaxDelay", always(allowed42, nil), &floodgate.MiddlewareOptions{MaxDelay: -1},
+		{"negative MaxDelay", always(allowed42, nil), &httplimit.Options{MaxDelay: -1},
 			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"unknown style", always(allowed42, nil), &floodgate.MiddlewareOptions{Style: 1 << 6},
+		{"unknown style", always(allowed42, nil), &httplimit.Options{Style: 1 << 6},
 			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"unknown reset format", always(allowed42, nil), &floodgate.MiddlewareOptions{XReset: 9},
+		{"unknown reset format", always(allowed42, nil), &httplimit.Options{XReset: 9},
 			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			next := &okHandler{}
-			rec := do(t, floodgate.Middleware(tt.lim, tt.opts)(next), "192.0.2.1:1234")
+			rec := do(t, httplimit.Middleware(tt.lim, tt.opts)(next), "192.0.2.1:1234")
 			assert.Equal(t, tt.status, rec.Code)
 			assert.Equal(t, 0, next.served(), "the handler ran despite the error")
 			assert.Empty(t, rec.Header().Values("RateLimit"), "fields without a decision")
@@ -279,7 +280,7 @@ func TestMiddlewareErrors(t *testing.T) {
 			// The same error reaches a custom ErrorHandler, and
 			// NewMiddleware reports configuration errors up front.
 			var seen error
-			opts := floodgate.MiddlewareOptions{}
+			opts := httplimit.Options{}
 			if tt.opts != nil {
 				opts = *tt.opts
 			}
@@ -287,10 +288,10 @@ func TestMiddlewareErrors(t *testing.T) {
 				seen = err
 				w.WriteHeader(599)
 			}
-			rec = do(t, floodgate.Middleware(tt.lim, &opts)(next), "192.0.2.1:1234")
+			rec = do(t, httplimit.Middleware(tt.lim, &opts)(next), "192.0.2.1:1234")
 			assert.Equal(t, 599, rec.Code)
 			assert.ErrorIs(t, seen, tt.match)
-			_, err := floodgate.NewMiddleware(tt.lim, &opts)
+			_, err := httplimit.New(tt.lim, &opts)
 			if errors.Is(tt.match, floodgate.ErrInvalidConfig) {
 				assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 			} else {
@@ -303,7 +304,7 @@ func TestMiddlewareErrors(t *testing.T) {
 func TestMiddlewareSkipCostPrefix(t *testing.T) {
 	lim := always(allowed42, nil)
 	next := &okHandler{}
-	h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+	h := httplimit.Middleware(lim, &httplimit.Options{
 		KeyPrefix: "search:",
 		Skip:      func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 		Cost: func(r *http.Request) int64 {
@@ -337,7 +338,7 @@ func TestMiddlewareCostErrors(t *testing.T) {
 		want error
 	}{{0, floodgate.ErrInvalidN}, {-3, floodgate.ErrInvalidN}, {11, floodgate.ErrExceedsLimit}} {
 		var seen error
-		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+		h := httplimit.Middleware(lim, &httplimit.Options{
 			Cost:         func(*http.Request) int64 { return tt.cost },
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { seen = err; w.WriteHeader(500) },
 		})(&okHandler{})
@@ -363,7 +364,7 @@ func TestMiddlewareShadowModeNeverBlocks(t *testing.T) {
 		var mu sync.Mutex
 		var decisions []floodgate.Decision
 		next := &okHandler{}
-		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+		h := httplimit.Middleware(lim, &httplimit.Options{
 			Shadow:   true,
 			MaxDelay: 10 * time.Second, // shaping is not enforced in shadow mode either
 			OnDecision: func(r *http.Request, key string, d floodgate.Decision) {
@@ -411,7 +412,7 @@ func TestMiddlewareShadowModeDenials(t *testing.T) {
 	require.NoError(t, err)
 	var denials int
 	next := &okHandler{}
-	h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+	h := httplimit.Middleware(lim, &httplimit.Options{
 		Shadow: true,
 		OnDecision: func(r *http.Request, key string, d floodgate.Decision) {
 			if !d.Allowed {
@@ -438,7 +439,7 @@ func TestMiddlewareShapingDelaysInsteadOfDenying(t *testing.T) {
 		}
 		var servedAt time.Duration
 		start := time.Now()
-		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{MaxDelay: 10 * time.Second})(
+		h := httplimit.Middleware(lim, &httplimit.Options{MaxDelay: 10 * time.Second})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { servedAt = time.Since(start) }))
 
 		rec := do(t, h, "192.0.2.1:1234")
@@ -453,7 +454,7 @@ func TestMiddlewareShapingDelaysInsteadOfDenying(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
 		req.RemoteAddr = "192.0.2.1:1234"
 		var seen error
-		h = floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+		h = httplimit.Middleware(lim, &httplimit.Options{
 			MaxDelay:     10 * time.Second,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { seen = err; w.WriteHeader(503) },
 		})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler ran after the deadline") }))
@@ -479,7 +480,7 @@ func TestMiddlewareLeakyBucketShapesBursts(t *testing.T) {
 		start := time.Now()
 		var mu sync.Mutex
 		var served []time.Duration
-		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{MaxDelay: time.Second})(
+		h := httplimit.Middleware(lim, &httplimit.Options{MaxDelay: time.Second})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				served = append(served, time.Since(start))
@@ -499,7 +500,7 @@ func TestMiddlewareLeakyBucketShapesBursts(t *testing.T) {
 
 func TestMiddlewareDefaultKeyOptions(t *testing.T) {
 	lim := always(allowed42, nil)
-	h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+	h := httplimit.Middleware(lim, &httplimit.Options{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 		IPv6Prefix:     48,
 	})(&okHandler{})
@@ -508,8 +509,8 @@ func TestMiddlewareDefaultKeyOptions(t *testing.T) {
 	do(t, h, "[2001:db8:1:2::1]:1")
 	assert.Equal(t, []string{"ip:203.0.113.9", "ip:192.0.2.1", "ip:2001:db8:1::/48"}, keys(lim.Calls()))
 
-	_, err := floodgate.NewMiddleware(lim, &floodgate.MiddlewareOptions{
-		Key:            floodgate.KeyByAPIKey("X-API-Key"),
+	_, err := httplimit.New(lim, &httplimit.Options{
+		Key:            httplimit.KeyByAPIKey("X-API-Key"),
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 	})
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "IP options beside a custom Key would be ignored silently")
@@ -531,7 +532,7 @@ func TestMiddlewareDoesNotOutwaitTheRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lim := &blockingLimiter{}
 		next := &okHandler{}
-		h := floodgate.Middleware(lim, nil)(next)
+		h := httplimit.Middleware(lim, nil)(next)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
@@ -586,7 +587,7 @@ func testShapingRefund(t *testing.T, wrapped bool) {
 		}
 		var served []time.Duration
 		start := time.Now()
-		h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{
+		h := httplimit.Middleware(lim, &httplimit.Options{
 			MaxDelay:     10 * time.Second,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(499) },
 		})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = append(served, time.Since(start)) }))

@@ -1,4 +1,4 @@
-package floodgate
+package httplimit
 
 import (
 	"net/http"

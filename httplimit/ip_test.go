@@ -1,4 +1,4 @@
-package floodgate_test
+package httplimit_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/httplimit"
 )
 
 var proxies = []netip.Prefix{
@@ -22,11 +23,11 @@ var proxies = []netip.Prefix{
 }
 
 func TestClientIP(t *testing.T) {
-	xff := &floodgate.IPKeyOptions{TrustedProxies: proxies}
-	fwd := &floodgate.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "Forwarded"}
+	xff := &httplimit.IPKeyOptions{TrustedProxies: proxies}
+	fwd := &httplimit.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "Forwarded"}
 	tests := []struct {
 		name   string
-		opts   *floodgate.IPKeyOptions
+		opts   *httplimit.IPKeyOptions
 		remote string
 		hdr    []string
 		want   string
@@ -70,11 +71,11 @@ func TestClientIP(t *testing.T) {
 			[]string{"X-Forwarded-For", "203.0.113.9", "Forwarded", "for=198.51.100.1"}, "198.51.100.1"},
 		{"xff ignores Forwarded", xff, "10.0.0.1:1234",
 			[]string{"X-Forwarded-For", "203.0.113.9", "Forwarded", "for=198.51.100.1"}, "203.0.113.9"},
-		{"custom single-address header", &floodgate.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "X-Real-IP"},
+		{"custom single-address header", &httplimit.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "X-Real-IP"},
 			"10.0.0.1:1234", []string{"X-Real-IP", "203.0.113.9"}, "203.0.113.9"},
-		{"mapped trusted prefix", &floodgate.IPKeyOptions{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}},
+		{"mapped trusted prefix", &httplimit.IPKeyOptions{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}},
 			"10.0.0.1:1234", []string{"X-Forwarded-For", "203.0.113.9"}, "203.0.113.9"},
-		{"invalid trusted prefix trusts nothing", &floodgate.IPKeyOptions{TrustedProxies: []netip.Prefix{{}}},
+		{"invalid trusted prefix trusts nothing", &httplimit.IPKeyOptions{TrustedProxies: []netip.Prefix{{}}},
 			"10.0.0.1:1234", []string{"X-Forwarded-For", "203.0.113.9"}, "10.0.0.1"},
 	}
 	for _, tt := range tests {
@@ -84,7 +85,7 @@ func TestClientIP(t *testing.T) {
 			for i := 0; i+1 < len(tt.hdr); i += 2 {
 				req.Header.Add(tt.hdr[i], tt.hdr[i+1])
 			}
-			got, ok := floodgate.ClientIP(req, tt.opts)
+			got, ok := httplimit.ClientIP(req, tt.opts)
 			require.True(t, ok, "ClientIP(%q, %q) found no address", tt.remote, tt.hdr)
 			assert.Equal(t, netip.MustParseAddr(tt.want), got, "ClientIP(%q, %q)", tt.remote, tt.hdr)
 		})
@@ -92,33 +93,33 @@ func TestClientIP(t *testing.T) {
 
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	req.RemoteAddr = "@unix-socket"
-	_, ok := floodgate.ClientIP(req, nil)
+	_, ok := httplimit.ClientIP(req, nil)
 	assert.False(t, ok, "ClientIP of a non-IP RemoteAddr")
-	_, ok = floodgate.KeyByIP(nil)(req)
+	_, ok = httplimit.KeyByIP(nil)(req)
 	assert.False(t, ok, "KeyByIP of a non-IP RemoteAddr")
 }
 
 func TestKeyByIPGroups(t *testing.T) {
 	tests := []struct {
 		name   string
-		opts   *floodgate.IPKeyOptions
+		opts   *httplimit.IPKeyOptions
 		remote string
 		want   string
 	}{
 		{"ipv4 whole", nil, "192.0.2.77:1", "ip:192.0.2.77"},
 		{"ipv6 /64 by default", nil, "[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:1", "ip:2001:db8:1:2::/64"},
-		{"ipv6 /56", &floodgate.IPKeyOptions{IPv6Prefix: 56}, "[2001:db8:1:2ff::1]:1", "ip:2001:db8:1:200::/56"},
-		{"ipv6 whole", &floodgate.IPKeyOptions{IPv6Prefix: 128}, "[2001:db8::1]:1", "ip:2001:db8::1"},
-		{"ipv6 beyond 128 means 128", &floodgate.IPKeyOptions{IPv6Prefix: 200}, "[2001:db8::1]:1", "ip:2001:db8::1"},
-		{"ipv4 /24", &floodgate.IPKeyOptions{IPv4Prefix: 24}, "192.0.2.77:1", "ip:192.0.2.0/24"},
-		{"ipv4 beyond 32 means 32", &floodgate.IPKeyOptions{IPv4Prefix: 40}, "192.0.2.77:1", "ip:192.0.2.77"},
+		{"ipv6 /56", &httplimit.IPKeyOptions{IPv6Prefix: 56}, "[2001:db8:1:2ff::1]:1", "ip:2001:db8:1:200::/56"},
+		{"ipv6 whole", &httplimit.IPKeyOptions{IPv6Prefix: 128}, "[2001:db8::1]:1", "ip:2001:db8::1"},
+		{"ipv6 beyond 128 means 128", &httplimit.IPKeyOptions{IPv6Prefix: 200}, "[2001:db8::1]:1", "ip:2001:db8::1"},
+		{"ipv4 /24", &httplimit.IPKeyOptions{IPv4Prefix: 24}, "192.0.2.77:1", "ip:192.0.2.0/24"},
+		{"ipv4 beyond 32 means 32", &httplimit.IPKeyOptions{IPv4Prefix: 40}, "192.0.2.77:1", "ip:192.0.2.77"},
 		{"mapped ipv4 keyed as ipv4", nil, "[::ffff:192.0.2.77]:1", "ip:192.0.2.77"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			req := httptest.NewRequest(http.MethodGet, "/", nil)
 			req.RemoteAddr = tt.remote
-			got, ok := floodgate.KeyByIP(tt.opts)(req)
+			got, ok := httplimit.KeyByIP(tt.opts)(req)
 			require.True(t, ok)
 			assert.Equal(t, tt.want, got)
 		})
@@ -134,36 +135,36 @@ func TestSpoofingDoesNotEscapeTheLimit(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		opts *floodgate.IPKeyOptions
+		opts *httplimit.IPKeyOptions
 		// request returns the RemoteAddr and header fields of attempt i.
 		request func(i int) (string, []string)
 	}{
 		{"forged X-Forwarded-For from an untrusted peer", nil, func(int) (string, []string) {
 			return "198.51.100.7:40000", []string{"X-Forwarded-For", randomV4()}
 		}},
-		{"forged X-Forwarded-For from an untrusted peer that knows the proxies", &floodgate.IPKeyOptions{TrustedProxies: proxies},
+		{"forged X-Forwarded-For from an untrusted peer that knows the proxies", &httplimit.IPKeyOptions{TrustedProxies: proxies},
 			func(int) (string, []string) {
 				return "198.51.100.7:40000", []string{"X-Forwarded-For", randomV4() + ", 10.0.0.1"}
 			}},
-		{"forged Forwarded from an untrusted peer", &floodgate.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "Forwarded"},
+		{"forged Forwarded from an untrusted peer", &httplimit.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "Forwarded"},
 			func(int) (string, []string) {
 				return "198.51.100.7:40000", []string{"Forwarded", "for=" + randomV4()}
 			}},
-		{"entries prepended before a trusted proxy's", &floodgate.IPKeyOptions{TrustedProxies: proxies},
+		{"entries prepended before a trusted proxy's", &httplimit.IPKeyOptions{TrustedProxies: proxies},
 			func(int) (string, []string) {
 				return "10.0.0.1:40000", []string{"X-Forwarded-For", randomV4() + ", " + randomV4() + ", 198.51.100.7"}
 			}},
 		// Alternating clean and poisoned headers: if the poison made the
 		// whole field unusable, the poisoned requests would fall back to
 		// another key (the proxy's) and get a second quota.
-		{"garbage prepended before a trusted proxy's", &floodgate.IPKeyOptions{TrustedProxies: proxies},
+		{"garbage prepended before a trusted proxy's", &httplimit.IPKeyOptions{TrustedProxies: proxies},
 			func(i int) (string, []string) {
 				if i%2 == 0 {
 					return "10.0.0.1:40000", []string{"X-Forwarded-For", "198.51.100.7"}
 				}
 				return "10.0.0.1:40000", []string{"X-Forwarded-For", fmt.Sprintf("garbage-%d,\"[", i), "X-Forwarded-For", "198.51.100.7"}
 			}},
-		{"Forwarded with an open quote before a trusted proxy's element", &floodgate.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "Forwarded"},
+		{"Forwarded with an open quote before a trusted proxy's element", &httplimit.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "Forwarded"},
 			func(i int) (string, []string) {
 				if i%2 == 0 {
 					return "10.0.0.1:40000", []string{"Forwarded", "for=198.51.100.7"}
@@ -178,7 +179,7 @@ func TestSpoofingDoesNotEscapeTheLimit(t *testing.T) {
 			}
 			return netip.AddrPortFrom(netip.AddrFrom16(a), 443).String(), nil
 		}},
-		{"many /64s of one /56 when grouping by /56", &floodgate.IPKeyOptions{IPv6Prefix: 56}, func(int) (string, []string) {
+		{"many /64s of one /56 when grouping by /56", &httplimit.IPKeyOptions{IPv6Prefix: 56}, func(int) (string, []string) {
 			var a [16]byte
 			copy(a[:], netip.MustParseAddr("2001:db8:aa:bb00::").AsSlice())
 			for j := 7; j < 16; j++ {
@@ -198,7 +199,7 @@ func TestSpoofingDoesNotEscapeTheLimit(t *testing.T) {
 			lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 5, Window: time.Hour})
 			require.NoError(t, err)
 			next := &okHandler{}
-			h := floodgate.Middleware(lim, &floodgate.MiddlewareOptions{Key: floodgate.KeyByIP(tt.opts)})(next)
+			h := httplimit.Middleware(lim, &httplimit.Options{Key: httplimit.KeyByIP(tt.opts)})(next)
 			var codes []int
 			for i := range 40 {
 				remote, hdr := tt.request(i)
@@ -210,7 +211,7 @@ func TestSpoofingDoesNotEscapeTheLimit(t *testing.T) {
 }
 
 func TestKeyByAPIKey(t *testing.T) {
-	f := floodgate.KeyByAPIKey("X-API-Key")
+	f := httplimit.KeyByAPIKey("X-API-Key")
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	_, ok := f(req)
 	assert.False(t, ok, "a request without the header has no key")
@@ -246,8 +247,8 @@ type nilStringer struct{ name string }
 func (n *nilStringer) String() string { return n.name }
 
 func TestKeyBySubjectAndChain(t *testing.T) {
-	bySubject := floodgate.KeyBySubject(subjectKey{})
-	chain := floodgate.KeyChain(nil, bySubject, floodgate.KeyByAPIKey("X-API-Key"), floodgate.KeyByIP(nil))
+	bySubject := httplimit.KeyBySubject(subjectKey{})
+	chain := httplimit.KeyChain(nil, bySubject, httplimit.KeyByAPIKey("X-API-Key"), httplimit.KeyByIP(nil))
 	withSubject := func(v any) *http.Request {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
 		req.RemoteAddr = "192.0.2.1:1"
@@ -288,7 +289,7 @@ func TestKeyBySubjectAndChain(t *testing.T) {
 	got, _ := chain(req)
 	assert.Regexp(t, `^key:`, got, "the API key comes before the address in the chain")
 
-	_, ok := floodgate.KeyChain()(req)
+	_, ok := httplimit.KeyChain()(req)
 	assert.False(t, ok, "an empty chain found a key")
 }
 

@@ -1,4 +1,4 @@
-package floodgate_test
+package httplimit_test
 
 import (
 	"net/http"
@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/httplimit"
 )
 
 // FuzzClientIP feeds arbitrary peers and forwarding fields to the client
@@ -36,14 +36,14 @@ func FuzzClientIP(f *testing.F) {
 		if forwarded != "" {
 			req.Header["Forwarded"] = strings.Split(forwarded, "\n")
 		}
-		opts := &floodgate.IPKeyOptions{TrustedProxies: trusted}
+		opts := &httplimit.IPKeyOptions{TrustedProxies: trusted}
 		field := xff
 		if rfc7239 {
 			opts.ForwardedHeader = "Forwarded"
 			field = forwarded
 		}
-		got, ok := floodgate.ClientIP(req, opts)
-		peer, peerOK := floodgate.ClientIP(req, nil)
+		got, ok := httplimit.ClientIP(req, opts)
+		peer, peerOK := httplimit.ClientIP(req, nil)
 		if ok != peerOK {
 			t.Fatalf("ClientIP(%q) ok = %v, but the peer alone gives %v", remote, ok, peerOK)
 		}
@@ -63,7 +63,7 @@ func FuzzClientIP(f *testing.F) {
 		if got != peer && !addressesIn(field)[got] {
 			t.Fatalf("ClientIP(%q, %q) = %v: neither the peer nor an address of the field", remote, field, got)
 		}
-		if key, ok := floodgate.KeyByIP(opts)(req); !ok || !strings.HasPrefix(key, "ip:") {
+		if key, ok := httplimit.KeyByIP(opts)(req); !ok || !strings.HasPrefix(key, "ip:") {
 			t.Fatalf("KeyByIP(%q, %q) = %q, %v", remote, field, key, ok)
 		}
 	})

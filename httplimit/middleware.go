@@ -1,4 +1,4 @@
-package floodgate
+package httplimit
 
 import (
 	"context"
@@ -9,24 +9,25 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/headers"
 )
 
 // ErrNoKey reports a request for which the middleware's key function found
 // no key.
-var ErrNoKey = errors.New("floodgate: no rate-limit key for the request")
+var ErrNoKey = errors.New("httplimit: no rate-limit key for the request")
 
 // DefaultPolicyName is the policy name the middleware advertises in the
 // RateLimit and RateLimit-Policy fields unless told otherwise.
 const DefaultPolicyName = "default"
 
-// MiddlewareOptions configures Middleware. A nil *MiddlewareOptions means
-// the defaults: every request costs 1 unit of its client address's quota,
-// denials get 429 with the IETF fields, Retry-After and a JSON body. The zero
-// value means the same. Middleware copies the options: later changes to them
-// have no effect, but the functions they hold are called concurrently and
-// must be safe for concurrent use.
-type MiddlewareOptions struct {
+// Options configures New and Middleware. A nil *Options means the defaults:
+// every request costs 1 unit of its client address's quota, denials get 429
+// with the IETF fields, Retry-After and a JSON body. The zero value means the
+// same. New copies the options: later changes to them have no effect, but the
+// functions they hold are called concurrently and must be safe for
+// concurrent use.
+type Options struct {
 	// Key names the quota a request draws from. The default is KeyByIP
 	// with the four options below: the client address, IPv6 grouped by
 	// /64, no proxy trusted. Combine key functions with KeyChain.
@@ -47,7 +48,8 @@ type MiddlewareOptions struct {
 
 	// Cost returns the units a request costs. The default is 1 per
 	// request. A cost below 1 or above the limiter's quota is an error
-	// (ErrInvalidN, ErrExceedsLimit) handed to ErrorHandler.
+	// (floodgate.ErrInvalidN, floodgate.ErrExceedsLimit) handed to
+	// ErrorHandler.
 	Cost func(r *http.Request) int64
 
 	// Skip exempts the requests it returns true for (health checks,
@@ -62,17 +64,19 @@ type MiddlewareOptions struct {
 	// enforcing it. The default is false.
 	Shadow bool
 
-	// MaxDelay turns denial into delay: requests are admitted with
-	// Limiter.Reserve and held for Decision.Delay, at most MaxDelay and at
-	// most until the request's context ends, before reaching the handler.
-	// Use it with a LeakyBucket, which shapes traffic into a steady flow,
-	// or a TokenBucket, which then absorbs bursts by queueing. A request
-	// whose context ends while it waits goes to ErrorHandler with the
-	// context's error; with a Limiter made by New, its units are given back
-	// where the algorithm allows, as Limiter.Wait does (the token bucket and
-	// the windows give them back; a leaky bucket's departure slots are
-	// promised and stay taken); with another Limiter they stay spent. The
-	// default, 0, admits or denies at once (Limiter.AllowN).
+	// MaxDelay turns denial into delay: requests are admitted as
+	// floodgate.Limiter.Reserve admits them (through Limiter.Apply with
+	// OpTake) and held for Decision.Delay, at most MaxDelay and at most
+	// until the request's context ends, before reaching the handler. Use it
+	// with a floodgate.LeakyBucket, which shapes traffic into a steady flow,
+	// or a floodgate.TokenBucket, which then absorbs bursts by queueing. A
+	// request whose context ends while it waits goes to ErrorHandler with
+	// the context's error, and its units are given back with Limiter.Apply
+	// and OpRefund where the algorithm allows, as Limiter.Wait does (the
+	// token bucket and the windows give them back; a leaky bucket's
+	// departure slots are promised and stay taken). A limiter the user
+	// wraps keeps this as long as its Apply forwards to the one it wraps.
+	// The default, 0, admits or denies at once (Limiter.AllowN).
 	MaxDelay time.Duration
 
 	// Style selects the rate-limit fields sent on every decided response.
@@ -101,42 +105,51 @@ type MiddlewareOptions struct {
 	// the rate-limit fields and Retry-After are already set on
 	// w.Header(). The default writes 429 Too Many Requests with the JSON
 	// body described in package headers.
-	DenyHandler func(w http.ResponseWriter, r *http.Request, d Decision)
+	DenyHandler func(w http.ResponseWriter, r *http.Request, d floodgate.Decision)
 
 	// ErrorHandler writes the response when no decision could be made: the
-	// limiter failed (an error matching ErrUnavailable, after the store's
-	// own failure policy: FailOpen and FailLocal stores return decisions,
-	// not errors), no key was found (ErrNoKey), the cost was invalid, the
-	// request's context ended, or the options are invalid
-	// (ErrInvalidConfig, see Middleware). The default answers 503 Service
-	// Unavailable for ErrUnavailable and ended contexts and 500 Internal
-	// Server Error otherwise, with no rate-limit fields.
+	// limiter failed (an error matching floodgate.ErrUnavailable, after the
+	// store's own failure policy: FailOpen and FailLocal stores return
+	// decisions, not errors), no key was found (ErrNoKey), the cost was
+	// invalid, the request's context ended, or the options are invalid
+	// (floodgate.ErrInvalidConfig, see Middleware). The default answers 503
+	// Service Unavailable for floodgate.ErrUnavailable and ended contexts
+	// and 500 Internal Server Error otherwise, with no rate-limit fields.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 	// OnDecision, when set, is called with every decision before the
 	// request is served or denied, in shadow mode too. It runs on the
 	// request's goroutine and must not block.
-	OnDecision func(r *http.Request, key string, d Decision)
+	OnDecision func(r *http.Request, key string, d floodgate.Decision)
 
 	// Now is the clock of epoch resets (headers.ResetEpoch). The default
 	// is time.Now.
 	Now func() time.Time
 }
 
-// middleware is a validated MiddlewareOptions bound to a Limiter.
+// middleware is a validated Options bound to a floodgate.Limiter.
 type middleware struct {
-	lim      Limiter
-	o        MiddlewareOptions
+	lim      floodgate.Limiter
+	o        Options
 	policy   headers.Policy
 	style    headers.Style
 	shaping  bool
 	writeOpt headers.WriteOptions
 }
 
-// NewMiddleware returns net/http middleware that limits requests with
-// limiter, configured by opts (nil means the defaults), or an error matching
-// ErrInvalidConfig when the limiter is nil or the options are unusable.
-func NewMiddleware(limiter Limiter, opts *MiddlewareOptions) (func(http.Handler) http.Handler, error) {
+// New returns net/http middleware that limits requests with limiter,
+// configured by opts (nil means the defaults; see Options), or an error
+// matching floodgate.ErrInvalidConfig when the limiter is nil or the options
+// are unusable.
+//
+// For each request not skipped it finds the key, asks the limiter for the
+// request's cost, reports the decision in rate-limit fields and either
+// calls the next handler (after the decision's delay, when shaping) or
+// answers 429 with Retry-After and a JSON body.
+//
+// The middleware uses only the floodgate.Limiter interface: any Limiter
+// works, a user's wrapper included.
+func New(limiter floodgate.Limiter, opts *Options) (func(http.Handler) http.Handler, error) {
 	m, err := newMiddleware(limiter, opts)
 	if err != nil {
 		return nil, err
@@ -148,20 +161,15 @@ func NewMiddleware(limiter Limiter, opts *MiddlewareOptions) (func(http.Handler)
 	}, nil
 }
 
-// Middleware returns net/http middleware that limits requests with limiter,
-// configured by opts (nil means the defaults; see MiddlewareOptions).
-//
-// For each request not skipped it finds the key, asks the limiter for the
-// request's cost, reports the decision in rate-limit fields and either
-// calls the next handler (after the decision's delay, when shaping) or
-// answers 429 with Retry-After and a JSON body.
+// Middleware is New without the error: it returns the same middleware when
+// New succeeds.
 //
 // Middleware never panics: when the limiter is nil or the options are
 // invalid it returns middleware that hands every request to the
-// ErrorHandler with an error matching ErrInvalidConfig (500 by default),
-// failing closed. Use NewMiddleware to catch such errors at start-up.
-func Middleware(limiter Limiter, opts *MiddlewareOptions) func(http.Handler) http.Handler {
-	mw, err := NewMiddleware(limiter, opts)
+// ErrorHandler with an error matching floodgate.ErrInvalidConfig (500 by
+// default), failing closed. Use New to catch such errors at start-up.
+func Middleware(limiter floodgate.Limiter, opts *Options) func(http.Handler) http.Handler {
+	mw, err := New(limiter, opts)
 	if err == nil {
 		return mw
 	}
@@ -176,9 +184,9 @@ func Middleware(limiter Limiter, opts *MiddlewareOptions) func(http.Handler) htt
 	}
 }
 
-func newMiddleware(lim Limiter, opts *MiddlewareOptions) (*middleware, error) {
+func newMiddleware(lim floodgate.Limiter, opts *Options) (*middleware, error) {
 	if lim == nil {
-		return nil, fmt.Errorf("%w: nil limiter", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil limiter", floodgate.ErrInvalidConfig)
 	}
 	m := &middleware{lim: lim}
 	if opts != nil {
@@ -193,7 +201,7 @@ func newMiddleware(lim Limiter, opts *MiddlewareOptions) (*middleware, error) {
 	case o.Key == nil:
 		o.Key = KeyByIP(&ipOpts)
 	case ipOpts.TrustedProxies != nil || ipOpts.ForwardedHeader != "" || ipOpts.IPv4Prefix != 0 || ipOpts.IPv6Prefix != 0:
-		return nil, fmt.Errorf("%w: TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure the default key; with Key set, pass them to KeyByIP", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure the default key; with Key set, pass them to KeyByIP", floodgate.ErrInvalidConfig)
 	}
 	if o.PolicyName == "" {
 		o.PolicyName = DefaultPolicyName
@@ -212,7 +220,7 @@ func newMiddleware(lim Limiter, opts *MiddlewareOptions) (*middleware, error) {
 		o.Now = time.Now
 	}
 	if o.MaxDelay < 0 {
-		return nil, fmt.Errorf("%w: negative MaxDelay %v", ErrInvalidConfig, o.MaxDelay)
+		return nil, fmt.Errorf("%w: negative MaxDelay %v", floodgate.ErrInvalidConfig, o.MaxDelay)
 	}
 	m.shaping = o.MaxDelay > 0
 	m.style = o.Style
@@ -220,19 +228,19 @@ func newMiddleware(lim Limiter, opts *MiddlewareOptions) (*middleware, error) {
 		m.style = headers.StyleIETF
 	}
 	if m.style&^(headers.StyleIETF|headers.StyleDraft|headers.StyleX) != 0 {
-		return nil, fmt.Errorf("%w: unknown header style %v", ErrInvalidConfig, o.Style)
+		return nil, fmt.Errorf("%w: unknown header style %v", floodgate.ErrInvalidConfig, o.Style)
 	}
 	if o.OmitFields {
 		m.style = 0
 	}
 	if o.XReset > headers.ResetEpoch {
-		return nil, fmt.Errorf("%w: unknown reset format %d", ErrInvalidConfig, o.XReset)
+		return nil, fmt.Errorf("%w: unknown reset format %d", floodgate.ErrInvalidConfig, o.XReset)
 	}
 	m.writeOpt.XReset = o.XReset
 	p := lim.Policy()
 	m.policy = headers.Policy{Name: o.PolicyName, Quota: p.Quota, Window: p.Window}
 	if _, err := headers.FormatPolicy(m.policy); err != nil {
-		return nil, fmt.Errorf("%w: policy cannot be advertised: %w", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: policy cannot be advertised: %w", floodgate.ErrInvalidConfig, err)
 	}
 	return m, nil
 }
@@ -255,7 +263,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 
 	ctx := r.Context()
-	var d Decision
+	var d floodgate.Decision
 	var err error
 	var refund func() // gives back a delayed admission that is not served
 	if m.shaping {
@@ -265,14 +273,14 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		}
 		// Apply rather than Reserve: its Result tells the instant of the
 		// admission, which a refund needs.
-		var res Result
-		res, err = m.lim.Apply(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay})
+		var res floodgate.Result
+		res, err = m.lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n, MaxDelay: maxDelay})
 		d = res.Decision
 		if err == nil && res.Allowed && res.Delay > 0 {
 			refund = func() {
 				// On a context that outlives the request's; a failed refund
 				// only leaves the units spent.
-				req := Request{Op: OpRefund, N: n, At: res.At.Add(res.Delay)}
+				req := floodgate.Request{Op: floodgate.OpRefund, N: n, At: res.At.Add(res.Delay)}
 				_, _ = m.lim.Apply(context.WithoutCancel(ctx), key, req)
 			}
 		}
@@ -320,7 +328,7 @@ var rateLimitFields = []string{
 }
 
 // report converts a decision into the terms of package headers.
-func (m *middleware) report(d Decision) headers.Report {
+func (m *middleware) report(d floodgate.Decision) headers.Report {
 	pol := m.policy
 	if d.Limit > 0 {
 		pol.Quota = d.Limit
@@ -338,7 +346,7 @@ func (m *middleware) report(d Decision) headers.Report {
 // enforced denial. A decision the fields cannot express (a negative count,
 // which no Limiter of this module returns) leaves them unset rather than
 // failing the request.
-func (m *middleware) writeFields(h http.Header, d Decision) {
+func (m *middleware) writeFields(h http.Header, d floodgate.Decision) {
 	rep := m.report(d)
 	opts := m.writeOpt
 	if m.o.XReset == headers.ResetEpoch {
@@ -352,11 +360,11 @@ func (m *middleware) writeFields(h http.Header, d Decision) {
 	}
 }
 
-func (m *middleware) denyJSON(w http.ResponseWriter, r *http.Request, d Decision) {
+func (m *middleware) denyJSON(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
 	writeJSON(w, headers.ContentTypeJSON, http.StatusTooManyRequests, headers.NewErrorBody(m.report(d)))
 }
 
-func (m *middleware) denyProblem(w http.ResponseWriter, r *http.Request, d Decision) {
+func (m *middleware) denyProblem(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
 	writeJSON(w, headers.ContentTypeProblem, http.StatusTooManyRequests, headers.NewProblem(m.report(d)))
 }
 
@@ -378,7 +386,7 @@ func writeJSON(w http.ResponseWriter, contentType string, status int, v any) {
 
 func defaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	status := http.StatusInternalServerError
-	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, floodgate.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		status = http.StatusServiceUnavailable
 	}
 	http.Error(w, http.StatusText(status), status)

@@ -1,0 +1,81 @@
+// Package httplimit limits a net/http server with a floodgate.Limiter and
+// tells every client where it stands, in the IETF RateLimit fields.
+//
+// Most users want [New] over a limiter, checked once at start-up, and its
+// result wrapped around the handlers to limit. The middleware has the
+// func(http.Handler) http.Handler shape that net/http and routers such as
+// chi use as it is:
+//
+//	store, _ := memstore.New(nil)
+//	lim, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Minute, Burst: 5})
+//	mw, err := httplimit.New(lim, &httplimit.Options{
+//		Key: httplimit.KeyChain(
+//			httplimit.KeyByAPIKey("X-API-Key"), // by API key when there is one
+//			httplimit.KeyByIP(nil),             // else by client address
+//		),
+//	})
+//	if err != nil {
+//		log.Fatal(err) // the options cannot work: say so before serving
+//	}
+//	http.Handle("/api/", mw(api))
+//
+// A nil [*Options] means: one unit per request, keyed by the peer address
+// (IPv6 grouped by /64, no proxy trusted), the IETF RateLimit-Policy and
+// RateLimit fields on every response, and on denial 429 Too Many Requests
+// with Retry-After and a JSON body. [Middleware] is New without the error:
+// it never panics, and middleware built from invalid options answers every
+// request through the ErrorHandler (500 by default).
+//
+// # Decisions and fields
+//
+// Each request that [Options.Skip] does not exempt costs [Options.Cost]
+// units (1 by default) of the quota its key names. The decision's
+// Remaining, ResetAfter and RetryAfter become the fields of the response,
+// in seconds rounded up, so a client that trusts them is never early:
+// after a response with r = k, k more requests are admitted at that instant
+// (for a leaky bucket, r is the free space of its queue); after waiting
+// Retry-After, the refused request is admitted. [Options.Style] picks the
+// IETF fields (the default), the RateLimit-Limit/-Remaining/-Reset trio or
+// X-RateLimit-*, or several at once; package headers writes and parses
+// them.
+//
+// A limiter's error (a store that is down and whose failure policy returns
+// the error rather than a decision), a request without a key ([ErrNoKey])
+// and an invalid cost reach [Options.ErrorHandler]: by default 503 for
+// floodgate.ErrUnavailable and ended contexts, 500 otherwise, without
+// rate-limit fields.
+//
+// # Keys
+//
+// A [KeyFunc] names the quota a request draws from. [KeyByAPIKey] keys by a
+// header's value, hashed so that no store or log holds the credential;
+// [KeyBySubject] by the authenticated subject an earlier middleware put in
+// the request's context; [KeyByIP] by client address; [KeyChain] tries
+// several in order. Each prefixes its keys ("key:", "sub:", "ip:") so that
+// kinds never collide, and [Options.KeyPrefix] separates routes that share
+// a store.
+//
+// # Client addresses behind proxies
+//
+// [KeyByIP] and [ClientIP] use the peer address (RemoteAddr) unless the
+// peer is one of [IPKeyOptions.TrustedProxies]. Only then is the forwarding
+// field (X-Forwarded-For by default, or RFC 7239 Forwarded) read, from the
+// right: trusted hops are skipped and the first untrusted address is the
+// client. What lies left of it was written by the client and is ignored,
+// so a forged X-Forwarded-For cannot choose a key. No proxy is trusted by
+// default.
+//
+// # Shaping and dry runs
+//
+// With [Options.MaxDelay] set, requests that the limiter can admit within
+// that delay (and within the request's deadline) are held and then served
+// instead of refused: a floodgate.LeakyBucket behind it spaces requests
+// evenly. A request whose client goes away while it waits gives its units
+// back where the algorithm allows. [Options.Shadow] decides and reports
+// every request (fields, [Options.OnDecision]) but never denies or delays
+// one, to see what a new limit would do before enforcing it.
+//
+// The middleware needs nothing from a limiter beyond the floodgate.Limiter
+// interface, so a limiter the user wraps, or a lease.Limiter, works as
+// well as one made by floodgate.New.
+package httplimit

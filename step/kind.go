@@ -1,0 +1,73 @@
+package step
+
+import (
+	"fmt"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Kind names one of the five algorithms. A store keeps the state of a key
+// per Kind.
+type Kind uint8
+
+// The algorithms floodgate implements.
+const (
+	KindTokenBucket Kind = iota + 1
+	KindLeakyBucket
+	KindFixedWindow
+	KindSlidingWindow
+	KindSlidingLog
+)
+
+// String returns the short name stores use in keys ("tb", "lb", "fw", "sw",
+// "sl").
+func (k Kind) String() string {
+	switch k {
+	case KindTokenBucket:
+		return "tb"
+	case KindLeakyBucket:
+		return "lb"
+	case KindFixedWindow:
+		return "fw"
+	case KindSlidingWindow:
+		return "sw"
+	case KindSlidingLog:
+		return "sl"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// KindOf returns the Kind of alg, one of the five configurations as a
+// value (floodgate.New dereferences pointers before it binds a store). Any
+// other value, a pointer or nil, is an error matching
+// floodgate.ErrInvalidConfig. KindOf does not validate alg.
+func KindOf(alg floodgate.Algorithm) (Kind, error) {
+	switch alg.(type) {
+	case floodgate.TokenBucket:
+		return KindTokenBucket, nil
+	case floodgate.LeakyBucket:
+		return KindLeakyBucket, nil
+	case floodgate.FixedWindow:
+		return KindFixedWindow, nil
+	case floodgate.SlidingWindow:
+		return KindSlidingWindow, nil
+	case floodgate.SlidingLog:
+		return KindSlidingLog, nil
+	case nil:
+		return 0, fmt.Errorf("%w: nil algorithm", floodgate.ErrInvalidConfig)
+	}
+	return 0, fmt.Errorf("%w: %T is not one of the five configurations as a value", floodgate.ErrInvalidConfig, alg)
+}
+
+// CheckKey returns an error matching floodgate.ErrEmptyKey or
+// floodgate.ErrKeyTooLong for a key no Limiter accepts. A store calls it on
+// keys that reach it other than through a Limiter.
+func CheckKey(key string) error {
+	if key == "" {
+		return floodgate.ErrEmptyKey
+	}
+	if len(key) > floodgate.MaxKeyLen {
+		return fmt.Errorf("%w: %d bytes, at most %d", floodgate.ErrKeyTooLong, len(key), floodgate.MaxKeyLen)
+	}
+	return nil
+}
