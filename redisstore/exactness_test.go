@@ -100,6 +100,7 @@ func TestDistributedExactness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	loadTest(t)
 	const (
 		clients  = 8
 		attempts = 6

@@ -174,6 +174,7 @@ func flushDuring(t *testing.T, flush func() error, hook *countingHook, stores []
 // NOSCRIPT and fall back to EVAL, and none fails, batched or not.
 func TestScriptFlush(t *testing.T) {
 	parallelOnMiniredis(t)
+	loadTest(t)
 	srv := newServer(t)
 	for _, batch := range []int{0, 16} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
