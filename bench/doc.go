@@ -12,7 +12,8 @@
 //	Redis64Goroutines          64 goroutines against Redis (throughput)
 //	Lease64Goroutines          the lease layer against plain Redis, 64 goroutines
 //	AdaptiveSerial, AdaptiveParallel   adaptive Acquire followed by Success
-//	MemoryPerKey               heap bytes per tracked key (metric B/key)
+//	MemoryPerKey               heap bytes per tracked key (metric B/key), each
+//	                           of floodgate's five algorithms and the peers
 //	RedisMemoryPerKey          Redis MEMORY USAGE per key (metric B/key)
 //	Accuracy                   4 limiter instances on one Redis, 1,000
 //	                           concurrent requests, quota 100 (metric admitted)
@@ -32,6 +33,11 @@
 //
 //	cd bench && go run ./cmd/report          # full mode, for the README
 //	cd bench && go run ./cmd/report -short   # under two minutes, run by CI
+//
+// TestMemoryPerKey holds floodgate's figures of MemoryPerKey to bounds
+// (CI runs it):
+//
+//	cd bench && go test -run '^TestMemoryPerKey$' -v .
 //
 // Components that are missing or do not build are compiled out by build
 // tags (nopeer_<name>, nofg_<package>) that the runner sets after probing

@@ -59,22 +59,6 @@ func fgRedis(name string, opts redisstore.Options, reserve bool, alg func(q quot
 	}}
 }
 
-func tokenBucket(q quota) floodgate.Algorithm {
-	return floodgate.TokenBucket{Rate: q.Limit, Per: q.Period, Burst: q.Limit}
-}
-func leakyBucket(q quota) floodgate.Algorithm {
-	return floodgate.LeakyBucket{Rate: q.Limit, Per: q.Period, Capacity: q.Limit}
-}
-func fixedWindow(q quota) floodgate.Algorithm {
-	return floodgate.FixedWindow{Limit: q.Limit, Window: q.Period}
-}
-func slidingWindow(q quota) floodgate.Algorithm {
-	return floodgate.SlidingWindow{Limit: q.Limit, Window: q.Period}
-}
-func slidingLog(q quota) floodgate.Algorithm {
-	return floodgate.SlidingLog{Limit: q.Limit, Window: q.Period}
-}
-
 // floodgateRedis is floodgate's Redis store in the latency and throughput
 // scenarios: the token bucket (GCRA, like redis_rate), the same with
 // batching, and the fixed window (ulule's algorithm).

@@ -5,15 +5,19 @@ import (
 	"testing"
 )
 
-// inProcLibs are the in-process libraries, floodgate first.
-func inProcLibs() []inProc {
-	return append(floodgateInProc(),
+// inProcLibs are the in-process libraries of the timed scenarios, floodgate
+// first.
+func inProcLibs() []inProc { return append(floodgateInProc(), inProcPeers()...) }
+
+// inProcPeers are the in-process libraries floodgate is compared with.
+func inProcPeers() []inProc {
+	return []inProc{
 		xtimerateLib(),
 		sethvargoLib(),
 		ululeLib(),
 		httprateLib(),
 		uberLib(),
-	)
+	}
 }
 
 // openInProc opens l under q or skips or fails b.

@@ -3,12 +3,9 @@ package memstore_test
 import (
 	"context"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/memstore"
@@ -71,43 +68,6 @@ func BenchmarkStoreApply(b *testing.B) {
 			})
 		})
 	}
-}
-
-// BenchmarkXTimeRateSyncMap is the comparison the core issue asks for:
-// golang.org/x/time/rate limiters in a sync.Map, as users key them.
-func BenchmarkXTimeRateSyncMap(b *testing.B) {
-	newLimiter := func() *rate.Limiter { return rate.NewLimiter(rate.Limit(1e9), 1_000_000) }
-	get := func(m *sync.Map, k string) *rate.Limiter {
-		if l, ok := m.Load(k); ok {
-			return l.(*rate.Limiter)
-		}
-		l, _ := m.LoadOrStore(k, newLimiter())
-		return l.(*rate.Limiter)
-	}
-	b.Run("serial/1key", func(b *testing.B) {
-		var m sync.Map
-		b.ReportAllocs()
-		for b.Loop() {
-			get(&m, "key").Allow()
-		}
-	})
-	b.Run("parallel/100000keys", func(b *testing.B) {
-		var m sync.Map
-		keys := makeKeys(100_000)
-		for _, k := range keys {
-			get(&m, k)
-		}
-		var seq atomic.Uint64
-		b.ReportAllocs()
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			i := seq.Add(7919) * 7919
-			for pb.Next() {
-				i++
-				get(&m, keys[i%uint64(len(keys))]).Allow()
-			}
-		})
-	})
 }
 
 func makeKeys(n int) []string {

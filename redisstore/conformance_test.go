@@ -34,6 +34,7 @@ func conformanceOptions(srv *server, now func() time.Time, batch int) *Options {
 // follows the harness's virtual clock; with a nil clock, on Redis TIME,
 // where the scripts' fast paths run.
 func TestConformance(t *testing.T) {
+	parallelOnMiniredis(t)
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
 		return newStore(t, srv.client(t), conformanceOptions(srv, now, 0))
@@ -42,6 +43,7 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceBatched runs the harness with batching on.
 func TestConformanceBatched(t *testing.T) {
+	parallelOnMiniredis(t)
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
 		return newStore(t, srv.client(t), conformanceOptions(srv, now, 16))

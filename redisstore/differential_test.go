@@ -104,6 +104,7 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 // exactly the reference state with a TTL within the restore time plus the
 // margin (or be gone because the state is equivalent to a missing key).
 func TestDifferential(t *testing.T) {
+	parallelOnMiniredis(t)
 	srv := newServer(t)
 	c := srv.client(t)
 	clock := floodgatetest.NewClock(t0)
@@ -155,6 +156,7 @@ func TestDifferential(t *testing.T) {
 // rounds, and checks one step from each against the reference transition: the
 // traces of TestDifferential rarely reach such states.
 func TestSeededStates(t *testing.T) {
+	parallelOnMiniredis(t)
 	srv := newServer(t)
 	c := srv.client(t)
 	clock := floodgatetest.NewClock(t0)
@@ -339,6 +341,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 // (slidinglog.lua), which the random traces of TestDifferential, at most
 // 40 steps long, rarely reach.
 func TestSlidingLogLong(t *testing.T) {
+	parallelOnMiniredis(t)
 	srv := newServer(t)
 	c := srv.client(t)
 	clock := floodgatetest.NewClock(t0)

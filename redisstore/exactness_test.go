@@ -96,9 +96,11 @@ func sameWindow(t *testing.T, c redis.UniversalClient, w time.Duration, f func()
 // empty previous window, exactly), the leaky bucket exactly one request
 // that departs at once.
 func TestDistributedExactness(t *testing.T) {
+	parallelOnMiniredis(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}
+	loadTest(t)
 	const (
 		clients  = 8
 		attempts = 6

@@ -23,6 +23,7 @@ import (
 // TTL are checked too. States written on a client clock (nanoseconds, not
 // microseconds) are mixed in.
 func TestScriptFastPaths(t *testing.T) {
+	parallelOnMiniredis(t)
 	srv := newServer(t)
 	c := srv.client(t)
 	ctx := context.Background()

@@ -1106,7 +1106,8 @@ func TestFaultSlotMigration(t *testing.T) {
 }
 
 // TestFaultCloseRace closes a Store while 24 goroutines make decisions on
-// it without deadlines, 400 times (40 on miniredis), batched and
+// it without deadlines, 400 times (40 on miniredis, with FLOODGATE_LOAD=1;
+// see loadTest), batched and
 // unbatched: every decision returns (within 5s), each error matches
 // ErrClosed, and decisions started after Close returned fail.
 func TestFaultCloseRace(t *testing.T) {
@@ -1115,6 +1116,7 @@ func TestFaultCloseRace(t *testing.T) {
 	// their path. (Before the fix, a batched decision stranded by Close
 	// showed in about one round of 1,000 with GOMAXPROCS at the 2 CPUs of
 	// the machine measured, one of 200 at 16.)
+	loadTest(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(16))
 	srv := newServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.addr})
@@ -1123,8 +1125,7 @@ func TestFaultCloseRace(t *testing.T) {
 	const workers = 24
 	rounds := 400
 	if !srv.real() {
-		// On the embedded miniredis (no REDIS_ADDR), a few rounds keep
-		// go test ./... quick.
+		// On the embedded miniredis (FLOODGATE_LOAD=1), a few rounds.
 		rounds = 40
 	}
 	for _, m := range faultModes {

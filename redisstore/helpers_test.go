@@ -39,6 +39,34 @@ func newServer(t testing.TB) *server {
 
 func (s *server) real() bool { return s.mini == nil }
 
+// parallelOnMiniredis runs t in parallel with the package's other such
+// tests when each test starts its own miniredis (REDIS_ADDR unset). They
+// share no server, assert no latency, and wait on round trips to a
+// miniredis that runs one command at a time, so one of them leaves a core
+// idle: run by themselves, the eight that call it (two of them load tests,
+// see loadTest) took 11.3 and 15.3 s one after another and 9.8 and 7.9 s
+// two at a time. They call it first.
+// On a real Redis they stay serial, as CI runs them: there they share one
+// server, and TestScriptFlush flushes its scripts.
+func parallelOnMiniredis(t *testing.T) {
+	if os.Getenv("REDIS_ADDR") == "" {
+		t.Parallel()
+	}
+}
+
+// loadTest skips t, a load test, on the embedded miniredis unless
+// FLOODGATE_LOAD is set. Such a test makes thousands of decisions from many
+// goroutines; miniredis runs each script in an interpreter written in Go,
+// one at a time, so there it costs seconds of go test ./... and proves
+// less than on a real Redis, where CI runs it (REDIS_ADDR) at full size.
+// .ci/run also runs the miniredis versions, with FLOODGATE_LOAD=1.
+func loadTest(t *testing.T) {
+	t.Helper()
+	if os.Getenv("REDIS_ADDR") == "" && os.Getenv("FLOODGATE_LOAD") == "" {
+		t.Skip("a load test: it runs on the Redis at REDIS_ADDR, or on miniredis with FLOODGATE_LOAD=1")
+	}
+}
+
 // client returns a client the test closes at its end.
 func (s *server) client(t testing.TB) *redis.Client {
 	t.Helper()

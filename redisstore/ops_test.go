@@ -173,6 +173,8 @@ func flushDuring(t *testing.T, flush func() error, hook *countingHook, stores []
 // TestScriptFlush flushes the script cache during traffic: decisions meet
 // NOSCRIPT and fall back to EVAL, and none fails, batched or not.
 func TestScriptFlush(t *testing.T) {
+	parallelOnMiniredis(t)
+	loadTest(t)
 	srv := newServer(t)
 	for _, batch := range []int{0, 16} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
