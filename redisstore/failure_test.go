@@ -588,6 +588,13 @@ func TestFanInKeepsBreakerClosed(t *testing.T) {
 		// slow. .ci/run runs this test again without -race.
 		t.Skip("timing of a single in-flight call is not measured under the race detector")
 	}
+	if os.Getenv("REDIS_ADDR") == "" {
+		// On miniredis, whose scripts run behind one lock in this process,
+		// the share of 10,000 decisions made within 20 ms measures the
+		// load of the other packages go test runs at the same time, not
+		// the store. CI runs it on a real Redis.
+		t.Skip("REDIS_ADDR is not set: the fan-in test runs on a real Redis")
+	}
 	srv := newServer(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.addr})
 	t.Cleanup(func() { _ = c.Close() })
