@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // The benchmark algorithms never run out within a benchmark: every decision
@@ -90,7 +91,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 	}
 
 	for _, alg := range []floodgate.Algorithm{benchAlgorithm, benchWindowAlgorithm} {
-		b.Run(kindOf(alg).String()+"/serial", func(b *testing.B) {
+		b.Run(algName(alg)+"/serial", func(b *testing.B) {
 			l := newMem(b, alg)
 			before := l.Stats()
 			b.ReportAllocs()
@@ -107,7 +108,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 			reportRoundTrips(b, before, l.Stats())
 		})
 
-		b.Run(kindOf(alg).String()+"/parallel", func(b *testing.B) {
+		b.Run(algName(alg)+"/parallel", func(b *testing.B) {
 			l := newMem(b, alg)
 			before := l.Stats()
 			b.ReportAllocs()
@@ -189,3 +190,6 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		reportRoundTrips(b, before, l.Stats())
 	})
 }
+
+// algName names the kind of a in test names.
+func algName(a floodgate.Algorithm) string { k, _ := step.KindOf(a); return k.String() }

@@ -117,7 +117,7 @@ func TestGateways(t *testing.T) {
 			client, real := newClient(t, cluster)
 			t.Logf("real Redis: %v", real)
 			for _, alg := range gatewayAlgorithms {
-				t.Run(kindOf(alg).String(), func(t *testing.T) { runGateways(t, client, alg) })
+				t.Run(algName(alg), func(t *testing.T) { runGateways(t, client, alg) })
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // benchAlgorithms are the five algorithms at a rate that keeps most
@@ -21,7 +22,8 @@ var benchAlgorithms = []floodgate.Algorithm{
 	floodgate.SlidingLog{Limit: 1_000, Window: time.Hour},
 }
 
-func algName(a floodgate.Algorithm) string { return kindOf(a).String() }
+// algName names the kind of a in test names.
+func algName(a floodgate.Algorithm) string { k, _ := step.KindOf(a); return k.String() }
 
 // BenchmarkFloor measures time.Now plus one compare-and-swap: the least a
 // decision on a shared word can cost on this machine.

@@ -286,7 +286,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 // exactly the entries whose quota is restored, for every algorithm.
 func TestSweepReclaimsRestoredEntries(t *testing.T) {
 	for _, alg := range algorithmsForSweep {
-		t.Run(kindOf(alg).String(), func(t *testing.T) {
+		t.Run(algName(alg), func(t *testing.T) {
 			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, Shards: 1})
 			for i := range 100 {
@@ -326,7 +326,7 @@ func TestSweepReclaimsRestoredEntries(t *testing.T) {
 func TestMaxKeys(t *testing.T) {
 	const maxKeys, keys = 1000, 10_000
 	for _, alg := range algorithmsForSweep {
-		t.Run(kindOf(alg).String(), func(t *testing.T) {
+		t.Run(algName(alg), func(t *testing.T) {
 			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
 			quota := alg.Policy().Quota
@@ -398,7 +398,7 @@ func TestMaxKeysTiny(t *testing.T) {
 func TestMaxKeysConcurrent(t *testing.T) {
 	const maxKeys = 1000
 	for _, alg := range []floodgate.Algorithm{algorithmsForSweep[0], algorithmsForSweep[4]} {
-		t.Run(kindOf(alg).String(), func(t *testing.T) {
+		t.Run(algName(alg), func(t *testing.T) {
 			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
 			var wg sync.WaitGroup
@@ -423,7 +423,7 @@ func TestMaxKeysConcurrent(t *testing.T) {
 // more than staying at the later time.
 func TestTimeGoingBackwards(t *testing.T) {
 	for _, alg := range algorithmsForSweep {
-		t.Run(kindOf(alg).String(), func(t *testing.T) {
+		t.Run(algName(alg), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				back, frozen := floodgatetest.NewClock(t0), floodgatetest.NewClock(t0)
 				sBack := newMemStore(rt, &memstore.Options{Now: back.Now})

@@ -161,7 +161,7 @@ func TestLimiterExactUnderContention(t *testing.T) {
 		floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: quota},
 		floodgate.FixedWindow{Limit: quota, Window: time.Hour},
 	} {
-		t.Run(kindOf(alg).String(), func(t *testing.T) { limiterExact(t, alg) })
+		t.Run(algName(alg), func(t *testing.T) { limiterExact(t, alg) })
 	}
 }
 
