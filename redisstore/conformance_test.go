@@ -41,8 +41,10 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-// TestConformanceBatched runs the harness with batching on.
+// TestConformanceBatched runs the harness with batching on. On miniredis it
+// is a load test (the whole harness again, through one interpreter).
 func TestConformanceBatched(t *testing.T) {
+	loadTest(t)
 	parallelOnMiniredis(t)
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
