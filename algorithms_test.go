@@ -136,7 +136,7 @@ func (b *recordingBound) Apply(ctx context.Context, key string, req floodgate.Re
 	res, err := b.Bound.Apply(ctx, key, req)
 	if err == nil && res.Granted > 0 {
 		s.mu.Lock()
-		if req.Op == floodgate.OpRefund {
+		if req.Op == floodgate.OpSettle {
 			s.log = append(s.log, admission{at: req.At, n: -res.Granted})
 		} else {
 			s.log = append(s.log, admission{at: res.At.Add(res.Delay), n: res.Granted})
@@ -242,7 +242,7 @@ func TestSlidingLogNeverExceedsTheLimit(t *testing.T) {
 						case 3:
 							var res floodgate.Result
 							if res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}); err == nil && res.Allowed && rng.IntN(2) == 0 {
-								_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: rng.Int64N(res.Granted) + 1, At: res.At.Add(res.Delay)})
+								_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -(rng.Int64N(res.Granted) + 1), At: res.At.Add(res.Delay)})
 							}
 						default:
 							_, err = l.AllowN(ctx, "k", n)

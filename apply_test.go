@@ -12,7 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate/floodgatetest"
 )
 
-// TestApplyUpToAndRefund pins Apply's OpTakeUpTo and OpRefund through the Limiter at fixed instants
+// TestApplyUpToAndRefund pins Apply's OpTakeUpTo and OpSettle through the Limiter at fixed instants
 // for each algorithm (quota 5, see fiveAlgorithms): how many units are
 // granted, which refunds come back and which cannot.
 func TestApplyUpToAndRefund(t *testing.T) {
@@ -99,7 +99,7 @@ func TestApplyUpToAndRefund(t *testing.T) {
 					call string
 				)
 				if st.refund {
-					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: st.n, At: t0.Add(st.refundAt)})
+					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -st.n, At: t0.Add(st.refundAt)})
 					call = "Refund"
 				} else {
 					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: st.n})
@@ -130,7 +130,7 @@ func TestRefundRestoresWhatAllowNTook(t *testing.T) {
 			ctx := context.Background()
 			require.True(t, decide(t, l, "k", q).Allowed)
 			require.False(t, decide(t, l, "k", q).Allowed)
-			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: q, At: clock.Now()})
+			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -q, At: clock.Now()})
 			require.NoError(t, err)
 			if !ac.refunds {
 				assert.Zero(t, res.Granted, "Refund(%d) = %+v, want nothing back", q, res)

@@ -36,7 +36,7 @@ func fuzzAlgorithm(kind uint8, rate, per, size int64) floodgate.Algorithm {
 // under quota: when several arguments are bad, any of their errors will do.
 func wantErrs(op floodgate.Op, n int64, maxDelay time.Duration, quota int64) []error {
 	var errs []error
-	if n < 1 {
+	if n == 0 || n < 0 && op != floodgate.OpSettle {
 		errs = append(errs, floodgate.ErrInvalidN)
 	}
 	if op == floodgate.OpTake && n > quota {
@@ -80,9 +80,9 @@ func checkFuzzResult(t *testing.T, what string, alg floodgate.Algorithm, req flo
 		// latest clock reading, which the fuzzers move back by at most two
 		// windows.
 		t.Fatalf("%v: %s = %+v: ResetAfter beyond six windows and the longest delay", alg, what, d)
-	case req.Op == floodgate.OpRefund:
-		if d.RetryAfter != 0 || d.Delay != 0 || res.Granted < 0 || res.Granted > req.N || d.Allowed != (res.Granted > 0) {
-			t.Fatalf("%v: %s = %+v, granted %d: a refund neither delays nor retries, and gives back 0 to n", alg, what, d, res.Granted)
+	case req.Op == floodgate.OpSettle:
+		if d.RetryAfter != 0 || d.Delay != 0 || res.Granted < 0 || res.Granted > max(req.N, -req.N) || d.Allowed != (res.Granted > 0) {
+			t.Fatalf("%v: %s = %+v, granted %d: a settlement neither delays nor retries, and settles 0 to |n|", alg, what, d, res.Granted)
 		}
 	case d.Allowed:
 		if d.RetryAfter != 0 || d.Delay > maxDelay {
@@ -190,8 +190,8 @@ func FuzzConfig(f *testing.F) {
 			res, err = s.Apply(ctx, "k", alg, req)
 			step(fmt.Sprintf("Apply(%+v)", req), req, res, err)
 			if err == nil && res.Allowed {
-				back := floodgate.Request{Op: floodgate.OpRefund, N: n2, At: res.At.Add(res.Delay)}
-				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: n2, At: back.At})
+				back := floodgate.Request{Op: floodgate.OpSettle, N: -n2, At: res.At.Add(res.Delay)}
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -n2, At: back.At})
 				step(fmt.Sprintf("Refund(%d)", n2), back, res, err)
 			}
 			if i == 1 {
@@ -293,22 +293,22 @@ func FuzzRequest(f *testing.F) {
 				req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}
 				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n})
 			case 3:
-				req = floodgate.Request{Op: floodgate.OpRefund, N: n, At: now}
+				req = floodgate.Request{Op: floodgate.OpSettle, N: -n, At: now}
 				if len(admitted) > 0 {
 					req.At = admitted[int(uint64(maxDelay)%uint64(len(admitted)))]
 				}
 				what = fmt.Sprintf("Refund(%d, T0+%v)", n, req.At.Sub(t0))
-				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: n, At: req.At})
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -n, At: req.At})
 			default:
-				req.Op = floodgate.Op(op % 4) // OpTake, OpTakeUpTo, OpRefund, or unknown
-				if req.Op == floodgate.OpRefund {
+				req.Op = floodgate.Op(op % 4) // OpTake, OpTakeUpTo, OpSettle, or unknown
+				if req.Op == floodgate.OpSettle {
 					req.At = now.Add(-maxDelay)
 				}
 				what = fmt.Sprintf("Apply(%+v)", req)
 				res, err = s.Apply(ctx, "k", alg, req)
 			}
 			what = fmt.Sprintf("step %d: %s at T0+%v", i, what, now.Sub(t0))
-			if req.Op > floodgate.OpRefund {
+			if req.Op > floodgate.OpSettle {
 				// An unknown Op is ErrInvalidConfig, unless another argument
 				// is bad too.
 				want := append(wantErrs(floodgate.OpTake, req.N, req.MaxDelay, alg.Policy().Quota), floodgate.ErrInvalidConfig)

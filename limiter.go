@@ -41,9 +41,11 @@ type Limiter interface {
 	// Apply performs one step of any Op on key and reports what it did:
 	// OpTake is Reserve(ctx, key, req.N, req.MaxDelay); OpTakeUpTo admits
 	// as many of req.N units as are available now (req.N may exceed the
-	// quota); OpRefund gives back req.N units admitted for the instant
-	// req.At. Result.At is the store's clock at the step, from which a
-	// later refund names the instant of an admission (Result.At plus
+	// quota); OpSettle charges req.N more units (or, negative, gives
+	// -req.N back) for work admitted for the instant req.At. With
+	// req.Check, Apply reports what the step would do and changes
+	// nothing. Result.At is the store's clock at the step, from which a
+	// later settlement names the instant of an admission (Result.At plus
 	// Result.Delay). The layers built on a Limiter (packages lease and
 	// httplimit) use it; a wrapper around a Limiter forwards it.
 	Apply(ctx context.Context, key string, req Request) (Result, error)
@@ -74,6 +76,12 @@ type Decision struct {
 	RetryAfter time.Duration
 	// ResetAfter is how long until the quota is fully restored.
 	ResetAfter time.Duration
+	// Binding is, for a Limits composite, the index of the limit whose
+	// Limit, Remaining, RetryAfter and ResetAfter the Decision reports:
+	// on a denial, the denying limit with the longest RetryAfter; on an
+	// admission, the one with the fewest units left (then the longest
+	// ResetAfter, then the first). It is 0 for a single algorithm.
+	Binding int
 }
 
 // Policy describes a limiter's quota for rate-limit headers: Quota units are
@@ -88,10 +96,10 @@ type Policy struct {
 }
 
 // Algorithm is an algorithm configuration: TokenBucket, LeakyBucket,
-// FixedWindow, SlidingWindow or SlidingLog, and no other type (the
-// interface has an unexported method), because every store implements
-// exactly these five. A pointer to one of them is accepted by New as the
-// value it points to.
+// FixedWindow, SlidingWindow, SlidingLog, or a Limits of them, and no
+// other type (the interface has an unexported method), because every
+// store implements exactly these. A pointer to one of them is accepted by
+// New as the value it points to.
 type Algorithm interface {
 	// Validate reports whether the configuration is usable; a non-nil error
 	// matches ErrInvalidConfig.
@@ -112,34 +120,57 @@ const (
 	// delay; Result.Granted says how many (0 is a denial). The lease layer
 	// uses it.
 	OpTakeUpTo
-	// OpRefund gives back N units that were admitted for the instant At
-	// (Result.At plus Result.Delay of the admission), where the algorithm
-	// allows: token bucket, fixed window, sliding window and sliding log.
-	// Units that already left the window, or already refilled, are not
-	// given back twice. The leaky bucket refunds nothing: its departure
-	// slots are already promised to later requests. Result.Granted says how
-	// many units were given back.
-	OpRefund
+	// OpSettle settles the cost of work admitted for the instant At
+	// (Result.At plus Result.Delay of the admission) once it is known:
+	// N > 0 charges N more units, N < 0 gives -N units back.
+	//
+	// A charge is counted whether or not the quota has room (the work is
+	// done), into debt of at most one more quota: the token bucket's
+	// schedule runs at most 2·Burst emission intervals ahead (later
+	// requests wait until the debt is repaid), the leaky bucket's queue at
+	// most 2·Capacity units, and the window algorithms count it in the
+	// window of At, up to 2·Limit units there; a window that has ended
+	// takes nothing. Units beyond the bound are not charged.
+	//
+	// A give-back happens where the algorithm allows: token bucket, fixed
+	// window, sliding window and sliding log. Units that already left the
+	// window, or already refilled, are not given back twice. The leaky
+	// bucket gives nothing back: its departure slots are already promised
+	// to later requests.
+	//
+	// Result.Granted says how many units were charged or given back.
+	OpSettle
 )
 
 // Request is one step a Store executes atomically for one key.
 type Request struct {
 	Op Op
-	// N is the number of units, at least 1.
+	// Check asks for the Result the step would have without changing any
+	// state: a check-only call (Envoy's hits_addend 0). Stores honour it
+	// for every Op.
+	Check bool
+	// N is the number of units, at least 1; for OpSettle, the units to
+	// charge (positive) or give back (negative), not 0.
 	N int64
 	// MaxDelay bounds Decision.Delay for OpTake; it is ignored otherwise.
 	// Values above MaxDelay are treated as MaxDelay.
 	MaxDelay time.Duration
-	// At is, for OpRefund, the instant the units were admitted for.
+	// At is, for OpSettle, the instant the units were admitted for.
 	At time.Time
+	// Each, for a Limits composite, receives each limit's own Decision,
+	// in the order of the Limits, when it has room for all of them
+	// (len(Each) >= len(Limits)); it is ignored otherwise and for a
+	// single algorithm. It lets a caller report every limit (the
+	// RateLimit fields list them all) without an allocation per step.
+	Each []Decision
 }
 
 // Result is a Decision together with what a Store needs to report about the
 // step itself.
 type Result struct {
 	Decision
-	// Granted is the number of units the step admitted (for OpRefund: gave
-	// back); 0 for a denial.
+	// Granted is the number of units the step admitted (for OpSettle:
+	// charged or gave back); 0 for a denial.
 	Granted int64
 	// At is the store's clock at the step.
 	At time.Time
@@ -155,12 +186,13 @@ type Result struct {
 // writes the same state for a key. A changed configuration (a rolling
 // deploy that raises a limit) therefore continues from what the old one
 // counted, and two limiters of one kind sharing a store must not share
-// keys (prefix them). The package floodgatetest checks a Store against
-// this contract.
+// keys (prefix them). The limits of a Limits composite keep theirs apart
+// from single algorithms, under (key, kind, ordinal); see Limits. The
+// package floodgatetest checks a Store against this contract.
 type Store interface {
 	// Bind prepares the store for alg and returns what applies its steps.
-	// New calls it once per Limiter with one of the five configurations
-	// as a value, validated. It returns an error matching ErrInvalidConfig
+	// New calls it once per Limiter with one of the five configurations,
+	// or a Limits of them, as a value, validated. It returns an error matching ErrInvalidConfig
 	// for an algorithm the store cannot run.
 	Bind(alg Algorithm) (Bound, error)
 }
@@ -201,7 +233,7 @@ const MaxDelay = time.Duration(1 << 52)
 var (
 	// ErrInvalidConfig reports an unusable algorithm configuration.
 	ErrInvalidConfig = errors.New("floodgate: invalid configuration")
-	// ErrInvalidN reports a cost n below 1.
+	// ErrInvalidN reports a cost n below 1 (for OpSettle, a cost of 0).
 	ErrInvalidN = errors.New("floodgate: n must be at least 1")
 	// ErrExceedsLimit reports a cost n larger than the quota can ever admit:
 	// such a request would be denied forever.
@@ -294,6 +326,13 @@ func derefAlgorithm(alg Algorithm) (Algorithm, error) {
 			return nil, nilAlg
 		}
 		return *a, nil
+	case *Limits:
+		if a == nil {
+			return nil, nilAlg
+		}
+		return derefLimits(*a)
+	case Limits:
+		return derefLimits(a)
 	}
 	return alg, nil
 }
@@ -332,18 +371,20 @@ func (l *limiter) AllowN(ctx context.Context, key string, n int64) (Decision, er
 }
 
 func (l *limiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error) {
-	res, err := l.take(ctx, key, n, maxDelay)
+	res, err := l.take(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay})
 	return res.Decision, err
 }
 
-func (l *limiter) take(ctx context.Context, key string, n int64, maxDelay time.Duration) (Result, error) {
-	if key == "" || len(key) > MaxKeyLen || n < 1 || n > l.policy.Quota || maxDelay < 0 {
-		return Result{}, l.badTake(key, n, maxDelay)
+// take checks and applies req, an OpTake.
+func (l *limiter) take(ctx context.Context, key string, req Request) (Result, error) {
+	if key == "" || len(key) > MaxKeyLen || req.N < 1 || req.N > l.policy.Quota || req.MaxDelay < 0 {
+		return Result{}, l.badTake(key, req.N, req.MaxDelay)
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	return l.store.Apply(ctx, key, Request{Op: OpTake, N: n, MaxDelay: min(maxDelay, MaxDelay)})
+	req.MaxDelay = min(req.MaxDelay, MaxDelay)
+	return l.store.Apply(ctx, key, req)
 }
 
 // badTake returns the error of take's arguments, off the hot path.
@@ -367,7 +408,7 @@ func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 	if hasDeadline {
 		maxDelay = max(time.Until(deadline), 0)
 	}
-	res, err := l.take(ctx, key, n, maxDelay)
+	res, err := l.take(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay})
 	if err != nil {
 		return err
 	}
@@ -393,7 +434,7 @@ func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 // others. It runs on a context that outlives ctx but keeps its values; a
 // failed refund only leaves the units spent.
 func (l *limiter) refund(ctx context.Context, key string, n int64, res Result) {
-	req := Request{Op: OpRefund, N: n, At: res.At.Add(res.Delay)}
+	req := Request{Op: OpSettle, N: -n, At: res.At.Add(res.Delay)}
 	_, _ = l.store.Apply(context.WithoutCancel(ctx), key, req)
 }
 
@@ -404,8 +445,8 @@ func (l *limiter) Algorithm() Algorithm { return l.alg }
 func (l *limiter) Apply(ctx context.Context, key string, req Request) (Result, error) {
 	switch req.Op {
 	case OpTake:
-		return l.take(ctx, key, req.N, req.MaxDelay)
-	case OpTakeUpTo, OpRefund:
+		return l.take(ctx, key, req)
+	case OpTakeUpTo, OpSettle:
 		return l.step(ctx, key, req)
 	}
 	return Result{}, fmt.Errorf("%w: unknown Op %d", ErrInvalidConfig, req.Op)
@@ -416,7 +457,7 @@ func (l *limiter) step(ctx context.Context, key string, req Request) (Result, er
 	if err := checkKey(key); err != nil {
 		return Result{}, err
 	}
-	if req.N < 1 {
+	if req.N < 1 && (req.Op != OpSettle || req.N == 0) {
 		return Result{}, fmt.Errorf("%w: got %d", ErrInvalidN, req.N)
 	}
 	if err := ctx.Err(); err != nil {

@@ -29,7 +29,7 @@ var t0 = time.Unix(1_700_000_000, 0)
 type algCase struct {
 	name string
 	alg  floodgate.Algorithm
-	// refunds reports whether the algorithm gives units back (OpRefund).
+	// refunds reports whether the algorithm gives units back (OpSettle).
 	refunds bool
 }
 
@@ -302,7 +302,7 @@ func TestRequestErrors(t *testing.T) {
 			}
 			refund := func(ctx context.Context, key string, n int64) func() error {
 				return func() error {
-					_, err := l.Apply(ctx, key, floodgate.Request{Op: floodgate.OpRefund, N: n, At: t0})
+					_, err := l.Apply(ctx, key, floodgate.Request{Op: floodgate.OpSettle, N: -n, At: t0})
 					return err
 				}
 			}
@@ -338,7 +338,6 @@ func TestRequestErrors(t *testing.T) {
 				{"AllowUpTo/key too long", upTo(bg, long, 1), floodgate.ErrKeyTooLong},
 				{"AllowUpTo/cancelled", upTo(cancelled, "k", 1), context.Canceled},
 				{"Refund/zero", refund(bg, "k", 0), floodgate.ErrInvalidN},
-				{"Refund/negative", refund(bg, "k", -1), floodgate.ErrInvalidN},
 				{"Refund/empty key", refund(bg, "", 1), floodgate.ErrEmptyKey},
 				{"Refund/key too long", refund(bg, long, 1), floodgate.ErrKeyTooLong},
 				{"Refund/cancelled", refund(cancelled, "k", 1), context.Canceled},
@@ -506,7 +505,7 @@ func (o traceOp) String() string {
 	switch o.op {
 	case floodgate.OpTakeUpTo:
 		return fmt.Sprintf("AllowUpTo(T0+%v, %d)", o.at.Sub(t0), o.n)
-	case floodgate.OpRefund:
+	case floodgate.OpSettle:
 		return fmt.Sprintf("Refund(T0+%v, %d, at T0+%v)", o.at.Sub(t0), o.n, o.refundAt.Sub(t0))
 	}
 	return fmt.Sprintf("Reserve(T0+%v, %d, %v)", o.at.Sub(t0), o.n, o.maxDelay)
@@ -524,8 +523,8 @@ func (o traceOp) apply(t tb, l floodgate.Limiter, clock *floodgatetest.Clock) fl
 	switch o.op {
 	case floodgate.OpTakeUpTo:
 		res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: o.n})
-	case floodgate.OpRefund:
-		res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpRefund, N: o.n, At: o.refundAt})
+	case floodgate.OpSettle:
+		res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -o.n, At: o.refundAt})
 	default:
 		res.Decision, err = l.Reserve(ctx, "k", o.n, o.maxDelay)
 	}
@@ -585,7 +584,7 @@ func TestDecisionInvariants(t *testing.T) {
 						o.op = floodgate.OpTakeUpTo
 						o.n = rapid.Int64Range(1, quota+3).Draw(rt, "upTo")
 					case 1:
-						o.op = floodgate.OpRefund
+						o.op = floodgate.OpSettle
 						o.refundAt = now
 						if len(admitted) > 0 {
 							// Most often the latest admission, as a cancelled
@@ -600,10 +599,10 @@ func TestDecisionInvariants(t *testing.T) {
 					}
 					res := o.apply(rt, l, clock)
 					checkDecision(rt, ac.alg, o, res)
-					if res.Allowed && o.op != floodgate.OpRefund {
+					if res.Allowed && o.op != floodgate.OpSettle {
 						admitted = append(admitted, o.at.Add(res.Delay)) // Reserve returns no Result.At
 					}
-					if !res.Allowed && o.op != floodgate.OpRefund {
+					if !res.Allowed && o.op != floodgate.OpSettle {
 						again := o.apply(rt, l, clock)
 						if !floodgatetest.SameResult(res, again) {
 							rt.Fatalf("%v after %v: got %+v, want the identical denial %+v", o, trace, again, res)
@@ -625,7 +624,7 @@ func checkDecision(t *rapid.T, alg floodgate.Algorithm, o traceOp, res floodgate
 	if d.Limit != quota || d.Remaining < 0 || d.Remaining > quota || d.ResetAfter < 0 || d.Delay < 0 {
 		t.Fatalf("%v = %+v: want Limit %d, Remaining in [0, %d], no negative duration", o, d, quota, quota)
 	}
-	if o.op == floodgate.OpRefund {
+	if o.op == floodgate.OpSettle {
 		if d.Delay != 0 || d.RetryAfter != 0 || res.Granted < 0 || res.Granted > o.n || d.Allowed != (res.Granted > 0) {
 			t.Fatalf("%v = %+v (granted %d): want no delay, no RetryAfter, 0 ≤ Granted ≤ n, Allowed iff Granted > 0", o, d, res.Granted)
 		}

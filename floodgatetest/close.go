@@ -114,7 +114,7 @@ func (h *harness) racingClose(t *testing.T, s *store, ps []pair) {
 // failed, and returns their errors.
 func decideAll(ctx context.Context, p pair, key string) []error {
 	var errs []error
-	for _, req := range []floodgate.Request{take(1), reserve(1, time.Hour), upTo(1), {Op: floodgate.OpRefund, N: 1, At: t0}} {
+	for _, req := range []floodgate.Request{take(1), reserve(1, time.Hour), upTo(1), {Op: floodgate.OpSettle, N: -1, At: t0}} {
 		for _, r := range routes(req) {
 			_, err := p.do(ctx, r, key, req)
 			errs = append(errs, err)

@@ -34,7 +34,7 @@ func (h *harness) runErrors(t *testing.T) {
 			{"n negative", "k", good, take(-3), floodgate.ErrInvalidN},
 			{"n over burst", "k", good, take(3), floodgate.ErrExceedsLimit},
 			{"take up to n zero", "k", good, upTo(0), floodgate.ErrInvalidN},
-			{"refund n zero", "k", good, floodgate.Request{Op: floodgate.OpRefund, At: t0}, floodgate.ErrInvalidN},
+			{"refund n zero", "k", good, floodgate.Request{Op: floodgate.OpSettle, At: t0}, floodgate.ErrInvalidN},
 			{"negative delay", "k", good, reserve(1, -time.Second), floodgate.ErrInvalidDelay},
 			{"zero rate", "k", floodgate.TokenBucket{Per: time.Second, Burst: 1}, take(1), floodgate.ErrInvalidConfig},
 			{"zero burst", "k", floodgate.TokenBucket{Rate: 1, Per: time.Second}, take(1), floodgate.ErrInvalidConfig},

@@ -108,7 +108,7 @@ type noRefund struct {
 }
 
 func (b noRefund) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	if req.Op == floodgate.OpRefund {
+	if req.Op == floodgate.OpSettle {
 		return floodgate.Result{At: b.s.now(), Decision: floodgate.Decision{Limit: b.alg.Policy().Quota}}, nil
 	}
 	return b.Bound.Apply(ctx, key, req)

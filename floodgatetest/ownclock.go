@@ -33,7 +33,7 @@ func clockProbe(t *testing.T, s *store) func() time.Time {
 	p := s.pair(t, floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 1})
 	return func() time.Time {
 		t.Helper()
-		res, err := p.lim.Apply(context.Background(), "clock", floodgate.Request{Op: floodgate.OpRefund, N: 1, At: time.Unix(0, 0)})
+		res, err := p.lim.Apply(context.Background(), "clock", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: time.Unix(0, 0)})
 		if err != nil {
 			t.Fatalf("reading the store's clock (a refund on an empty key): %v", err)
 		}
@@ -198,7 +198,7 @@ func (h *harness) ownRefund(t *testing.T, s *store, alg floodgate.Algorithm) {
 		}
 		half := q / 2
 		for _, r := range []route{viaLimiterApply, viaBoundApply} {
-			req := floodgate.Request{Op: floodgate.OpRefund, N: half, At: spent.At.Add(spent.Delay)}
+			req := floodgate.Request{Op: floodgate.OpSettle, N: -half, At: spent.At.Add(spent.Delay)}
 			want := half
 			if leaky {
 				want = 0
@@ -277,7 +277,7 @@ func waitRefund(t *testing.T, s *store, alg floodgate.Algorithm) {
 		case req.Op == floodgate.OpTake && res.Allowed && res.Delay > 0:
 			reserved = append(reserved, res)
 			cancel() // the Wait's context ends during its sleep
-		case req.Op == floodgate.OpRefund:
+		case req.Op == floodgate.OpSettle:
 			refunded = append(refunded, res)
 		}
 	}}

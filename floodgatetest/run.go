@@ -288,7 +288,7 @@ func opString(req floodgate.Request, base time.Time) string {
 		return fmt.Sprintf("reserve(%d, %v)", req.N, req.MaxDelay)
 	case floodgate.OpTakeUpTo:
 		return fmt.Sprintf("upTo(%d)", req.N)
-	case floodgate.OpRefund:
+	case floodgate.OpSettle:
 		return fmt.Sprintf("refund(%d, t0%+v)", req.N, req.At.Sub(base))
 	}
 	return fmt.Sprintf("Op(%d)(%d)", req.Op, req.N)

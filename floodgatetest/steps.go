@@ -17,7 +17,7 @@ type stepCase struct {
 }
 
 func refund(n int64, at time.Duration) floodgate.Request {
-	return floodgate.Request{Op: floodgate.OpRefund, N: n, At: t0.Add(at)}
+	return floodgate.Request{Op: floodgate.OpSettle, N: -n, At: t0.Add(at)}
 }
 
 func admit(limit, n, remaining int64, delay, reset time.Duration) floodgate.Result {

@@ -105,7 +105,8 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 			req.Op = floodgate.OpTakeUpTo
 			req.N = g.int64s(1, quota+2)
 		case 2:
-			req.Op = floodgate.OpRefund
+			req.Op = floodgate.OpSettle
+			req.N = -req.N // a give-back
 			req.At = now
 			if len(admitted) > 0 && g.ints(0, 1) == 0 {
 				req.At = admitted[g.ints(0, len(admitted)-1)]
@@ -131,7 +132,7 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 		if !same(r, want, got) {
 			fail("want %s", show(r, want))
 		}
-		if want.Allowed && req.Op != floodgate.OpRefund {
+		if want.Allowed && req.Op != floodgate.OpSettle {
 			admitted = append(admitted, want.At.Add(want.Delay))
 		}
 	}

@@ -72,7 +72,7 @@ type Options struct {
 	// or a floodgate.TokenBucket, which then absorbs bursts by queueing. A
 	// request whose context ends while it waits goes to ErrorHandler with
 	// the context's error, and its units are given back with Limiter.Apply
-	// and OpRefund where the algorithm allows, as Limiter.Wait does (the
+	// and OpSettle where the algorithm allows, as Limiter.Wait does (the
 	// token bucket and the windows give them back; a leaky bucket's
 	// departure slots are promised and stay taken). A limiter the user
 	// wraps keeps this as long as its Apply forwards to the one it wraps.
@@ -280,7 +280,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			refund = func() {
 				// On a context that outlives the request's; a failed refund
 				// only leaves the units spent.
-				req := floodgate.Request{Op: floodgate.OpRefund, N: n, At: res.At.Add(res.Delay)}
+				req := floodgate.Request{Op: floodgate.OpSettle, N: -n, At: res.At.Add(res.Delay)}
 				_, _ = m.lim.Apply(context.WithoutCancel(ctx), key, req)
 			}
 		}

@@ -77,7 +77,7 @@ func (f *fakeLimiter) Algorithm() floodgate.Algorithm {
 
 // Apply is Reserve for OpTake; it records refunds and gives nothing back.
 func (f *fakeLimiter) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	if req.Op == floodgate.OpRefund {
+	if req.Op == floodgate.OpSettle {
 		f.mu.Lock()
 		f.refunds++
 		f.mu.Unlock()

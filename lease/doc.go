@@ -35,7 +35,7 @@
 // does not hoard quota (a background goroutine enforces it), and for the
 // window algorithms at the end of the remote window they were counted in,
 // which every decision checks (see below). Unused units are given
-// back with Apply(OpRefund) when they expire and on Close, where the algorithm
+// back with Apply(OpSettle) when they expire and on Close, where the algorithm
 // allows: the token bucket (as long as the tokens have not refilled), the
 // fixed window (within the window), the sliding window counter (within the
 // current or the previous window) and the sliding log (while the log

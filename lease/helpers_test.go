@@ -65,13 +65,13 @@ func wrap(t *testing.T, store floodgate.Store, alg floodgate.Algorithm) *remote 
 }
 
 // Apply counts and forwards every step; OpTakeUpTo is the lease round trip
-// and OpRefund the return of units.
+// and OpSettle the return of units.
 func (r *remote) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
 	switch req.Op {
 	case floodgate.OpTakeUpTo:
 		return r.allowUpTo(ctx, key, req.N)
-	case floodgate.OpRefund:
-		return r.refund(ctx, key, req.N, req.At)
+	case floodgate.OpSettle:
+		return r.refund(ctx, key, -req.N, req.At)
 	}
 	return r.Limiter.Apply(ctx, key, req)
 }
@@ -105,7 +105,7 @@ func (r *remote) refund(ctx context.Context, key string, n int64, at time.Time) 
 	r.mu.Lock()
 	r.refLogs = append(r.refLogs, refundCall{n: n, at: at})
 	r.mu.Unlock()
-	res, err := r.Limiter.Apply(ctx, key, floodgate.Request{Op: floodgate.OpRefund, N: n, At: at})
+	res, err := r.Limiter.Apply(ctx, key, floodgate.Request{Op: floodgate.OpSettle, N: -n, At: at})
 	r.refunded.Add(res.Granted)
 	return res, err
 }

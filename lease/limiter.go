@@ -52,7 +52,7 @@ var _ floodgate.Limiter = (*Limiter)(nil)
 // (nil means the defaults). It starts a goroutine that Close stops.
 //
 // The pools lease units with remote's Apply (OpTakeUpTo) and give unused
-// ones back with it (OpRefund). New returns an error matching
+// ones back with it (OpSettle). New returns an error matching
 // floodgate.ErrInvalidConfig when remote is nil, reports an invalid
 // algorithm or one whose policy disagrees with its own, or runs a leaky
 // bucket, whose shaping leases would defeat; and an error matching ErrInvalidOptions for unusable Options.
@@ -214,7 +214,7 @@ func (l *Limiter) Algorithm() floodgate.Algorithm { return l.alg }
 // Apply performs one step. OpTake is decided as AllowN (req.MaxDelay 0)
 // or Reserve: from the key's pool when it can, otherwise by the remote's
 // Apply. A pool's admission has Delay 0 and reports the local clock in
-// Result.At. OpTakeUpTo and OpRefund go to the remote as they are: the
+// Result.At. OpTakeUpTo and OpSettle go to the remote as they are: the
 // units they take or give back are the remote's, never a pool's.
 func (l *Limiter) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
 	if req.Op != floodgate.OpTake {

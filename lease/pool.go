@@ -541,7 +541,7 @@ func (l *Limiter) giveBackOne(j returnJob) error {
 	var errs []error
 	for _, part := range j.parts {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-		res, err := l.remote.Apply(ctx, j.key, floodgate.Request{Op: floodgate.OpRefund, N: part.n, At: part.at})
+		res, err := l.remote.Apply(ctx, j.key, floodgate.Request{Op: floodgate.OpSettle, N: -part.n, At: part.at})
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lease: refund of %d units of %q: %w", part.n, j.key, err))

@@ -118,7 +118,7 @@ func (b *tbBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 		if err != nil {
 			return res, err
 		}
-		if next == old || e.v.CompareAndSwap(old, next) {
+		if next == old || req.Check || e.v.CompareAndSwap(old, next) {
 			return res, nil
 		}
 	}
@@ -184,7 +184,7 @@ func (b *lbBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 		if err != nil {
 			return res, err
 		}
-		if next == old || e.v.CompareAndSwap(old, next) {
+		if next == old || req.Check || e.v.CompareAndSwap(old, next) {
 			return res, nil
 		}
 	}
@@ -295,7 +295,9 @@ type swBound struct {
 func (b *swBound) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
 	return b.t.apply(key, func(st *step.SlidingWindowState, now time.Time) (floodgate.Result, error) {
 		next, res, err := step.SlidingWindow(b.a, *st, now, req)
-		*st = next
+		if !req.Check {
+			*st = next
+		}
 		return res, err
 	})
 }

@@ -232,7 +232,9 @@ func (b *fwBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 				continue
 			}
 			next, res, err := step.FixedWindow(b.a, s.st, b.t.s.clock(), req)
-			s.st = next
+			if !req.Check {
+				s.st = next
+			}
 			s.mu.Unlock()
 			return res, err
 		}
@@ -240,7 +242,7 @@ func (b *fwBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 		if err != nil {
 			return res, err
 		}
-		if nw := b.pack.encode(next); nw == old || e.v.CompareAndSwap(old, nw) {
+		if nw := b.pack.encode(next); nw == old || req.Check || e.v.CompareAndSwap(old, nw) {
 			return res, nil
 		}
 	}

@@ -61,8 +61,9 @@ type Options struct {
 	// Now is the clock. The default is the wall clock at New plus the
 	// monotonic time elapsed since.
 	Now func() time.Time
-	// MaxKeys caps the number of keys the store tracks per algorithm kind
-	// (so the store holds at most five times MaxKeys). The default is
+	// MaxKeys caps the number of keys the store tracks per algorithm kind,
+	// and the keys of every Limits together (so the store holds at most
+	// six times MaxKeys). The default is
 	// 4,194,304 (about 200 MiB of token buckets). When the cap is reached,
 	// new keys evict entries; see the package doc.
 	MaxKeys int
@@ -94,6 +95,7 @@ type Store struct {
 	fw     atomic.Pointer[fwTable]
 	sw     atomic.Pointer[lockedTable[step.SlidingWindowState]]
 	sl     atomic.Pointer[lockedTable[step.SlidingLogState]]
+	lim    atomic.Pointer[lockedTable[limitsState]] // every Limits
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -141,6 +143,12 @@ func (s *Store) clock() time.Time {
 // of a kind shares the kind's table, so the store's memory is bounded by
 // MaxKeys per kind whatever the number of configurations.
 func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if ls, ok := alg.(floodgate.Limits); ok {
+		if err := ls.Validate(); err != nil {
+			return nil, err
+		}
+		return s.bindLimits(ls)
+	}
 	if err := check(alg); err != nil {
 		return nil, err
 	}
@@ -169,6 +177,13 @@ func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
 func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
 	if err := step.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
+	}
+	if ls, ok := alg.(floodgate.Limits); ok {
+		b, err := s.Bind(ls)
+		if err != nil {
+			return floodgate.Result{}, err
+		}
+		return b.Apply(ctx, key, req)
 	}
 	if err := check(alg); err != nil {
 		return floodgate.Result{}, err
@@ -280,6 +295,9 @@ func (s *Store) tables() []sweeper {
 		ts = append(ts, t)
 	}
 	if t := s.sl.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.lim.Load(); t != nil {
 		ts = append(ts, t)
 	}
 	return ts

@@ -260,7 +260,8 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 			case 0:
 				req.Op = floodgate.OpTakeUpTo
 			case 1:
-				req.Op = floodgate.OpRefund
+				req.Op = floodgate.OpSettle
+				req.N = -req.N
 				req.At = now
 				if at := admitted[sl]; len(at) > 0 {
 					req.At = at[rapid.IntRange(0, len(at)-1).Draw(rt, "which")]
@@ -274,7 +275,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 			if !floodgatetest.SameResult(want, got) {
 				rt.Fatalf("step %d: %v on %s at T0+%v, %+v:\n got %+v\nwant %+v (never reclaimed)", i, sl.alg, sl.key, now.Sub(t0), req, got, want)
 			}
-			if got.Allowed && req.Op != floodgate.OpRefund {
+			if got.Allowed && req.Op != floodgate.OpSettle {
 				admitted[sl] = append(admitted[sl], got.At.Add(got.Delay))
 			}
 		}

@@ -109,7 +109,7 @@ func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
 		Tau:      a.tau,
 		Now:      now,
 	}
-	if req.Op == floodgate.OpRefund {
+	if req.Op == floodgate.OpSettle {
 		args.At = strconv.FormatInt(req.At.UnixNano(), 10)
 	}
 	return args.ARGV()
@@ -132,7 +132,7 @@ type cachedArgs struct {
 
 // args is algo.args through the cache; a nil c builds them.
 func (c *argsCache) args(a algo, now string, req floodgate.Request, marginMs int64) []any {
-	if c == nil || now != "" || req.Op == floodgate.OpRefund {
+	if c == nil || now != "" || req.Op == floodgate.OpSettle {
 		return a.args(now, req, marginMs)
 	}
 	maxDelay := int64(min(req.MaxDelay, floodgate.MaxDelay))
@@ -309,8 +309,8 @@ func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result
 		res.Remaining = remaining(from, after)
 		res.ResetAfter = resetAfter()
 		return res, nil
-	default: // OpRefund
-		if granted < 0 || granted > req.N || after != before-granted || allowed != (granted > 0) {
+	default: // OpSettle
+		if granted < 0 || granted > -req.N || after != before-granted || allowed != (granted > 0) {
 			return mismatch("the refund disagrees with the units given back")
 		}
 		res.Allowed, res.Granted = allowed, granted

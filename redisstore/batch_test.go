@@ -38,7 +38,7 @@ func TestBatchScript(t *testing.T) {
 	upTo := func(n int64) floodgate.Request { return floodgate.Request{Op: floodgate.OpTakeUpTo, N: n} }
 	start := time.Now() // the client's clock, when the test uses it
 	refund := func(n int64) floodgate.Request {
-		return floodgate.Request{Op: floodgate.OpRefund, N: n, At: start}
+		return floodgate.Request{Op: floodgate.OpSettle, N: -n, At: start}
 	}
 	steps := []batchStep{
 		{"a", tb, take(1)}, {"b", fw, take(3)}, {"a", tb, take(1)},

@@ -223,13 +223,13 @@ func (s *Store) fallback(ctx context.Context, key string, a algo, req floodgate.
 	switch s.policy {
 	case FailOpen:
 		res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: a.quota}}
-		if req.Op != floodgate.OpRefund {
+		if req.Op != floodgate.OpSettle {
 			res.Allowed, res.Granted = true, min(req.N, a.quota)
 			res.Remaining = a.quota - res.Granted
 		}
 	case FailClosed:
 		res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: a.quota}}
-		if req.Op != floodgate.OpRefund {
+		if req.Op != floodgate.OpSettle {
 			res.RetryAfter = s.cooldown
 		}
 	case FailLocal:

@@ -94,7 +94,7 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 		if len(admitted) > 0 && rapid.IntRange(0, 3).Draw(t, "refundAdmitted") > 0 {
 			at = admitted[rapid.IntRange(0, len(admitted)-1).Draw(t, "which")]
 		}
-		return floodgate.Request{Op: floodgate.OpRefund, N: rapid.Int64Range(1, quota).Draw(t, "n"), At: at}
+		return floodgate.Request{Op: floodgate.OpSettle, N: -rapid.Int64Range(1, quota).Draw(t, "n"), At: at}
 	}
 }
 
@@ -144,7 +144,7 @@ func TestDifferential(t *testing.T) {
 			require.NoError(rt, err)
 			require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, alg, req)
 			checkStored(rt, c, store.Key(key, kindOf(alg)), m, now, margin, !srv.real(), got.Allowed)
-			if got.Allowed && req.Op != floodgate.OpRefund {
+			if got.Allowed && req.Op != floodgate.OpSettle {
 				admitted = append(admitted, got.At.Add(got.Delay))
 			}
 		}
@@ -217,7 +217,7 @@ func TestSeededStates(t *testing.T) {
 			require.NoError(rt, err, "step %d: Apply(%+v)", i, req)
 			require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, m.alg, req)
 			checkStored(rt, c, rkey, m, now, margin, !srv.real(), got.Allowed)
-			if got.Allowed && req.Op != floodgate.OpRefund {
+			if got.Allowed && req.Op != floodgate.OpSettle {
 				admitted = append(admitted, got.At.Add(got.Delay))
 			}
 		}

@@ -59,13 +59,13 @@ func ttlHygiene(t *testing.T, c redis.UniversalClient) {
 		case 2:
 			if len(admitted) > 0 {
 				a := admitted[r.IntN(len(admitted))]
-				req = floodgate.Request{Op: floodgate.OpRefund, N: req.N, At: a.At.Add(a.Delay)}
+				req = floodgate.Request{Op: floodgate.OpSettle, N: -req.N, At: a.At.Add(a.Delay)}
 			}
 		}
 		start := time.Now()
 		res, err := s.Apply(ctx, key, alg, req)
 		require.NoError(t, err)
-		if res.Allowed && req.Op != floodgate.OpRefund {
+		if res.Allowed && req.Op != floodgate.OpSettle {
 			admitted = append(admitted, res)
 		}
 		rkey := s.Key(key, kindOf(alg))

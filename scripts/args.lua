@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  the key's state, as the algorithm's file says
 -- ARGV[ARG_OP]        op: OP_TAKE take, OP_TAKE_UP_TO take up to n,
---                     OP_REFUND refund (a string, compared as one)
+--                     OP_SETTLE refund (a string, compared as one)
 -- ARGV[ARG_N]         n, the units
 -- ARGV[ARG_MAXDELAY]  maxd, the maximum delay of a take, in ns (at most
 --                     floodgate.MaxDelay)

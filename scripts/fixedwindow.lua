@@ -78,12 +78,12 @@ elseif op == OP_TAKE_UP_TO then
     new = fmt(cs, cns) .. ':' .. int(cc + m)
     keep(key, new, horizon(co, cc + m), margin)
   end
-else -- OP_REFUND
+else -- OP_SETTLE
   -- Only into the window the units were counted in.
   local as, ans = parse(admitted)
   local ws, wns = wstart(as, ans, wu)
   if ws and same(ws, wns, cs, cns) then
-    local back = math.min(n, cc)
+    local back = math.min(-n, cc)
     if back > 0 then
       allowed, granted = 1, back
       new = fmt(cs, cns) .. ':' .. int(cc - back)

@@ -52,7 +52,7 @@ elseif op == OP_TAKE_UP_TO then
     keep(key, new, d, margin)
   end
 end
--- OP_REFUND: departure slots are promised to the requests behind; nothing
+-- OP_SETTLE: departure slots are promised to the requests behind; nothing
 -- comes back.
 
 return {ts, tns, old, new, allowed, granted}

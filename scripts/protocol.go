@@ -15,7 +15,7 @@ import (
 
 // Args are the arguments of one decision's script, by name.
 type Args struct {
-	// Op is the step: floodgate.OpTake, OpTakeUpTo or OpRefund.
+	// Op is the step: floodgate.OpTake, OpTakeUpTo or OpSettle.
 	Op floodgate.Op
 	// N is the number of units.
 	N int64
@@ -117,7 +117,7 @@ var names = func() map[string]string {
 	m := map[string]string{
 		"OP_TAKE":       opLiteral(floodgate.OpTake),
 		"OP_TAKE_UP_TO": opLiteral(floodgate.OpTakeUpTo),
-		"OP_REFUND":     opLiteral(floodgate.OpRefund),
+		"OP_SETTLE":     opLiteral(floodgate.OpSettle),
 		"MAX_UNIX":      strconv.FormatInt(MaxUnix, 10),
 		"MAX_QUOTA":     strconv.FormatInt(MaxQuota, 10),
 	}

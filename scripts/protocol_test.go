@@ -28,8 +28,8 @@ func TestArgs(t *testing.T) {
 	for name, a := range map[string]Args{
 		"take on Redis TIME": {Op: floodgate.OpTake, N: 2, MaxDelay: 3, MarginMs: 4, Quota: 5, Period: 6, Tau: 7},
 		"client clock":       {Op: floodgate.OpTakeUpTo, N: 12, MaxDelay: 13, MarginMs: 14, Quota: 15, Period: 16, Tau: 17, Now: "1700000000000000018"},
-		"refund":             {Op: floodgate.OpRefund, N: 22, MaxDelay: 23, MarginMs: 24, Quota: 25, Period: 26, Tau: 27, Now: "1700000000000000028", At: "1700000000000000029"},
-		"refund on TIME":     {Op: floodgate.OpRefund, N: 32, MaxDelay: 33, MarginMs: 34, Quota: 35, Period: 36, Tau: 37, At: "1700000000000000039"},
+		"refund":             {Op: floodgate.OpSettle, N: 22, MaxDelay: 23, MarginMs: 24, Quota: 25, Period: 26, Tau: 27, Now: "1700000000000000028", At: "1700000000000000029"},
+		"refund on TIME":     {Op: floodgate.OpSettle, N: 32, MaxDelay: 33, MarginMs: 34, Quota: 35, Period: 36, Tau: 37, At: "1700000000000000039"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			argv := a.ARGV()

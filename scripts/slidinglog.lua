@@ -188,7 +188,7 @@ elseif op == OP_TAKE_UP_TO then
   else
     at = fmt(admit(1))
   end
-elseif last then -- OP_REFUND
+elseif last then -- OP_SETTLE
   -- Refund: take units back from the entry admitted at the instant given.
   local member = fmt(parse(admitted))
   local score = redis.call('ZSCORE', key, member)
@@ -196,7 +196,7 @@ elseif last then -- OP_REFUND
     local r = redis.call('ZRANK', key, member)
     local prev = redis.call('ZRANGE', key, r - 1, r - 1, 'WITHSCORES')
     local units = tonumber(score) - tonumber(prev[2])
-    local back = math.min(n, units)
+    local back = math.min(-n, units)
     -- Every entry from this one on holds back fewer units before it.
     local rows = redis.call('ZRANGE', key, r, -1, 'WITHSCORES')
     for i = 1, #rows, 2 do

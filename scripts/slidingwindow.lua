@@ -168,16 +168,16 @@ elseif op == OP_TAKE_UP_TO then
     new = state(cs, cns, cp, cc + m)
     keep(key, new, horizon(co, cp, cc + m), margin)
   end
-else -- OP_REFUND
+else -- OP_SETTLE
   -- Into the counter the units were counted in.
   local as, ans = parse(admitted)
   local ws, wns = wstart(as, ans, wu)
   local xp, xc = cp, cc
   if ws and same(ws, wns, cs, cns) then
-    granted = math.min(n, cc)
+    granted = math.min(-n, cc)
     xc = cc - granted
   elseif ws and same(ws, wns, add(cs, cns, -w)) then
-    granted = math.min(n, cp)
+    granted = math.min(-n, cp)
     xp = cp - granted
   end
   if granted > 0 then

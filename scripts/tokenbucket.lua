@@ -52,9 +52,9 @@ elseif op == OP_TAKE_UP_TO then
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
-else -- OP_REFUND
+else -- OP_SETTLE
   -- Only units whose tokens have not refilled yet come back.
-  local back = math.min(n, math.max(ceildiv(o, interval), 0))
+  local back = math.min(-n, math.max(ceildiv(o, interval), 0))
   if back > 0 then
     allowed, granted = 1, back
     local d = o - back * interval

@@ -2,6 +2,7 @@ package step
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -19,7 +20,7 @@ func checkStep(req floodgate.Request, quota int64, now time.Time) error {
 // okStep reports whether a request passes checkStep at Unix second sec; it
 // is small enough to inline.
 func okStep(req floodgate.Request, quota, sec int64) bool {
-	return req.N >= 1 && req.MaxDelay >= 0 && req.Op <= floodgate.OpRefund &&
+	return (req.N >= 1 || req.N != 0 && req.Op == floodgate.OpSettle) && req.MaxDelay >= 0 && req.Op <= floodgate.OpSettle &&
 		(req.N <= quota || req.Op != floodgate.OpTake) && uint64(sec) <= timemath.LatestUnix
 }
 
@@ -35,18 +36,19 @@ func badStep(req floodgate.Request, quota int64, now time.Time) error {
 
 // CheckRequest returns the error every transition returns for req under a
 // valid configuration of quota units (its Policy().Quota), whatever the
-// state: a cost below 1 (floodgate.ErrInvalidN), a negative MaxDelay
+// state: a cost below 1, or 0 for OpSettle (floodgate.ErrInvalidN), a
+// negative MaxDelay
 // (floodgate.ErrInvalidDelay), an unknown Op (floodgate.ErrInvalidConfig),
 // or an OpTake above the quota (floodgate.ErrExceedsLimit). A store that
 // decides elsewhere than in these functions (redisstore's scripts) calls
 // it first.
 func CheckRequest(req floodgate.Request, quota int64) error {
 	switch {
-	case req.N < 1:
+	case req.N == 0 || req.N < 0 && req.Op != floodgate.OpSettle:
 		return fmt.Errorf("%w: got %d", floodgate.ErrInvalidN, req.N)
 	case req.MaxDelay < 0:
 		return fmt.Errorf("%w: got %v", floodgate.ErrInvalidDelay, req.MaxDelay)
-	case req.Op > floodgate.OpRefund:
+	case req.Op > floodgate.OpSettle:
 		return fmt.Errorf("%w: unknown Op %d", floodgate.ErrInvalidConfig, req.Op)
 	case req.N > quota && req.Op == floodgate.OpTake:
 		return fmt.Errorf("%w: n=%d, limit %d", floodgate.ErrExceedsLimit, req.N, quota)
@@ -60,3 +62,12 @@ func nsDur(ns int64) time.Duration { return time.Duration(max(ns, 0)) }
 // maxDelayNs returns the request's maximum delay in nanoseconds, at most
 // floodgate.MaxDelay.
 func maxDelayNs(req floodgate.Request) int64 { return int64(min(req.MaxDelay, floodgate.MaxDelay)) }
+
+// settleBack returns the units a settlement of n < 0 gives back, -n, as a
+// count no algorithm holds more of when -n overflows.
+func settleBack(n int64) int64 {
+	if n == math.MinInt64 {
+		return math.MaxInt64
+	}
+	return -n
+}

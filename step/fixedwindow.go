@@ -83,12 +83,21 @@ func FixedWindow(a floodgate.FixedWindow, st FixedWindowState, now time.Time, re
 		res.Remaining = remaining(next)
 		res.ResetAfter = resetAfter(next)
 		return next, res, nil
-	default: // floodgate.OpRefund: only into the window the units were counted in.
+	default: // floodgate.OpSettle: only in the window the units were counted in.
 		next := cur
 		if at := timemath.WindowStart(req.At.UnixNano(), w); at == cur.Start {
-			back := min(req.N, cur.Count)
-			next.Count -= back
-			res.Allowed, res.Granted = back > 0, back
+			if req.N > 0 {
+				// Up to 2·Limit units in the window, compared without
+				// overflow.
+				m := min(req.N, max(a.Limit-(cur.Count-a.Limit), 0))
+				next.Count += m
+				res.Granted = m
+			} else {
+				back := min(settleBack(req.N), cur.Count)
+				next.Count -= back
+				res.Granted = back
+			}
+			res.Allowed = res.Granted > 0
 		}
 		res.Remaining = remaining(next)
 		res.ResetAfter = resetAfter(next)

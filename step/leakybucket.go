@@ -56,9 +56,20 @@ func LeakyBucket(a floodgate.LeakyBucket, tail int64, now time.Time, req floodga
 		res.Remaining = free(next)
 		res.ResetAfter = nsDur(next - t)
 		return next, res, nil
-	default: // floodgate.OpRefund: departure slots are promised; nothing comes back.
-		res.Remaining = free(base)
-		res.ResetAfter = nsDur(base - t)
-		return tail, res, nil
+	default: // floodgate.OpSettle
+		next := tail
+		if req.N > 0 {
+			// A charge queues behind the tail, up to 2·Capacity units of
+			// queue in all.
+			m := min(req.N, max(timemath.FloorDiv(t+2*tau-base, interval), 0))
+			if m > 0 {
+				next = base + m*interval
+				res.Allowed, res.Granted = true, m
+			}
+		}
+		// A give-back returns nothing: departure slots are promised.
+		res.Remaining = free(max(next, t))
+		res.ResetAfter = nsDur(next - t)
+		return next, res, nil
 	}
 }

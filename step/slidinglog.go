@@ -86,6 +86,9 @@ func (s *SlidingLogState) Reset() {
 // SlidingLog is the reference transition of the sliding log. It updates st in
 // place: a denial only drops entries that have left the window, which no
 // decision can observe. Every Store must produce the same results.
+//
+// With req.Check it changes nothing a decision can observe: it reports the
+// step's Result and drops only the entries that have left the window.
 func SlidingLog(a floodgate.SlidingLog, st *SlidingLogState, now time.Time, req floodgate.Request) (floodgate.Result, error) {
 	if err := a.Validate(); err != nil {
 		return floodgate.Result{}, err
@@ -125,11 +128,21 @@ func SlidingLog(a floodgate.SlidingLog, st *SlidingLogState, now time.Time, req 
 			res.ResetAfter = resetAfter()
 			return res, nil
 		}
+		res.Allowed, res.Granted = true, req.N
+		res.Delay = time.Duration(wait)
+		if req.Check {
+			// As the admission would leave the log: the units at, and
+			// the entries before at − Window gone.
+			res.Remaining = 0
+			if at <= t {
+				res.Remaining = max(a.Limit-st.total-req.N, 0)
+			}
+			res.ResetAfter = nsDur(at + w - t)
+			return res, nil
+		}
 		st.trim(at - w)
 		st.push(at, req.N)
 		from = at
-		res.Allowed, res.Granted = true, req.N
-		res.Delay = time.Duration(wait)
 		res.Remaining = remaining()
 		res.ResetAfter = resetAfter()
 		return res, nil
@@ -142,33 +155,66 @@ func SlidingLog(a floodgate.SlidingLog, st *SlidingLogState, now time.Time, req 
 			res.ResetAfter = resetAfter()
 			return res, nil
 		}
-		st.push(t, m)
 		res.Allowed, res.Granted = true, m
+		if req.Check {
+			res.Remaining = max(a.Limit-st.total-m, 0)
+			res.ResetAfter = nsDur(max(t, from) + w - t)
+			return res, nil
+		}
+		st.push(t, m)
 		res.Remaining = remaining()
 		res.ResetAfter = resetAfter()
 		return res, nil
-	default: // floodgate.OpRefund: remove units from the entries admitted at At.
-		at := req.At.UnixNano()
-		left := req.N
-		for i := st.size - 1; i >= 0 && left > 0; i-- {
-			e := &st.ring[(st.head+i)%len(st.ring)]
-			if e.At < at {
-				break
-			}
-			if e.At == at {
-				back := min(left, e.N)
-				e.N -= back
-				left -= back
-				st.total -= back
+	default: // floodgate.OpSettle: on the entry admitted at At.
+		if req.Check {
+			// Rare enough to settle a copy.
+			c := st.clone()
+			req.Check = false
+			return SlidingLog(a, &c, now, req)
+		}
+		if e := st.find(req.At.UnixNano()); e != nil {
+			if req.N > 0 {
+				// Up to 2·Limit units in the log, compared without
+				// overflow.
+				res.Granted = min(req.N, max(a.Limit-(st.total-a.Limit), 0))
+				e.N += res.Granted
+				st.total += res.Granted
+			} else {
+				res.Granted = min(settleBack(req.N), e.N)
+				e.N -= res.Granted
+				st.total -= res.Granted
+				st.compact()
 			}
 		}
-		st.compact()
-		res.Granted = req.N - left
 		res.Allowed = res.Granted > 0
 		res.Remaining = remaining()
 		res.ResetAfter = resetAfter()
 		return res, nil
 	}
+}
+
+// clone returns a copy of s that shares no memory with it.
+func (s *SlidingLogState) clone() SlidingLogState {
+	c := SlidingLogState{ring: make([]LogEntry, max(s.size, 1)), size: s.size, total: s.total}
+	for i := range s.size {
+		c.ring[i] = s.Entry(i)
+	}
+	return c
+}
+
+// find returns the entry admitted at the instant at, or nil: the newest
+// first, since settlements mostly concern recent work.
+func (s *SlidingLogState) find(at int64) *LogEntry {
+	for i := s.size - 1; i >= 0; i-- {
+		e := &s.ring[(s.head+i)%len(s.ring)]
+		if e.At == at {
+			return e
+		}
+		if e.At < at {
+			return nil
+		}
+	}
+	return nil
 }
 
 // slAdmitAt returns the earliest instant, not before from, at which n more

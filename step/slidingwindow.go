@@ -147,15 +147,25 @@ func SlidingWindow(a floodgate.SlidingWindow, st SlidingWindowState, now time.Ti
 		res.Remaining = remaining(next)
 		res.ResetAfter = resetAfter(next)
 		return next, res, nil
-	default: // floodgate.OpRefund: into the counter the units were counted in.
+	default: // floodgate.OpSettle: in the counter the units were counted in.
 		next := cur
+		var c *int64
 		switch timemath.WindowStart(req.At.UnixNano(), w) {
 		case cur.Start:
-			res.Granted = min(req.N, cur.Curr)
-			next.Curr -= res.Granted
+			c = &next.Curr
 		case cur.Start - w:
-			res.Granted = min(req.N, cur.Prev)
-			next.Prev -= res.Granted
+			c = &next.Prev
+		}
+		if c != nil {
+			if req.N > 0 {
+				// Up to 2·Limit units in the window, compared without
+				// overflow.
+				res.Granted = min(req.N, max(a.Limit-(*c-a.Limit), 0))
+				*c += res.Granted
+			} else {
+				res.Granted = min(settleBack(req.N), *c)
+				*c -= res.Granted
+			}
 		}
 		res.Allowed = res.Granted > 0
 		if !res.Allowed {

@@ -59,9 +59,22 @@ func TokenBucket(a floodgate.TokenBucket, tat int64, now time.Time, req floodgat
 		}
 		res.Allowed, res.Granted = true, m
 		return next, res, nil
-	default: // floodgate.OpRefund
+	default: // floodgate.OpSettle
+		if req.N > 0 {
+			// A charge, into debt of at most one more bucket: the
+			// schedule ends at most 2·tau after now.
+			m := min(req.N, max(timemath.FloorDiv(t+2*tau-base, interval), 0))
+			next := base + m*interval
+			if m == 0 {
+				next = tat
+			}
+			res.Allowed, res.Granted = m > 0, m
+			res.Remaining = max(tokens(max(next, t)), 0)
+			res.ResetAfter = nsDur(next - t)
+			return next, res, nil
+		}
 		// Only units whose tokens have not refilled yet can come back.
-		back := min(req.N, max(timemath.CeilDiv(tat-t, interval), 0))
+		back := min(settleBack(req.N), max(timemath.CeilDiv(tat-t, interval), 0))
 		next := max(tat-back*interval, t)
 		if back == 0 {
 			next = tat
