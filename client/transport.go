@@ -39,14 +39,20 @@ type Options struct {
 
 	// BaseDelay and MaxDelay shape the backoff: before retry n (0 for the
 	// first) the Transport waits a uniformly random time in
-	// [0, min(MaxDelay, BaseDelay·2^n)), or longer when the server asks
-	// for it. The defaults are 100ms and 10s.
+	// [0, min(MaxDelay, BaseDelay·2^n)). When the server asks for a wait
+	// h (Retry-After, or the t of an exhausted RateLimit policy), the
+	// Transport waits h plus a uniformly random time in [0, s), where
+	// s = min(MaxDelay, max(BaseDelay·2^n, 500ms, h/10)): never earlier
+	// than asked, and clients told the same instant do not all return at
+	// that instant. The defaults are 100ms and 10s.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
 
 	// MaxWait bounds the total time one request spends waiting between
-	// attempts. A retry that would exceed it, or the request context's
-	// deadline, is not made: RoundTrip returns the last response instead.
+	// attempts. A retry whose wait would exceed it, or pass the request
+	// context's deadline, is not made: RoundTrip returns the last response
+	// instead. The random part added to a server's wait is trimmed to what
+	// MaxWait leaves, so it never costs a retry the server's wait fits.
 	// The default is 30s.
 	MaxWait time.Duration
 
@@ -82,12 +88,15 @@ type Options struct {
 // method, or a request with an Idempotency-Key header: the server may have
 // acted on a POST before the connection broke.
 //
-// The wait before a retry is the full-jitter backoff, or the server's word
-// when it is longer: Retry-After (delta seconds or an HTTP-date measured
-// from the response's Date), else the t of an exhausted RateLimit policy;
-// Retry-After takes precedence over t, as the RateLimit draft requires. A
-// Retry-After beyond a day, or beyond what MaxWait or the context deadline
-// leaves, ends the retries: the caller gets the response and decides.
+// The wait before a retry is the full-jitter backoff, or, when the server
+// asks for a wait, that wait plus a random spread (see Options.BaseDelay):
+// Retry-After (delta seconds or an HTTP-date measured from the response's
+// Date), else the t of an exhausted RateLimit policy; Retry-After takes
+// precedence over t, as the RateLimit draft requires. The server's wait is
+// a lower bound; the spread keeps clients refused together from retrying
+// together, since both fields count whole seconds. A Retry-After beyond a
+// day, or beyond what MaxWait or the context deadline leaves, ends the
+// retries: the caller gets the response and decides.
 //
 // A Transport is safe for concurrent use by multiple goroutines; create it
 // with NewTransport (the zero value is not usable).
@@ -221,7 +230,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		final := attempt+1 >= t.maxAttempts
-		var delay time.Duration
+		var delay, hint time.Duration
 		if err != nil {
 			if t.throttle != nil {
 				t.throttle.done(tk, false, ctx.Err() != nil)
@@ -242,11 +251,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if !throttled || final || !retryStatus {
 				return resp, nil
 			}
-			hint, ok := retryHint(resp.Header, st)
-			if !ok {
+			var ok bool
+			if hint, ok = retryHint(resp.Header, st); !ok {
 				return resp, nil
 			}
-			delay = max(backoff(attempt, t.baseDelay, t.maxDelay, t.float64()), hint)
+			delay = retryDelay(attempt, hint, t.baseDelay, t.maxDelay, t.float64())
+		}
+		if hint > 0 {
+			// The jitter on top of the server's wait is ours to give up:
+			// trim it to what MaxWait leaves rather than forgo a retry
+			// the server's own wait fits.
+			delay = min(delay, max(hint, t.maxWait-waited))
 		}
 		if waited+delay > t.maxWait {
 			return resp, err
