@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -20,8 +21,10 @@ import (
 
 // Options configures a Transport. A nil *Options, like the zero value, means
 // the defaults: up to 4 attempts with full-jitter backoff from 100ms, capped
-// at 10s per wait and 30s in all, no client-side limiter, no adaptive
-// throttling. NewTransport copies what it needs; the Options may be reused.
+// at 10s per wait and 30s in all, a retry budget of 10 tokens that successes
+// refill by 0.1 (about one retry per ten successes once the backend fails),
+// no client-side limiter, no adaptive throttling. NewTransport copies what
+// it needs; the Options may be reused.
 type Options struct {
 	// Limiter, when set, throttles the client before the server has to:
 	// each attempt, retries included, waits on Limiter.Wait(ctx, key, 1)
@@ -55,6 +58,21 @@ type Options struct {
 	// MaxWait leaves, so it never costs a retry the server's wait fits.
 	// The default is 30s.
 	MaxWait time.Duration
+
+	// RetryBudget bounds the retries of all the Transport's requests
+	// together (see RetryBudget), so that a failing backend is not sent
+	// MaxAttempts times its load. 429 responses count as failures too: a
+	// client that keeps exceeding its quota should pace itself with
+	// Limiter rather than lean on retries. The default, nil, is the budget
+	// RetryBudget{} describes: MaxTokens 10, TokenRatio 0.1.
+	RetryBudget *RetryBudget
+
+	// DisableRetryBudget removes the retry budget: every request retries
+	// up to MaxAttempts whatever the others met. WARNING: against an
+	// overloaded backend every client then multiplies its load by up to
+	// MaxAttempts, the retry storm the budget prevents. It cannot be
+	// combined with RetryBudget.
+	DisableRetryBudget bool
 
 	// Throttle enables adaptive throttling (see ThrottleOptions). The
 	// default, nil, disables it.
@@ -98,6 +116,11 @@ type Options struct {
 // day, or beyond what MaxWait or the context deadline leaves, ends the
 // retries: the caller gets the response and decides.
 //
+// Retries also draw on the Transport's retry budget (Options.RetryBudget),
+// shared by all its requests: when too many attempts fail, a request that
+// fails is returned after its first attempt, until successes refill the
+// budget.
+//
 // A Transport is safe for concurrent use by multiple goroutines; create it
 // with NewTransport (the zero value is not usable).
 type Transport struct {
@@ -109,7 +132,9 @@ type Transport struct {
 	maxDelay    time.Duration
 	maxWait     time.Duration
 	throttle    *throttle
+	budget      *retryBudget // nil: DisableRetryBudget
 	now         func() time.Time
+	sleep       func(ctx context.Context, d time.Duration) error // the wait between attempts; tests replace it
 
 	randMu sync.Mutex
 	rand   *rand.Rand // nil: the global source
@@ -134,7 +159,7 @@ func NewTransport(base http.RoundTripper, opts *Options) (*Transport, error) {
 	t := &Transport{
 		base: base, limiter: o.Limiter, key: o.Key,
 		maxAttempts: o.MaxAttempts, baseDelay: o.BaseDelay, maxDelay: o.MaxDelay, maxWait: o.MaxWait,
-		now: o.Now, rand: o.Rand,
+		now: o.Now, rand: o.Rand, sleep: sleep,
 	}
 	if t.key == nil {
 		t.key = func(r *http.Request) string { return r.URL.Host }
@@ -160,6 +185,20 @@ func NewTransport(base http.RoundTripper, opts *Options) (*Transport, error) {
 	if t.baseDelay < 0 || t.maxDelay < t.baseDelay || t.maxWait < 0 {
 		return nil, fmt.Errorf("client: want 0 < BaseDelay (%v) <= MaxDelay (%v) and MaxWait (%v) >= 0",
 			t.baseDelay, t.maxDelay, t.maxWait)
+	}
+	switch {
+	case o.DisableRetryBudget && o.RetryBudget != nil:
+		return nil, errors.New("client: RetryBudget and DisableRetryBudget are both set")
+	case !o.DisableRetryBudget:
+		var rb RetryBudget
+		if o.RetryBudget != nil {
+			rb = *o.RetryBudget
+		}
+		b, err := newRetryBudget(rb)
+		if err != nil {
+			return nil, err
+		}
+		t.budget = b
 	}
 	if o.Throttle != nil {
 		th, err := newThrottle(*o.Throttle)
@@ -190,12 +229,28 @@ func (t *Transport) RejectProbability() float64 {
 	return t.throttle.rejectProbability(t.now())
 }
 
+// RetryTokens returns the tokens left in the retry budget (see RetryBudget),
+// between 0 and MaxTokens; requests may be retried while it is above
+// MaxTokens/2. It is +Inf when DisableRetryBudget is set.
+func (t *Transport) RetryTokens() float64 {
+	if t.budget == nil {
+		return math.Inf(1)
+	}
+	return t.budget.level()
+}
+
 // CloseIdleConnections closes the idle connections of the base transport
 // when it supports it; http.Client.CloseIdleConnections calls it.
 func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// spend records a failed attempt in the retry budget and reports whether the
+// request may be retried.
+func (t *Transport) spend() bool {
+	return t.budget == nil || t.budget.failure()
 }
 
 func (t *Transport) float64() float64 {
@@ -235,7 +290,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if t.throttle != nil {
 				t.throttle.done(tk, false, ctx.Err() != nil)
 			}
-			if final || ctx.Err() != nil || !retryConnErr || !isConnError(err) {
+			if ctx.Err() != nil || !isConnError(err) {
+				return nil, err // not the backend's failure: the budget is untouched
+			}
+			// spend comes first: a failed attempt costs a token even
+			// when no retry follows.
+			if !t.spend() || final || !retryConnErr {
 				return nil, err
 			}
 			delay = backoff(attempt, t.baseDelay, t.maxDelay, t.float64())
@@ -248,7 +308,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if t.throttle != nil {
 				t.throttle.done(tk, !throttled, false)
 			}
-			if !throttled || final || !retryStatus {
+			if !throttled {
+				if t.budget != nil && resp.StatusCode < 500 {
+					t.budget.success()
+				}
+				return resp, nil
+			}
+			if !t.spend() || final || !retryStatus {
 				return resp, nil
 			}
 			var ok bool
@@ -272,7 +338,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			discard(resp.Body)
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := t.sleep(ctx, delay); err != nil {
 			return nil, err
 		}
 		waited += delay
