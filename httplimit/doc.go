@@ -39,6 +39,12 @@
 // X-RateLimit-*, or several at once; package headers writes and parses
 // them.
 //
+// Every quota floodgate accepts works, up to 2^53, but the fields carry
+// at most 15 digits (a Structured Field Integer): a quota or a remaining
+// count above headers.MaxInteger (999,999,999,999,999) is sent as
+// headers.MaxInteger, in every style and in the body, which tells a client
+// less than it may use, never more.
+//
 // A limiter's error (a store that is down and whose failure policy returns
 // the error rather than a decision), a request without a key ([ErrNoKey])
 // and an invalid cost reach [Options.ErrorHandler]: by default 503 for

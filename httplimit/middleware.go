@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
 	"time"
@@ -238,7 +239,12 @@ func newMiddleware(lim floodgate.Limiter, opts *Options) (*middleware, error) {
 	}
 	m.writeOpt.XReset = o.XReset
 	p := lim.Policy()
-	m.policy = headers.Policy{Name: o.PolicyName, Quota: p.Quota, Window: p.Window}
+	m.policy = headers.Policy{Name: o.PolicyName, Quota: fieldCount(p.Quota), Window: fieldDuration(p.Window)}
+	if p.Quota < 0 || p.Window < 0 {
+		// No Limiter of this module reports one; a wrapper that does is
+		// broken.
+		return nil, fmt.Errorf("%w: negative policy %+v", floodgate.ErrInvalidConfig, p)
+	}
 	if _, err := headers.FormatPolicy(m.policy); err != nil {
 		return nil, fmt.Errorf("%w: policy cannot be advertised: %w", floodgate.ErrInvalidConfig, err)
 	}
@@ -327,25 +333,47 @@ var rateLimitFields = []string{
 	headers.FieldRetryAfter,
 }
 
-// report converts a decision into the terms of package headers.
+// report converts a decision into the terms of package headers, in the
+// range the fields carry (see fieldCount and fieldDuration), so that every
+// decision can be written and the body agrees with the fields.
 func (m *middleware) report(d floodgate.Decision) headers.Report {
 	pol := m.policy
 	if d.Limit > 0 {
-		pol.Quota = d.Limit
+		pol.Quota = fieldCount(d.Limit)
 	}
 	return headers.Report{
 		Policy:     pol,
-		Remaining:  d.Remaining,
-		ResetAfter: d.ResetAfter,
+		Remaining:  fieldCount(d.Remaining),
+		ResetAfter: fieldDuration(d.ResetAfter),
 		Denied:     !d.Allowed,
-		RetryAfter: d.RetryAfter,
+		RetryAfter: fieldDuration(d.RetryAfter),
 	}
 }
 
+// fieldCount returns n in the range of the fields' integers. A count above
+// headers.MaxInteger (the quotas reach 2^53; a Structured Field Integer
+// stops at 15 digits) is sent as headers.MaxInteger: a client is told less
+// than it may use, never more. Omitting the field instead would leave the
+// IETF fields without the q and r they require. A negative count, which no
+// Limiter of this module reports, is sent as 0.
+func fieldCount(n int64) int64 {
+	return min(max(n, 0), headers.MaxInteger)
+}
+
+// maxFieldDuration is the longest duration the fields carry: whole seconds
+// that a time.Duration read back from them still holds (292 years).
+const maxFieldDuration = math.MaxInt64 / time.Second * time.Second
+
+// fieldDuration returns d in the range of the fields' seconds: negative
+// durations are 0, and durations beyond maxFieldDuration, which no Limiter
+// of this module reports, are maxFieldDuration.
+func fieldDuration(d time.Duration) time.Duration {
+	return min(max(d, 0), maxFieldDuration)
+}
+
 // writeFields sets the rate-limit fields of d, and Retry-After on an
-// enforced denial. A decision the fields cannot express (a negative count,
-// which no Limiter of this module returns) leaves them unset rather than
-// failing the request.
+// enforced denial. The report is in range, so Write cannot fail on it; the
+// policy name was checked by New.
 func (m *middleware) writeFields(h http.Header, d floodgate.Decision) {
 	rep := m.report(d)
 	opts := m.writeOpt
