@@ -3,6 +3,7 @@ package httplimit
 import (
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strings"
 )
 
@@ -46,7 +47,7 @@ type IPKeyOptions struct {
 // ipResolver is IPKeyOptions with its defaults applied.
 type ipResolver struct {
 	trusted    []netip.Prefix
-	header     string
+	header     string // canonical, to index http.Header without allocating
 	rfc7239    bool
 	v4Bits     int
 	v6Bits     int
@@ -62,6 +63,9 @@ func newIPResolver(opts *IPKeyOptions) *ipResolver {
 	if r.header == "" {
 		r.header = "X-Forwarded-For"
 	}
+	// Header.Values canonicalizes its argument on every call, which
+	// allocates for a name such as "x-real-ip"; once here is enough.
+	r.header = textproto.CanonicalMIMEHeaderKey(r.header)
 	r.rfc7239 = strings.EqualFold(r.header, "Forwarded")
 	if r.v4Bits <= 0 || r.v4Bits > 32 {
 		r.v4Bits = 32
@@ -139,7 +143,7 @@ func (r *ipResolver) clientIP(req *http.Request) (netip.Addr, bool) {
 	if !r.anyTrusted || !r.isTrusted(peer) {
 		return peer, true
 	}
-	lines := req.Header.Values(r.header)
+	lines := req.Header[r.header]
 	client := peer
 	// Walk the hops from the right: the last one was appended by the peer,
 	// which is trusted; each trusted hop vouches for the one to its left.
@@ -168,17 +172,34 @@ func (r *ipResolver) clientIP(req *http.Request) (netip.Addr, bool) {
 
 // parseHostAddr reads an address with or without a port: "192.0.2.7",
 // "192.0.2.7:443", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:443".
+//
+// It calls the one netip parser that can succeed on the shape of s rather
+// than trying ParseAddrPort first and ParseAddr after: a failed parse
+// allocates its error, and the walk parses every element it reads. The
+// result is what trying both gives; FuzzParseHostAddr holds the two
+// together.
 func parseHostAddr(s string) (netip.Addr, bool) {
 	var a netip.Addr
-	if ap, err := netip.ParseAddrPort(s); err == nil {
+	var err error
+	switch {
+	case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
+		// "[2001:db8::1]". ParseAddrPort fails on it: a port does not
+		// end in ']'.
+		a, err = netip.ParseAddr(s[1 : len(s)-1])
+	case s != "" && s[0] == '[' || strings.Count(s, ":") == 1:
+		// "[2001:db8::1]:443" or "192.0.2.7:443". ParseAddr fails on
+		// both shapes: an address does not begin with '[', and has no
+		// colon (IPv4) or two at least (IPv6).
+		var ap netip.AddrPort
+		ap, err = netip.ParseAddrPort(s)
 		a = ap.Addr()
-	} else {
-		if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-			s = s[1 : len(s)-1]
-		}
-		if a, err = netip.ParseAddr(s); err != nil {
-			return netip.Addr{}, false
-		}
+	default:
+		// "192.0.2.7" or "2001:db8::1". ParseAddrPort fails on both:
+		// the first has no colon, and it takes IPv6 in brackets only.
+		a, err = netip.ParseAddr(s)
+	}
+	if err != nil {
+		return netip.Addr{}, false
 	}
 	return a.WithZone("").Unmap(), true
 }
