@@ -24,12 +24,21 @@ type IPKeyOptions struct {
 	// or holds "unknown" or an obfuscated node where the walk stops), the
 	// last trusted address is the client: such requests share one key,
 	// which is safe but coarse; fix the proxy.
+	//
+	// The walk is bounded whatever a client sends: it reads at most 32
+	// hops (elements, counted across all lines of the field; a line holds
+	// at least one), and an element longer than 1024 bytes is malformed.
+	// Either bound ends the walk as a malformed element does, at the last
+	// trusted address. The field is never split whole, so a request costs
+	// the same few allocations and at most about 32 KiB of reading
+	// however long its field is.
 	TrustedProxies []netip.Prefix
 
 	// ForwardedHeader is the field the trusted proxies append the client
 	// address to: "X-Forwarded-For" (the default), "Forwarded" (RFC 7239,
 	// its for= parameters), or any field holding a comma-separated list of
-	// addresses ("X-Real-IP" is a list of one). Name the one your proxies
+	// addresses ("X-Real-IP" is a list of one). Several lines of the
+	// field are one list, joined in order. Name the one your proxies
 	// write: a field they pass through untouched is written by the client.
 	ForwardedHeader string
 
@@ -44,6 +53,20 @@ type IPKeyOptions struct {
 	IPv6Prefix int
 }
 
+// The bounds of the walk through a forwarding field. A field is written by
+// the client first and the proxies after, so its length is the client's
+// choice: without them a 1 MiB field costs a 1 MiB walk.
+const (
+	// maxHops is the number of elements the walk reads. Real chains of
+	// trusted proxies are a handful of hops long.
+	maxHops = 32
+	// maxElementLen is the length in bytes of the longest element read.
+	// An X-Forwarded-For element, an address with a port, is at most 53
+	// bytes and the spaces around it; a Forwarded element with for=, by=,
+	// proto= and a host= of a 253-byte name stays under 400.
+	maxElementLen = 1024
+)
+
 // ipResolver is IPKeyOptions with its defaults applied.
 type ipResolver struct {
 	trusted    []netip.Prefix
@@ -52,6 +75,8 @@ type ipResolver struct {
 	v4Bits     int
 	v6Bits     int
 	anyTrusted bool
+	maxHops    int // maxHops; a field so that tests can lower it
+	maxElement int // maxElementLen; a field so that tests can lower it
 }
 
 func newIPResolver(opts *IPKeyOptions) *ipResolver {
@@ -59,7 +84,10 @@ func newIPResolver(opts *IPKeyOptions) *ipResolver {
 	if opts != nil {
 		o = *opts
 	}
-	r := &ipResolver{header: o.ForwardedHeader, v4Bits: o.IPv4Prefix, v6Bits: o.IPv6Prefix}
+	r := &ipResolver{
+		header: o.ForwardedHeader, v4Bits: o.IPv4Prefix, v6Bits: o.IPv6Prefix,
+		maxHops: maxHops, maxElement: maxElementLen,
+	}
 	if r.header == "" {
 		r.header = "X-Forwarded-For"
 	}
@@ -143,31 +171,64 @@ func (r *ipResolver) clientIP(req *http.Request) (netip.Addr, bool) {
 	if !r.anyTrusted || !r.isTrusted(peer) {
 		return peer, true
 	}
-	lines := req.Header[r.header]
-	client := peer
-	// Walk the hops from the right: the last one was appended by the peer,
-	// which is trusted; each trusted hop vouches for the one to its left.
+	client, _ := r.walk(req.Header[r.header], peer)
+	return client, true
+}
+
+// walk returns the client address that the lines of a forwarding field
+// name, read from the right, when the trusted peer sent them: the last one
+// was appended by the peer, and each trusted hop vouches for the one to its
+// left. The lines are one list joined in order. It also returns the number
+// of bytes it examined, which tests hold against the bounds.
+//
+// Each element is found by a backward scan for its separator, no further
+// than maxElement bytes, and parsed where it lies: nothing is split or
+// copied, so the work is at most maxHops elements of maxElement bytes
+// whatever the length of the field or the number of its lines.
+func (r *ipResolver) walk(lines []string, peer netip.Addr) (client netip.Addr, examined int) {
+	client = peer
+	hops := 0
 	for i := len(lines) - 1; i >= 0; i-- {
-		hops := strings.Split(lines[i], ",")
-		for j := len(hops) - 1; j >= 0; j-- {
+		line := lines[i]
+		for end := len(line); ; {
+			if hops == r.maxHops {
+				// All trusted so far, and no deeper: the last trusted
+				// address is all we know.
+				return client, examined
+			}
+			hops++
+			// A separator left of lo would make the element too long:
+			// the scan stops there.
+			lo := max(0, end-r.maxElement-1)
+			sep := strings.LastIndexByte(line[lo:end], ',')
+			examined += end - lo
+			start := lo + sep + 1
+			if sep < 0 && lo > 0 || end-start > r.maxElement {
+				return client, examined // too long: malformed
+			}
 			var a netip.Addr
+			var ok bool
 			if r.rfc7239 {
-				a, ok = forwardedFor(hops[j])
+				a, ok = forwardedFor(line[start:end])
 			} else {
-				a, ok = parseHostAddr(strings.Trim(hops[j], " \t"))
+				a, ok = parseHostAddr(strings.Trim(line[start:end], " \t"))
 			}
 			if !ok {
 				// Unknown, obfuscated or malformed, yet written by a
 				// trusted hop: the last trusted address is all we know.
-				return client, true
+				return client, examined
 			}
 			client = a
 			if !r.isTrusted(a) {
-				return a, true
+				return a, examined
 			}
+			if start == 0 {
+				break // the line's first element; on to the line before
+			}
+			end = start - 1
 		}
 	}
-	return client, true
+	return client, examined
 }
 
 // parseHostAddr reads an address with or without a port: "192.0.2.7",
@@ -209,11 +270,14 @@ func parseHostAddr(s string) (netip.Addr, bool) {
 // are split on commas by the caller without regard to quoting: the values a
 // proxy writes (addresses, ports) contain neither commas nor semicolons, and
 // a quote the client left open must not swallow the elements appended after
-// it by trusted proxies.
+// it by trusted proxies. Pairs are split on semicolons the same way, in
+// place.
 func forwardedFor(element string) (netip.Addr, bool) {
 	var node string
 	found := false
-	for _, pair := range strings.Split(element, ";") {
+	for rest, more := element, true; more; {
+		var pair string
+		pair, rest, more = strings.Cut(rest, ";")
 		name, value, ok := strings.Cut(strings.Trim(pair, " \t"), "=")
 		if !ok || !strings.EqualFold(strings.Trim(name, " \t"), "for") {
 			continue
