@@ -179,7 +179,8 @@ func (r *ipResolver) clientIP(req *http.Request) (netip.Addr, bool) {
 // name, read from the right, when the trusted peer sent them: the last one
 // was appended by the peer, and each trusted hop vouches for the one to its
 // left. The lines are one list joined in order. It also returns the number
-// of bytes it examined, which tests hold against the bounds.
+// of bytes its separator scans read, which tests hold against the bounds
+// (parsing reads each element's bytes a few times more).
 //
 // Each element is found by a backward scan for its separator, no further
 // than maxElement bytes, and parsed where it lies: nothing is split or
@@ -198,10 +199,10 @@ func (r *ipResolver) walk(lines []string, peer netip.Addr) (client netip.Addr, e
 			}
 			hops++
 			// A separator left of lo would make the element too long:
-			// the scan stops there.
+			// the scan, from the right, stops there.
 			lo := max(0, end-r.maxElement-1)
 			sep := strings.LastIndexByte(line[lo:end], ',')
-			examined += end - lo
+			examined += end - lo - max(sep, 0)
 			start := lo + sep + 1
 			if sep < 0 && lo > 0 || end-start > r.maxElement {
 				return client, examined // too long: malformed
