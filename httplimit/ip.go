@@ -135,24 +135,28 @@ func KeyByIP(opts *IPKeyOptions) KeyFunc {
 		if !ok {
 			return "", false
 		}
-		return "ip:" + res.group(a), true
+		return res.key(a), true
 	}
 }
 
-// group returns the textual prefix a belongs to.
-func (r *ipResolver) group(a netip.Addr) string {
+// key returns "ip:" and the textual prefix a belongs to. It writes both
+// into an array on the stack and converts once: one allocation, where
+// "ip:" + a.String() takes two.
+func (r *ipResolver) key(a netip.Addr) string {
 	bits := r.v6Bits
 	if a.Is4() {
 		bits = r.v4Bits
 	}
-	if bits == a.BitLen() {
-		return a.String()
+	// "ip:" and the longest prefix without a zone,
+	// "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", are 46 bytes.
+	var buf [64]byte
+	b := append(buf[:0], "ip:"...)
+	if p, err := a.Prefix(bits); err == nil && bits != a.BitLen() {
+		b = p.AppendTo(b)
+	} else {
+		b = a.AppendTo(b)
 	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return a.String()
-	}
-	return p.String()
+	return string(b)
 }
 
 // ClientIP returns the address of the client that sent r, as seen through the
@@ -244,6 +248,10 @@ func parseHostAddr(s string) (netip.Addr, bool) {
 	var a netip.Addr
 	var err error
 	switch {
+	case s == "":
+		// An empty element, as in a field of commas. netip fails on it
+		// too, but allocates its error.
+		return netip.Addr{}, false
 	case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
 		// "[2001:db8::1]". ParseAddrPort fails on it: a port does not
 		// end in ']'.

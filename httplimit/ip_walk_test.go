@@ -281,3 +281,22 @@ func TestWalkAllocations(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyText holds key, which appends into a buffer, to the text of
+// "ip:" + String() for every prefix length of addresses of each kind.
+func TestKeyText(t *testing.T) {
+	for _, s := range []string{"0.0.0.0", "192.0.2.77", "255.255.255.255", "::", "2001:db8:1:2:aaaa:bbbb:cccc:dddd",
+		"ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "::ffff:192.0.2.1", "fe80::1"} {
+		a := netip.MustParseAddr(s).Unmap()
+		for bits := 0; bits <= 129; bits++ {
+			r := newIPResolver(&IPKeyOptions{IPv4Prefix: bits, IPv6Prefix: bits})
+			want := a.String()
+			if n := map[bool]int{true: r.v4Bits, false: r.v6Bits}[a.Is4()]; n != a.BitLen() {
+				want = netip.PrefixFrom(a, n).Masked().String()
+			}
+			if got := r.key(a); got != "ip:"+want {
+				t.Errorf("key(%v) with IPv4Prefix = IPv6Prefix = %d: %q, want %q", a, bits, got, "ip:"+want)
+			}
+		}
+	}
+}
