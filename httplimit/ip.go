@@ -29,9 +29,9 @@ type IPKeyOptions struct {
 	// hops (elements, counted across all lines of the field; a line holds
 	// at least one), and an element longer than 1024 bytes is malformed.
 	// Either bound ends the walk as a malformed element does, at the last
-	// trusted address. The field is never split whole, so a request costs
-	// the same few allocations and at most about 32 KiB of reading
-	// however long its field is.
+	// trusted address. The field is never split or copied: what a request
+	// costs does not grow with the length of its field or the number of
+	// its lines.
 	TrustedProxies []netip.Prefix
 
 	// ForwardedHeader is the field the trusted proxies append the client
