@@ -53,7 +53,7 @@ func newInflightTable(s *Store) *inflightTable {
 		table: newTable(s.shards,
 			func(e *inflightEntry) string { return e.key },
 			func(key string) *inflightEntry { return &inflightEntry{key: key} }),
-		s:       s,
+		s: s,
 	}
 	t.holders.New = func() any { return &holder{pool: &t.holders} }
 	return t
