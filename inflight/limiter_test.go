@@ -226,8 +226,9 @@ func TestRenewalFailure(t *testing.T) {
 
 		// Two failures in a row, and the hold is gone at its TTL.
 		f.failNext.Store(2)
-		slot, err = l.Acquire(ctx, "k")
+		lost, err := l.Acquire(ctx, "k")
 		require.NoError(t, err)
+		require.True(t, lost.Allowed)
 		time.Sleep(ttl + ttl/2)
 		d, err = l.Acquire(ctx, "k")
 		require.NoError(t, err)
