@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/floodgate-go/floodgate/inflight"
 	"github.com/floodgate-go/floodgate/inflight/inflighttest"
@@ -161,4 +162,69 @@ func TestInflightReclaimRace(t *testing.T) {
 			require.Equal(t, inflight.Result{Allowed: true, InFlight: i, Hold: res.Hold}, res)
 		}
 	}
+}
+
+// TestInflightModel: random Acquires, Releases (of live and stale Holds),
+// Renews and Sweeps on a few keys with varying limits agree with a model
+// that keeps the set of live holds per key.
+func TestInflightModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s, err := memstore.New(&memstore.Options{MaxKeys: 16, Shards: 1})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		ctx := context.Background()
+		type hold struct {
+			key  string
+			h    inflight.Hold
+			live bool
+		}
+		var holds []*hold
+		live := map[string]int64{}
+		for i := range rapid.IntRange(1, 200).Draw(rt, "steps") {
+			switch rapid.IntRange(0, 9).Draw(rt, "op") {
+			case 0, 1, 2, 3:
+				key := rapid.SampledFrom([]string{"a", "b", "c"}).Draw(rt, "key")
+				limit := rapid.Int64Range(1, 3).Draw(rt, "limit")
+				res, err := s.Acquire(ctx, key, limit, 0)
+				if err != nil {
+					rt.Fatalf("step %d: Acquire(%s, %d) = %v", i, key, limit, err)
+				}
+				want := live[key] < limit
+				if res.Allowed != want {
+					rt.Fatalf("step %d: Acquire(%s, %d) with %d live = %+v, want Allowed %v", i, key, limit, live[key], res, want)
+				}
+				if want {
+					live[key]++
+					holds = append(holds, &hold{key: key, h: res.Hold, live: true})
+				}
+				if res.InFlight != live[key] {
+					rt.Fatalf("step %d: Acquire(%s, %d) = %+v, want InFlight %d", i, key, limit, res, live[key])
+				}
+			case 4, 5, 6:
+				if len(holds) == 0 {
+					continue
+				}
+				h := holds[rapid.IntRange(0, len(holds)-1).Draw(rt, "hold")]
+				if err := s.Release(ctx, h.key, h.h); err != nil {
+					rt.Fatalf("step %d: Release = %v", i, err)
+				}
+				if h.live {
+					h.live = false
+					live[h.key]--
+				}
+			case 7, 8:
+				if len(holds) == 0 {
+					continue
+				}
+				h := holds[rapid.IntRange(0, len(holds)-1).Draw(rt, "hold")]
+				ok, err := s.Renew(ctx, h.key, h.h, 0)
+				if err != nil || ok != h.live {
+					rt.Fatalf("step %d: Renew of a hold live=%v = %v, %v", i, h.live, ok, err)
+				}
+			default:
+				s.Sweep()
+			}
+		}
+	})
 }
