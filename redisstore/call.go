@@ -25,7 +25,7 @@ var errStarved = errors.New("redisstore: no free slot before the deadline")
 // waits for a slot. It also reports whether the call was one of the
 // store's first, cold ones.
 func (s *Store) call(ctx context.Context, n *node, probe bool, kind step.Kind, rkey string, args []any) (reply any, err error, cold bool) {
-	if n.batch != nil {
+	if n.batch != nil && kind != kindInflight {
 		return n.batch.do(ctx, kind, rkey, args)
 	}
 	timeout := s.timeout

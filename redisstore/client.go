@@ -93,9 +93,14 @@ func newProgram(src string) program {
 // evalCmd returns the EVALSHA (or, with eval, EVAL) of script on keys and
 // args.
 func evalCmd(ctx context.Context, kind step.Kind, batch, eval bool, keys []string, args []any) *redis.Cmd {
-	p := programs[kind]
-	if batch {
+	var p program
+	switch {
+	case kind == kindInflight:
+		p = inflightProgram
+	case batch:
 		p = batchPrograms[kind]
+	default:
+		p = programs[kind]
 	}
 	a := make([]any, 3, 3+len(keys)+len(args))
 	a[0], a[1], a[2] = "evalsha", p.hash, len(keys)

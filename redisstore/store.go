@@ -184,6 +184,7 @@ type Store struct {
 	started  atomic.Int64   // calls sent to Redis, up to cold
 	cold     int64          // the number of first calls with coldTimeout
 	inflight sync.WaitGroup // guarded calls still running
+	holds    holdIDs        // package inflight's holds (inflight.go)
 }
 
 var _ floodgate.Store = (*Store)(nil)

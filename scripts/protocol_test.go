@@ -66,7 +66,7 @@ func luaFiles(t *testing.T) map[string]string {
 		require.NoError(t, err)
 		files[n] = string(b)
 	}
-	require.Len(t, files, 12)
+	require.Len(t, files, 13)
 	return files
 }
 
