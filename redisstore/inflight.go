@@ -3,12 +3,12 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,8 +64,12 @@ func (s *Store) holder(id uint64) string {
 // sorted set, for operators and tests: Prefix + "{" + key + "}:if", with
 // the key hashed under Options.HashKeys, as Key names the algorithms'.
 func (s *Store) InflightKey(key string) string {
-	k := s.Key(key, step.KindTokenBucket)
-	return strings.TrimSuffix(k, step.KindTokenBucket.String()) + "if"
+	if s.hashKeys {
+		// As Key hashes it.
+		sum := sha256.Sum256([]byte(key))
+		key = base64.RawURLEncoding.EncodeToString(sum[:16])
+	}
+	return s.prefix + "{" + key + "}:if"
 }
 
 // openHold is the Ref of a hold that FailOpen granted: Redis has no

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -556,4 +557,49 @@ func TestInflightArguments(t *testing.T) {
 	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	require.ErrorIs(t, s.Release(ctx, "", inflight.Hold{ID: 1}), floodgate.ErrEmptyKey)
 	require.NoError(t, s.Release(ctx, "k", inflight.Hold{}), "the zero Hold is no hold")
+}
+
+// BenchmarkStoreAcquire measures a request's two round trips on a real
+// Redis (REDIS_ADDR), through an inflight.Limiter: an Acquire and its
+// Release, serially on one key, and from 64 goroutines on 10,000 keys.
+func BenchmarkStoreAcquire(b *testing.B) {
+	ctx := context.Background()
+	names := make([]string, 10_000)
+	for i := range names {
+		names[i] = "bench:" + strconv.Itoa(i)
+	}
+	for _, mode := range []struct {
+		name        string
+		parallelism int
+	}{{"serial", 1}, {"parallel64", 64}} {
+		b.Run(mode.name, func(b *testing.B) {
+			c := benchClient(b, 64)
+			s := newStore(b, c, &Options{Timeout: time.Second})
+			lim, err := inflight.New(s, 1<<20, nil)
+			require.NoError(b, err)
+			defer lim.Close()
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.SetParallelism(mode.parallelism)
+			b.RunParallel(func(pb *testing.PB) {
+				i := seq.Add(7919)
+				for pb.Next() {
+					key := names[0]
+					if mode.parallelism > 1 {
+						i++
+						key = names[i%uint64(len(names))]
+					}
+					slot, err := lim.Acquire(ctx, key)
+					if err != nil || !slot.Allowed {
+						b.Error(slot.Decision, err)
+						return
+					}
+					if err := slot.Release(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
