@@ -310,14 +310,30 @@ func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result
 		res.ResetAfter = resetAfter()
 		return res, nil
 	default: // OpSettle
-		if granted < 0 || granted > -req.N || after != before-granted || allowed != (granted > 0) {
-			return mismatch("the refund disagrees with the units given back")
+		if req.N > 0 {
+			// A charge finds the entry and adds what the log has room
+			// for (up to 2·Limit units), or finds none.
+			room := max(limit-(before-limit), 0)
+			if (granted != 0 && granted != min(req.N, room)) || after != before+granted || allowed != (granted > 0) {
+				return mismatch("the charge disagrees with the units charged")
+			}
+		} else if granted < 0 || granted > settleBack(req.N) || after != before-granted || allowed != (granted > 0) {
+			return mismatch("the give-back disagrees with the units given back")
 		}
 		res.Allowed, res.Granted = allowed, granted
 		res.Remaining = remaining(from, after)
 		res.ResetAfter = resetAfter()
 		return res, nil
 	}
+}
+
+// settleBack returns the units a settlement of n < 0 asks back, -n, as
+// the largest count when -n overflows (as package step does).
+func settleBack(n int64) int64 {
+	if n == math.MinInt64 {
+		return math.MaxInt64
+	}
+	return -n
 }
 
 // parseFixed parses "start:count".

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -79,8 +80,11 @@ func drawAdvance(t *rapid.T, w time.Duration, margin time.Duration) time.Duratio
 	}
 }
 
+// drawRequest draws a step: a take (sometimes with a delay), a take up to
+// n, a give-back or a charge (mostly of units admitted earlier, sometimes
+// of more units than any algorithm holds).
 func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitted []time.Time) floodgate.Request {
-	switch rapid.IntRange(0, 7).Draw(t, "op") {
+	switch rapid.IntRange(0, 9).Draw(t, "op") {
 	case 0, 1, 2, 3:
 		req := floodgate.Request{Op: floodgate.OpTake, N: rapid.Int64Range(1, quota).Draw(t, "n")}
 		if rapid.Bool().Draw(t, "reserve") {
@@ -90,11 +94,15 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 	case 4, 5:
 		return floodgate.Request{Op: floodgate.OpTakeUpTo, N: rapid.Int64Range(1, 2*quota).Draw(t, "n")}
 	default:
-		at := now.Add(time.Duration(rapid.Int64Range(-int64(w), int64(w)).Draw(t, "refundAt")))
-		if len(admitted) > 0 && rapid.IntRange(0, 3).Draw(t, "refundAdmitted") > 0 {
+		at := now.Add(time.Duration(rapid.Int64Range(-int64(w), int64(w)).Draw(t, "settleAt")))
+		if len(admitted) > 0 && rapid.IntRange(0, 3).Draw(t, "settleAdmitted") > 0 {
 			at = admitted[rapid.IntRange(0, len(admitted)-1).Draw(t, "which")]
 		}
-		return floodgate.Request{Op: floodgate.OpSettle, N: -rapid.Int64Range(1, quota).Draw(t, "n"), At: at}
+		// Up to a quota back, up to two quotas charged (the debt bound is
+		// one more quota), or the extremes of int64.
+		n := rapid.OneOf(rapid.Int64Range(-quota, -1), rapid.Int64Range(1, 2*quota),
+			rapid.SampledFrom([]int64{math.MinInt64, math.MaxInt64})).Draw(t, "settleN")
+		return floodgate.Request{Op: floodgate.OpSettle, N: n, At: at}
 	}
 }
 
@@ -102,7 +110,8 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 // clock), through the algorithms' reference transitions and through memstore:
 // every Result must be identical, and after every step the key must hold
 // exactly the reference state with a TTL within the restore time plus the
-// margin (or be gone because the state is equivalent to a missing key).
+// margin (or be gone because the state is equivalent to a missing key). The
+// traces take, take up to n, charge and give back.
 func TestDifferential(t *testing.T) {
 	parallelOnMiniredis(t)
 	srv := newServer(t)

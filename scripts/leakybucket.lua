@@ -51,8 +51,18 @@ elseif op == OP_TAKE_UP_TO then
     new = fmt(add(ts, tns, d))
     keep(key, new, d, margin)
   end
+elseif n > 0 then -- OP_SETTLE, a charge
+  -- Queued behind the tail, up to 2 * capacity units of queue in all:
+  -- floor((now + 2 * tau - base) / interval) units.
+  local m = math.min(n, math.max(fdiv(2 * tau - b, interval), 0))
+  if m > 0 then
+    local d = m * interval
+    allowed, granted = 1, m
+    new = fmt(add(bs, bns, d))
+    keep(key, new, b + d, margin)
+  end
 end
--- OP_SETTLE: departure slots are promised to the requests behind; nothing
--- comes back.
+-- OP_SETTLE, a give-back: departure slots are promised to the requests
+-- behind; nothing comes back.
 
 return {ts, tns, old, new, allowed, granted}

@@ -17,7 +17,8 @@ import (
 type Args struct {
 	// Op is the step: floodgate.OpTake, OpTakeUpTo or OpSettle.
 	Op floodgate.Op
-	// N is the number of units.
+	// N is the number of units; for OpSettle, the units charged
+	// (positive) or given back (negative).
 	N int64
 	// MaxDelay is the longest delay of a take, in nanoseconds, at most
 	// floodgate.MaxDelay.
@@ -35,8 +36,8 @@ type Args struct {
 	// Now is the decision's instant in decimal nanoseconds since the Unix
 	// epoch (the client's clock), or "" for the Redis server's TIME.
 	Now string
-	// At is, for a refund, the instant the units were admitted for, in
-	// decimal nanoseconds since the Unix epoch; "" otherwise.
+	// At is, for a settlement, the instant the units were admitted for,
+	// in decimal nanoseconds since the Unix epoch; "" otherwise.
 	At string
 }
 

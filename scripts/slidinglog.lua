@@ -15,8 +15,8 @@
 --   ARGV[ARG_PERIOD]  period is the window, in ns: a whole number of
 --                     microseconds, at most floodgate.MaxWindow
 --   ARGV[ARG_TAU]     is 0 (unused)
---   ARGV[ARG_AT]      admitted, for a refund, is the instant the units
---                     were admitted for
+--   ARGV[ARG_AT]      admitted, for a settlement, is the instant the
+--                     units were admitted for
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), allowed (0 or 1),
 -- granted, from, at, before, after, last}:
@@ -31,8 +31,8 @@
 --
 -- Cost: O(log n) for a take and a take up to n, plus O(log n) for each
 -- entry that has left the window and is dropped (each entry is dropped
--- once); a refund also moves the score of every entry admitted after the
--- refunded instant.
+-- once); a settlement also moves the score of every entry admitted after
+-- the settled instant.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. As in
 -- step.SlidingLog, a denial drops the entries that have left the window,
@@ -62,10 +62,12 @@ if #head > 0 then
   end
 end
 
--- Scores are exact below 2^53. They only grow while the log is never empty;
--- past MAX_QUOTA units, move the base back to 0 (once per MAX_QUOTA units
--- admitted), so that a score plus a request stays exact.
-if C >= MAX_QUOTA then
+-- Scores are exact up to 2^53 = 2 * MAX_QUOTA. A step writes scores of at
+-- most C + 2 * limit (a take at most C + limit, a charge up to 2 * limit
+-- units in the log); when that could pass 2^53, move the base back to 0
+-- (once per about 2^53 - 2 * limit units admitted), after which the scores
+-- are the units, at most 2 * limit.
+if B > 0 and C > 2 * MAX_QUOTA - 2 * limit then
   head = nil
   local rows = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #rows, 2 do
@@ -189,31 +191,41 @@ elseif op == OP_TAKE_UP_TO then
     at = fmt(admit(1))
   end
 elseif last then -- OP_SETTLE
-  -- Refund: take units back from the entry admitted at the instant given.
+  -- On the entry admitted at the instant given, if the log holds it.
   local member = fmt(parse(admitted))
   local score = redis.call('ZSCORE', key, member)
   if score then
     local r = redis.call('ZRANK', key, member)
     local prev = redis.call('ZRANGE', key, r - 1, r - 1, 'WITHSCORES')
     local units = tonumber(score) - tonumber(prev[2])
-    local back = math.min(-n, units)
-    -- Every entry from this one on holds back fewer units before it.
-    local rows = redis.call('ZRANGE', key, r, -1, 'WITHSCORES')
-    for i = 1, #rows, 2 do
-      redis.call('ZADD', key, int(tonumber(rows[i + 1]) - back), rows[i])
-    end
-    if back == units then
-      redis.call('ZREM', key, member)
-      card = card - 1
-    end
-    C = C - back
-    allowed, granted = 1, back
-    if C == B then
-      redis.call('DEL', key)
-      last = nil
+    -- g units more in the entry: a charge of up to 2 * limit units in the
+    -- log (compared as in step.SlidingLog), or a give-back (g < 0) of at
+    -- most the units it holds.
+    local g
+    if n > 0 then
+      g = math.min(n, math.max(limit - (before - limit), 0))
     else
-      last = redis.call('ZRANGE', key, -1, -1)[1]
-      expire()
+      g = -math.min(-n, units)
+    end
+    if g ~= 0 then
+      -- Every entry from this one on holds g more units up to it.
+      local rows = redis.call('ZRANGE', key, r, -1, 'WITHSCORES')
+      for i = 1, #rows, 2 do
+        redis.call('ZADD', key, int(tonumber(rows[i + 1]) + g), rows[i])
+      end
+      if g == -units then
+        redis.call('ZREM', key, member)
+        card = card - 1
+      end
+      C = C + g
+      allowed, granted = 1, math.abs(g)
+      if C == B then
+        redis.call('DEL', key)
+        last = nil
+      else
+        last = redis.call('ZRANGE', key, -1, -1)[1]
+        expire()
+      end
     end
   end
 end

@@ -52,7 +52,17 @@ elseif op == OP_TAKE_UP_TO then
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
-else -- OP_SETTLE
+elseif n > 0 then -- OP_SETTLE, a charge
+  -- Into debt of at most one more bucket: the schedule ends at most
+  -- 2 * tau after now, floor((now + 2 * tau - base) / interval) units.
+  local m = math.min(n, math.max(fdiv(2 * tau - b, interval), 0))
+  if m > 0 then
+    local d = m * interval
+    allowed, granted = 1, m
+    new = fmt(add(bs, bns, d))
+    keep(key, new, b + d, margin)
+  end
+else -- OP_SETTLE, a give-back
   -- Only units whose tokens have not refilled yet come back.
   local back = math.min(-n, math.max(ceildiv(o, interval), 0))
   if back > 0 then
