@@ -101,6 +101,7 @@ func (a algo) scale(share float64) floodgate.Algorithm {
 func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
 	args := scripts.Args{
 		Op:       req.Op,
+		Check:    req.Check,
 		N:        req.N,
 		MaxDelay: int64(min(req.MaxDelay, floodgate.MaxDelay)),
 		MarginMs: marginMs,
@@ -126,6 +127,7 @@ type argsCache struct {
 
 type cachedArgs struct {
 	op          floodgate.Op
+	check       bool
 	n, maxDelay int64
 	args        []any
 }
@@ -136,11 +138,11 @@ func (c *argsCache) args(a algo, now string, req floodgate.Request, marginMs int
 		return a.args(now, req, marginMs)
 	}
 	maxDelay := int64(min(req.MaxDelay, floodgate.MaxDelay))
-	if l := c.last.Load(); l != nil && l.op == req.Op && l.n == req.N && l.maxDelay == maxDelay {
+	if l := c.last.Load(); l != nil && l.op == req.Op && l.check == req.Check && l.n == req.N && l.maxDelay == maxDelay {
 		return l.args
 	}
 	args := a.args(now, req, marginMs)
-	c.last.Store(&cachedArgs{op: req.Op, n: req.N, maxDelay: maxDelay, args: args})
+	c.last.Store(&cachedArgs{op: req.Op, check: req.Check, n: req.N, maxDelay: maxDelay, args: args})
 	return args
 }
 

@@ -18,7 +18,8 @@ import (
 // TestBatchScript sends one hand-made batch through the batcher and checks
 // that every decision in it gets the outcome it gets alone, made in the
 // batch's order: one key several times, every algorithm, takes up to n,
-// refunds, a key holding another type and a corrupt state (only their own
+// refunds, checks (which leave the decisions after them in the call
+// writing), a key holding another type and a corrupt state (only their own
 // decisions fail), on Redis TIME and on the client's clock. On a Cluster
 // the batch splits by hash slot, and the decisions on one key still share
 // a call.
@@ -40,8 +41,12 @@ func TestBatchScript(t *testing.T) {
 	refund := func(n int64) floodgate.Request {
 		return floodgate.Request{Op: floodgate.OpSettle, N: -n, At: start}
 	}
+	check := func(r floodgate.Request) floodgate.Request {
+		r.Check = true
+		return r
+	}
 	steps := []batchStep{
-		{"a", tb, take(1)}, {"b", fw, take(3)}, {"a", tb, take(1)},
+		{"a", tb, take(1)}, {"b", fw, take(3)}, {"a", tb, check(take(2))}, {"a", tb, take(1)},
 		{"wrongtype", tb, take(1)},
 		{"a", tb, take(2)}, // one token left: denied
 		{"a", tb, upTo(5)}, // grants the last one
@@ -51,7 +56,7 @@ func TestBatchScript(t *testing.T) {
 		{"a", tb, take(2)}, // the refunded tokens
 		{"c", lb, take(1)}, {"c", lb, take(1)}, {"c", lb, take(1)},
 		{"d", sw, take(1)}, {"d", sw, upTo(3)}, {"d", sw, take(1)},
-		{"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, refund(1)}, {"e", sl, take(1)},
+		{"e", sl, take(1)}, {"e", sl, check(take(1))}, {"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, refund(1)}, {"e", sl, take(1)},
 		{"b", fw, upTo(9)},
 	}
 	for _, clock := range []string{"redis", "client"} {
@@ -107,7 +112,7 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 		}
 	}
 	if !cluster {
-		require.Equal(t, []int{5, 8}, []int{calls, largest}, "a call per algorithm, 8 token bucket decisions")
+		require.Equal(t, []int{5, 9}, []int{calls, largest}, "a call per algorithm, 9 token bucket decisions")
 	} else {
 		require.GreaterOrEqual(t, largest, 6, "the decisions on key a")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"testing"
 	"time"
@@ -82,17 +83,17 @@ func drawAdvance(t *rapid.T, w time.Duration, margin time.Duration) time.Duratio
 
 // drawRequest draws a step: a take (sometimes with a delay), a take up to
 // n, a give-back or a charge (mostly of units admitted earlier, sometimes
-// of more units than any algorithm holds).
+// of more units than any algorithm holds); a sixth of them check-only.
 func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitted []time.Time) floodgate.Request {
+	var req floodgate.Request
 	switch rapid.IntRange(0, 9).Draw(t, "op") {
 	case 0, 1, 2, 3:
-		req := floodgate.Request{Op: floodgate.OpTake, N: rapid.Int64Range(1, quota).Draw(t, "n")}
+		req = floodgate.Request{Op: floodgate.OpTake, N: rapid.Int64Range(1, quota).Draw(t, "n")}
 		if rapid.Bool().Draw(t, "reserve") {
 			req.MaxDelay = time.Duration(rapid.Int64Range(0, 3*int64(min(w, floodgate.MaxDelay/3))).Draw(t, "maxDelay"))
 		}
-		return req
 	case 4, 5:
-		return floodgate.Request{Op: floodgate.OpTakeUpTo, N: rapid.Int64Range(1, 2*quota).Draw(t, "n")}
+		req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: rapid.Int64Range(1, 2*quota).Draw(t, "n")}
 	default:
 		at := now.Add(time.Duration(rapid.Int64Range(-int64(w), int64(w)).Draw(t, "settleAt")))
 		if len(admitted) > 0 && rapid.IntRange(0, 3).Draw(t, "settleAdmitted") > 0 {
@@ -102,8 +103,10 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 		// one more quota), or the extremes of int64.
 		n := rapid.OneOf(rapid.Int64Range(-quota, -1), rapid.Int64Range(1, 2*quota),
 			rapid.SampledFrom([]int64{math.MinInt64, math.MaxInt64})).Draw(t, "settleN")
-		return floodgate.Request{Op: floodgate.OpSettle, N: n, At: at}
+		req = floodgate.Request{Op: floodgate.OpSettle, N: n, At: at}
 	}
+	req.Check = rapid.IntRange(0, 5).Draw(t, "check") == 0
+	return req
 }
 
 // TestDifferential runs random traces through redisstore (on the test's
@@ -111,14 +114,16 @@ func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitt
 // every Result must be identical, and after every step the key must hold
 // exactly the reference state with a TTL within the restore time plus the
 // margin (or be gone because the state is equivalent to a missing key). The
-// traces take, take up to n, charge and give back.
+// traces take, take up to n, charge and give back, and check each of
+// these: a check leaves the key as it was, its TTL too.
 func TestDifferential(t *testing.T) {
 	parallelOnMiniredis(t)
 	srv := newServer(t)
 	c := srv.client(t)
 	clock := floodgatetest.NewClock(t0)
 	margin := time.Minute
-	store := newStore(t, c, &Options{Now: srv.clock(clock), ExpiryMargin: margin})
+	sync := srv.clock(clock) // moves miniredis' clock (TTLs) to the test's
+	store := newStore(t, c, &Options{Now: sync, ExpiryMargin: margin})
 	ctx := context.Background()
 	cases := 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -144,6 +149,10 @@ func TestDifferential(t *testing.T) {
 			clock.Advance(d)
 			now := clock.Now()
 			req := drawRequest(rt, p.Quota, p.Window, now, admitted)
+			rkey := store.Key(key, kindOf(alg))
+			sync()
+			raw, ttl := rawKey(rt, c, rkey)
+			was := m.stored()
 			want, err := m.step(now, req)
 			require.NoError(rt, err)
 			got, err := store.Apply(ctx, key, alg, req)
@@ -152,8 +161,13 @@ func TestDifferential(t *testing.T) {
 			fromMem, err := mem.Apply(ctx, key, alg, req)
 			require.NoError(rt, err)
 			require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, alg, req)
-			checkStored(rt, c, store.Key(key, kindOf(alg)), m, now, margin, !srv.real(), got.Allowed)
-			if got.Allowed && req.Op != floodgate.OpSettle {
+			if req.Check && reflect.DeepEqual(was, m.stored()) {
+				// (A sliding log's check drops entries that left the
+				// window, as the reference does.)
+				unchanged(rt, c, rkey, raw, ttl, "step %d: %v Apply(%+v)", i, alg, req)
+			}
+			checkStored(rt, c, rkey, m, now, margin, !srv.real(), got.Allowed && !req.Check)
+			if got.Allowed && req.Op != floodgate.OpSettle && !req.Check {
 				admitted = append(admitted, got.At.Add(got.Delay))
 			}
 		}
@@ -220,13 +234,18 @@ func TestSeededStates(t *testing.T) {
 		var admitted []time.Time
 		for i := range rapid.IntRange(1, 3).Draw(rt, "steps") {
 			req := drawRequest(rt, min(quota, m.alg.Policy().Quota), w, now, admitted)
+			raw, ttl := rawKey(rt, c, rkey)
 			want, err := m.step(now, req)
 			require.NoError(rt, err)
 			got, err := store.Apply(ctx, key, m.alg, req)
 			require.NoError(rt, err, "step %d: Apply(%+v)", i, req)
 			require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, m.alg, req)
-			checkStored(rt, c, rkey, m, now, margin, !srv.real(), got.Allowed)
-			if got.Allowed && req.Op != floodgate.OpSettle {
+			if req.Check {
+				// (No sliding log here.)
+				unchanged(rt, c, rkey, raw, ttl, "step %d: %v Apply(%+v)", i, m.alg, req)
+			}
+			checkStored(rt, c, rkey, m, now, margin, !srv.real(), got.Allowed && !req.Check)
+			if got.Allowed && req.Op != floodgate.OpSettle && !req.Check {
 				admitted = append(admitted, got.At.Add(got.Delay))
 			}
 		}

@@ -454,10 +454,6 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	if err := step.CheckRequest(req, a.quota); err != nil {
 		return floodgate.Result{}, err
 	}
-	if req.Check {
-		// TODO(issue 14): the scripts' checks.
-		return floodgate.Result{}, fmt.Errorf("%w: redisstore does not run checks yet", floodgate.ErrInvalidConfig)
-	}
 	if err := ctx.Err(); err != nil {
 		return floodgate.Result{}, err
 	}

@@ -13,7 +13,8 @@
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old tail, new
 -- tail, allowed (0 or 1), granted}, instants as decimal strings. The new
--- tail equals the old one when nothing was written. redisstore re-runs
+-- tail equals the old one when the step changes nothing; a dry step (a
+-- check) replies the tail it would write. redisstore re-runs
 -- step.LeakyBucket on the old tail and now to build the Result, and checks
 -- that it agrees with the reply.
 --

@@ -17,6 +17,11 @@ import (
 type Args struct {
 	// Op is the step: floodgate.OpTake, OpTakeUpTo or OpSettle.
 	Op floodgate.Op
+	// Check makes the step check-only: the script replies what the step
+	// would do and writes nothing a decision can observe. ARGV carries it
+	// in Op's code, plus checkCode, so that a check never takes a fast
+	// path (they test for OP_TAKE).
+	Check bool
 	// N is the number of units; for OpSettle, the units charged
 	// (positive) or given back (negative).
 	N int64
@@ -59,6 +64,9 @@ const (
 	numArgs
 )
 
+// checkCode is added to the code of a check-only step's Op in ARGV.
+const checkCode = 16
+
 // argNames are the names by which the scripts read the arguments:
 // ARGV[ARG_N] is n.
 var argNames = [numArgs]string{
@@ -85,13 +93,7 @@ func (a Args) ARGV() []any {
 		n = argAt
 	}
 	argv := make([]any, n)
-	argv[argOp] = int64(a.Op)
-	argv[argN] = a.N
-	argv[argMaxDelay] = a.MaxDelay
-	argv[argMargin] = a.MarginMs
-	argv[argQuota] = a.Quota
-	argv[argPeriod] = a.Period
-	argv[argTau] = a.Tau
+	a.fill(argv)
 	if n > argNow {
 		argv[argNow] = a.Now
 	}
@@ -99,6 +101,20 @@ func (a Args) ARGV() []any {
 		argv[argAt] = a.At
 	}
 	return argv
+}
+
+// fill writes the first seven arguments into argv.
+func (a Args) fill(argv []any) {
+	argv[argOp] = int64(a.Op)
+	if a.Check {
+		argv[argOp] = int64(a.Op) + checkCode
+	}
+	argv[argN] = a.N
+	argv[argMaxDelay] = a.MaxDelay
+	argv[argMargin] = a.MarginMs
+	argv[argQuota] = a.Quota
+	argv[argPeriod] = a.Period
+	argv[argTau] = a.Tau
 }
 
 // MaxUnix bounds the instants of decisions on Redis: the scripts decide
@@ -119,6 +135,7 @@ var names = func() map[string]string {
 		"OP_TAKE":       opLiteral(floodgate.OpTake),
 		"OP_TAKE_UP_TO": opLiteral(floodgate.OpTakeUpTo),
 		"OP_SETTLE":     opLiteral(floodgate.OpSettle),
+		"CHECK_CODE":    strconv.Itoa(checkCode),
 		"MAX_UNIX":      strconv.FormatInt(MaxUnix, 10),
 		"MAX_QUOTA":     strconv.FormatInt(MaxQuota, 10),
 	}

@@ -24,12 +24,14 @@ func TestArgs(t *testing.T) {
 	ctx := context.Background()
 	// The script returns what args.lua read, the instant as a decimal.
 	script := redis.NewScript(expand(timeLua) + expand(lib) + expand(argsLua) +
-		"\nreturn {op, int(n), int(maxd), int(margin), int(quota), int(period), int(tau), fmt(ts, tns), admitted or ''}")
+		"\nreturn {op, int(n), int(maxd), int(margin), int(quota), int(period), int(tau), fmt(ts, tns), admitted or '', tostring(dry)}")
 	for name, a := range map[string]Args{
 		"take on Redis TIME": {Op: floodgate.OpTake, N: 2, MaxDelay: 3, MarginMs: 4, Quota: 5, Period: 6, Tau: 7},
 		"client clock":       {Op: floodgate.OpTakeUpTo, N: 12, MaxDelay: 13, MarginMs: 14, Quota: 15, Period: 16, Tau: 17, Now: "1700000000000000018"},
-		"refund":             {Op: floodgate.OpSettle, N: 22, MaxDelay: 23, MarginMs: 24, Quota: 25, Period: 26, Tau: 27, Now: "1700000000000000028", At: "1700000000000000029"},
-		"refund on TIME":     {Op: floodgate.OpSettle, N: 32, MaxDelay: 33, MarginMs: 34, Quota: 35, Period: 36, Tau: 37, At: "1700000000000000039"},
+		"refund":             {Op: floodgate.OpSettle, N: -22, MaxDelay: 23, MarginMs: 24, Quota: 25, Period: 26, Tau: 27, Now: "1700000000000000028", At: "1700000000000000029"},
+		"charge on TIME":     {Op: floodgate.OpSettle, N: 32, MaxDelay: 33, MarginMs: 34, Quota: 35, Period: 36, Tau: 37, At: "1700000000000000039"},
+		"check":              {Op: floodgate.OpTake, Check: true, N: 42, MaxDelay: 43, MarginMs: 44, Quota: 45, Period: 46, Tau: 47},
+		"check of a refund":  {Op: floodgate.OpSettle, Check: true, N: -52, MaxDelay: 53, MarginMs: 54, Quota: 55, Period: 56, Tau: 57, At: "1700000000000000059"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			argv := a.ARGV()
@@ -42,7 +44,7 @@ func TestArgs(t *testing.T) {
 			require.NoError(t, err)
 			got, ok := v.([]any)
 			require.True(t, ok, "%T", v)
-			require.Len(t, got, 9)
+			require.Len(t, got, 10)
 			fields := []int64{int64(a.Op), a.N, a.MaxDelay, a.MarginMs, a.Quota, a.Period, a.Tau}
 			for i, f := range fields {
 				require.Equal(t, strconv.FormatInt(f, 10), got[i], "argument %d", i)
@@ -50,7 +52,8 @@ func TestArgs(t *testing.T) {
 			if a.Now != "" {
 				require.Equal(t, a.Now, got[7], "the instant")
 			}
-			require.Equal(t, a.At, got[8], "the refund instant")
+			require.Equal(t, a.At, got[8], "the settlement's instant")
+			require.Equal(t, strconv.FormatBool(a.Check), got[9], "dry, for a check")
 		})
 	}
 }

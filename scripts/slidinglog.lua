@@ -27,17 +27,29 @@
 --   after   the units in the log after the step
 --   last    the newest instant after the step, "" for an empty log
 -- The log is too large to return; redisstore builds the Result from these
--- facts with the formulas of step.SlidingLog.
+-- facts with the formulas of step.SlidingLog. A dry step (a check) replies
+-- the facts of the step it would take, and "after" and "last" as it would
+-- leave the log.
 --
 -- Cost: O(log n) for a take and a take up to n, plus O(log n) for each
 -- entry that has left the window and is dropped (each entry is dropped
 -- once); a settlement also moves the score of every entry admitted after
 -- the settled instant.
 --
+-- Writes: through lib.lua's write, so that a dry step records them. The
+-- step reads its key after its own writes only in trim and after it (the
+-- ranks of the entries, the base): a dry step keeps the entries it trimmed
+-- in the key, as ranks 1 to skip, and reads past them, and every entry it
+-- trimmed has a score at most the new base. Two writes happen even when
+-- dry: moving the base back to 0 (see below), a new representation of the
+-- same log, and dropping the entries that left the window (see the first
+-- trim).
+--
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. As in
--- step.SlidingLog, a denial drops the entries that have left the window,
--- which no decision can observe; it changes nothing else, not the TTL. The
--- TTL is the time until the newest entry leaves the window plus the margin.
+-- step.SlidingLog, a denial and a check drop the entries that have left the
+-- window, which no decision can observe; they change nothing else, not the
+-- TTL. The TTL is the time until the newest entry leaves the window plus
+-- the margin.
 
 local limit, w = quota, period
 
@@ -88,12 +100,14 @@ end
 
 -- trim drops the entries at or before the instant (ps, pns) minus the
 -- window, oldest first, and the key with the last of them. Its first look
--- uses head's rows while the log is as read.
+-- uses head's rows while the log is as read. Dry, the entries it drops stay
+-- in the key as ranks 1 to skip.
+local skip = 0
 local function trim(ps, pns)
   while card > 1 do
     local rows, from = head, 3
     if not rows then
-      rows, from = redis.call('ZRANGE', key, 1, 32, 'WITHSCORES'), 1
+      rows, from = redis.call('ZRANGE', key, 1 + skip, 32 + skip, 'WITHSCORES'), 1
     end
     head = nil
     local k, nb = 0, nil
@@ -105,15 +119,18 @@ local function trim(ps, pns)
       k, nb = k + 1, rows[i + 1]
     end
     if k == card - 1 then
-      redis.call('DEL', key)
+      write('DEL', key)
       card, B, C, last = 0, 0, 0, nil
       return
     end
     if k > 0 then
-      redis.call('ZREMRANGEBYRANK', key, 1, k)
+      write('ZREMRANGEBYRANK', key, 1, k)
+      if dry then
+        skip = skip + k
+      end
       card = card - k
       B = tonumber(nb)
-      redis.call('ZADD', key, int(B), 'b')
+      write('ZADD', key, int(B), 'b')
     end
     if k < 32 then
       return
@@ -126,24 +143,30 @@ end
 local function push(ps, pns, k)
   local member = fmt(ps, pns)
   if card == 0 then
-    redis.call('ZADD', key, '0', 'b')
+    write('ZADD', key, '0', 'b')
     card = 1
   end
   if member ~= last then
     card = card + 1
   end
   C = C + k
-  redis.call('ZADD', key, int(C), member)
+  write('ZADD', key, int(C), member)
   last = member
 end
 
 -- expire sets the TTL: until the newest entry leaves the window.
 local function expire()
   local ls, lns = parse(last)
-  redis.call('PEXPIRE', key, int(ceildiv(math.max(sub(ls, lns, ts, tns) + w, 0), 1000000) + margin))
+  write('PEXPIRE', key, int(ceildiv(math.max(sub(ls, lns, ts, tns) + w, 0), 1000000) + margin))
 end
 
+-- The entries that left the window ending at from go, as in
+-- step.SlidingLog, also in a dry step (a check): no decision can observe
+-- them, unless the clock steps back, where the reference dropped them too.
+local wasDry = dry
+dry = false
 trim(fs, fns)
+dry = wasDry
 head = nil -- the log may have changed
 local before = C - B
 local allowed, granted, at = 0, 0, ''
@@ -191,13 +214,14 @@ elseif op == OP_TAKE_UP_TO then
     at = fmt(admit(1))
   end
 elseif last then -- OP_SETTLE
-  -- On the entry admitted at the instant given, if the log holds it.
+  -- On the entry admitted at the instant given, if the log holds it (an
+  -- entry a dry trim dropped has a score of at most B).
   local member = fmt(parse(admitted))
-  local score = redis.call('ZSCORE', key, member)
-  if score then
+  local score = tonumber(redis.call('ZSCORE', key, member))
+  if score and score > B then
     local r = redis.call('ZRANK', key, member)
     local prev = redis.call('ZRANGE', key, r - 1, r - 1, 'WITHSCORES')
-    local units = tonumber(score) - tonumber(prev[2])
+    local units = score - tonumber(prev[2])
     -- g units more in the entry: a charge of up to 2 * limit units in the
     -- log (compared as in step.SlidingLog), or a give-back (g < 0) of at
     -- most the units it holds.
@@ -211,19 +235,21 @@ elseif last then -- OP_SETTLE
       -- Every entry from this one on holds g more units up to it.
       local rows = redis.call('ZRANGE', key, r, -1, 'WITHSCORES')
       for i = 1, #rows, 2 do
-        redis.call('ZADD', key, int(tonumber(rows[i + 1]) + g), rows[i])
+        write('ZADD', key, int(tonumber(rows[i + 1]) + g), rows[i])
       end
       if g == -units then
-        redis.call('ZREM', key, member)
+        write('ZREM', key, member)
         card = card - 1
+        if member == last then
+          last = prev[1]
+        end
       end
       C = C + g
       allowed, granted = 1, math.abs(g)
       if C == B then
-        redis.call('DEL', key)
+        write('DEL', key)
         last = nil
       else
-        last = redis.call('ZRANGE', key, -1, -1)[1]
         expire()
       end
     end

@@ -16,9 +16,10 @@
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
 -- state, allowed (0 or 1), granted}, the states as stored. The new state
--- equals the old one when nothing was written. redisstore re-runs
--- step.SlidingWindow on the old state and now to build the Result, and
--- checks that it agrees with the reply.
+-- equals the old one when the step changes nothing; a dry step (a check)
+-- replies the state it would write. redisstore re-runs step.SlidingWindow
+-- on the old state and now to build the Result, and checks that it agrees
+-- with the reply.
 --
 -- The estimate is a double computed in the order of operations of
 -- package step's swAvail, (L - curr) - prev*(W - e)/W, and the earliest

@@ -13,9 +13,10 @@
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old TAT, new TAT,
 -- allowed (0 or 1), granted}, instants as decimal strings. The new TAT
--- equals the old one when nothing was written. redisstore re-runs
--- step.TokenBucket on the old TAT and now to build the Result, and checks
--- that it agrees with allowed, granted and the new TAT.
+-- equals the old one when the step changes nothing; a dry step (a check)
+-- replies the TAT it would write. redisstore re-runs step.TokenBucket on
+-- the old TAT and now to build the Result, and checks that it agrees with
+-- allowed, granted and the new TAT.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The
 -- TTL is the time until the TAT (when the bucket is full again) plus the
