@@ -53,24 +53,35 @@ func (s snapshot) same(t *testing.T, c redis.UniversalClient, format string, arg
 }
 
 // TestCheckChangesNothing makes each step check-only and then for real, at
-// the same instant, on each algorithm: the check reports the Result the
-// step then has, and leaves the key as it was, byte for byte, its TTL
-// too.
+// the same instant, on each algorithm alone and on a Limits of them all:
+// the check reports the Result the step then has (and every limit's
+// Decision), and leaves every key as it was, byte for byte, its TTL too. A
+// reservation's check on the Limits needs its limits to take the units at a
+// later instant, where the sliding log's entry taken first has left the
+// window; the log must keep it: the take after the check is denied.
 func TestCheckChangesNothing(t *testing.T) {
 	parallelOnMiniredis(t)
 	c, clock, s := virtualStore(t, Options{})
 	ctx := context.Background()
-	all := []floodgate.Algorithm{
+	all := floodgate.Limits{
 		floodgate.TokenBucket{Rate: 1, Per: time.Minute, Burst: 3},
 		floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 4},
 		floodgate.FixedWindow{Limit: 5, Window: time.Hour},
 		floodgate.SlidingWindow{Limit: 6, Window: time.Hour},
 		floodgate.SlidingLog{Limit: 2, Window: time.Minute},
 	}
-	for _, alg := range all {
+	algs := []floodgate.Algorithm{all}
+	algs = append(algs, all...)
+	for _, alg := range algs {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
 			key := fmt.Sprint(alg)
-			keys := []string{s.Key(key, kindOf(alg))}
+			ls, isLimits := alg.(floodgate.Limits)
+			var keys []string
+			if isLimits {
+				keys = limitKeys(s, key, ls)
+			} else {
+				keys, ls = []string{s.Key(key, kindOf(alg))}, floodgate.Limits{alg}
+			}
 			clock.Set(t0)
 			first, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 			require.NoError(t, err)
@@ -90,14 +101,29 @@ func TestCheckChangesNothing(t *testing.T) {
 					clock.Advance(time.Second)
 				}
 				before := snap(t, c, keys)
+				checked, real := make([]floodgate.Decision, len(ls)), make([]floodgate.Decision, len(ls))
 				check := req
-				check.Check = true
+				check.Check, check.Each = true, checked
 				want, err := s.Apply(ctx, key, alg, check)
 				require.NoError(t, err, "check %+v", req)
 				before.same(t, c, "%v: check %+v", alg, req)
+				if i == 1 && isLimits {
+					// The reservation's limits take at now + Delay, where
+					// the log's first entry has left: it is still in the
+					// window now.
+					require.Positive(t, want.Delay)
+					res, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+					require.NoError(t, err)
+					require.False(t, res.Allowed, "the check dropped an entry still in the window")
+					before.same(t, c, "%v: a denial", alg)
+				}
+				req.Each = real
 				got, err := s.Apply(ctx, key, alg, req)
 				require.NoError(t, err, "%+v", req)
 				require.Equal(t, norm(got), norm(want), "%v: check %+v", alg, req)
+				if isLimits {
+					require.Equal(t, real, checked, "%v: check %+v: Each", alg, req)
+				}
 			}
 		})
 	}

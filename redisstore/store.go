@@ -193,16 +193,20 @@ var _ floodgate.Store = (*Store)(nil)
 const coldTimeout = 250 * time.Millisecond
 
 // programs are the scripts, and batchPrograms those making a batch of
-// decisions of one algorithm (scripts.BatchSource), indexed by
-// step.Kind.
+// decisions of one algorithm (scripts.BatchSource), indexed by prog. A
+// Limits decision has no batch script: batched, it is a script call of
+// its own in a batch's pipeline.
 var (
-	programs      = programsOf(scripts.Source)
-	batchPrograms = programsOf(scripts.BatchSource)
+	programs      = programsOf(scripts.Source, scripts.LimitsSource())
+	batchPrograms = programsOf(scripts.BatchSource, "")
 )
 
-func programsOf(source func(step.Kind) string) (p [step.KindSlidingLog + 1]program) {
+func programsOf(source func(step.Kind) string, limits string) (p [progLimits + 1]program) {
 	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
 		p[k] = newProgram(source(k))
+	}
+	if limits != "" {
+		p[progLimits] = newProgram(limits)
 	}
 	return p
 }
@@ -377,11 +381,28 @@ func (s *Store) BreakerState(key string) BreakerState {
 // Key returns the Redis key holding the state of key for the algorithm
 // kind, for operators and tests.
 func (s *Store) Key(key string, kind step.Kind) string {
+	return s.prefix + "{" + s.hashed(key) + "}:" + kind.String()
+}
+
+// LimitKey returns the Redis key holding the state of key for the limit of
+// a floodgate.Limits that is the ordinal-th (from 0) of kind among its
+// limits: Prefix + "{" + key + "}:L:" + kind + ordinal, such as
+// "fg:{user:42}:L:tb0" for the first token bucket of a Limits. It is
+// shared by every Limits bound to the store, as floodgate.Limits says, and
+// apart from the key of a single algorithm (Key). The keys of a Limits
+// share key's hash tag, so that one script call decides them all on a
+// Cluster too.
+func (s *Store) LimitKey(key string, kind step.Kind, ordinal int) string {
+	return s.prefix + "{" + s.hashed(key) + "}" + limitSuffix(kind, ordinal)
+}
+
+// hashed returns key as the hash tag holds it: its hash with HashKeys.
+func (s *Store) hashed(key string) string {
 	if s.hashKeys {
 		sum := sha256.Sum256([]byte(key))
 		key = base64.RawURLEncoding.EncodeToString(sum[:16])
 	}
-	return s.prefix + "{" + key + "}:" + kind.String()
+	return key
 }
 
 // Apply binds alg and executes one step, for one-off steps and tests; a
@@ -413,9 +434,10 @@ func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
 var _ floodgate.Store = (*Store)(nil)
 
 // resolve validates alg for this store: under FailLocal, its local share
-// must be a valid configuration too, or every decision of an outage would
-// fail. (Shrinking a bucket's burst keeps its rate per unit of burst, so
-// Per grows by 1/LocalShare and may pass floodgate.MaxWindow.)
+// (for a Limits, each limit's) must be a valid configuration too, or every
+// decision of an outage would fail. (Shrinking a bucket's burst keeps its
+// rate per unit of burst, so Per grows by 1/LocalShare and may pass
+// floodgate.MaxWindow.)
 func (s *Store) resolve(alg floodgate.Algorithm) (algo, error) {
 	a, err := resolve(alg)
 	if err != nil || s.policy != FailLocal {
@@ -471,7 +493,22 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 
-	rkey := s.Key(key, a.kind)
+	// The key of one of the five algorithms, or the keys of a Limits' limits
+	// (whose first serves as rkey: they share one hash slot).
+	var (
+		rkey string
+		keys []string
+	)
+	if a.members == nil {
+		rkey = s.Key(key, a.kind)
+	} else {
+		h := s.hashed(key)
+		keys = make([]string, len(a.keys))
+		for i, suffix := range a.keys {
+			keys[i] = s.prefix + "{" + h + "}" + suffix
+		}
+		rkey = keys[0]
+	}
 	// One reading of the clock serves the breaker before and after the
 	// call: its tallies count calls per second.
 	wall := s.wall()
@@ -493,7 +530,7 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
 	}
 	seen := n.served.Load()
-	reply, err, cold := s.call(ctx, n, probe, a.kind, rkey, args.args(a, now, req, s.marginMs))
+	reply, err, cold := s.call(ctx, n, probe, a.prog(), rkey, keys, args.args(a, now, req, s.marginMs))
 	if err != nil && s.shut.Load() {
 		// Close ended the call (it closes the store's own client).
 		s.report(n, n.breaker.done(wall, probe, ignored))

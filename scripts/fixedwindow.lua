@@ -17,7 +17,7 @@
 -- equals the old one when the step changes nothing; a dry step (a check)
 -- replies the state it would write. redisstore re-runs step.FixedWindow on
 -- the old state and now to build the Result, and checks that it agrees with
--- the reply.
+-- the reply. An admitted take sets delay (lib.lua).
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME.
 -- Windows are aligned to the Unix epoch; window starts are computed
@@ -66,6 +66,7 @@ if op == OP_TAKE then
   end
   if math.max(xo, 0) <= maxd then
     allowed, granted = 1, n
+    delay = math.max(xo, 0)
     new = fmt(xs, xns) .. ':' .. int(xc)
     keep(key, new, horizon(xo, xc), margin)
   end

@@ -16,7 +16,7 @@
 -- tail equals the old one when the step changes nothing; a dry step (a
 -- check) replies the tail it would write. redisstore re-runs
 -- step.LeakyBucket on the old tail and now to build the Result, and checks
--- that it agrees with the reply.
+-- that it agrees with the reply. An admitted take sets delay (lib.lua).
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The
 -- TTL is the time until the queue drains (the tail) plus the margin.
@@ -41,6 +41,7 @@ if op == OP_TAKE then
   -- the departure is within the maximum delay.
   if b + d <= tau and b <= maxd then
     allowed, granted = 1, n
+    delay = b
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end

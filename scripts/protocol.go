@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // This file is the protocol between redisstore and the scripts, and the
@@ -46,6 +47,16 @@ type Args struct {
 	At string
 }
 
+// Limit is one limit of a Limits decision (see Args.LimitsARGV): its
+// algorithm's kind and the numbers Args gives a decision of that kind
+// alone.
+type Limit struct {
+	Kind   step.Kind
+	Quota  int64
+	Period int64
+	Tau    int64
+}
+
 // arg is the position of an argument in ARGV, counted from 0 (Lua's
 // ARGV[arg+1]). The optional arguments come last, so that a take on Redis
 // TIME sends only the first seven.
@@ -62,6 +73,17 @@ const (
 	argNow
 	argAt
 	numArgs
+)
+
+// The arguments of the limits of a Limits decision follow its numArgs
+// arguments, limitArgs for each limit, in this order, counted from 0 in
+// each limit's part.
+const (
+	limitKind = iota
+	limitQuota
+	limitPeriod
+	limitTau
+	limitArgs
 )
 
 // checkCode is added to the code of a check-only step's Op in ARGV.
@@ -117,6 +139,25 @@ func (a Args) fill(argv []any) {
 	argv[argTau] = a.Tau
 }
 
+// LimitsARGV returns the arguments of a Limits decision's script
+// (LimitsSource): all of a's, Now and At "" when unset (its Quota, Period
+// and Tau are not read), then each limit's kind, quota, period and tau, in
+// the order of the Limits and of KEYS. limits.lua gives each limit a's
+// arguments with the limit's numbers in place of a's.
+func (a Args) LimitsARGV(limits []Limit) []any {
+	argv := make([]any, int(numArgs)+limitArgs*len(limits))
+	a.fill(argv)
+	argv[argNow], argv[argAt] = a.Now, a.At
+	for i, l := range limits {
+		part := argv[int(numArgs)+limitArgs*i:]
+		part[limitKind] = int64(l.Kind)
+		part[limitQuota] = l.Quota
+		part[limitPeriod] = l.Period
+		part[limitTau] = l.Tau
+	}
+	return argv
+}
+
 // MaxUnix bounds the instants of decisions on Redis: the scripts decide
 // only at instants before MaxUnix seconds since the Unix epoch (in 2255),
 // since they compute window starts from the instant in microseconds,
@@ -132,18 +173,30 @@ const MaxQuota = 1 << 52
 // that expand writes in its place.
 var names = func() map[string]string {
 	m := map[string]string{
-		"OP_TAKE":       opLiteral(floodgate.OpTake),
-		"OP_TAKE_UP_TO": opLiteral(floodgate.OpTakeUpTo),
-		"OP_SETTLE":     opLiteral(floodgate.OpSettle),
-		"CHECK_CODE":    strconv.Itoa(checkCode),
-		"MAX_UNIX":      strconv.FormatInt(MaxUnix, 10),
-		"MAX_QUOTA":     strconv.FormatInt(MaxQuota, 10),
+		"OP_TAKE":          opLiteral(floodgate.OpTake),
+		"OP_TAKE_UP_TO":    opLiteral(floodgate.OpTakeUpTo),
+		"OP_SETTLE":        opLiteral(floodgate.OpSettle),
+		"CHECK_CODE":       strconv.Itoa(checkCode),
+		"MAX_UNIX":         strconv.FormatInt(MaxUnix, 10),
+		"MAX_QUOTA":        strconv.FormatInt(MaxQuota, 10),
+		"ARG_LIMITS":       strconv.Itoa(int(numArgs) + 1),
+		"LIMIT_ARGS":       strconv.Itoa(limitArgs),
+		"LIMIT_KIND":       strconv.Itoa(limitKind),
+		"LIMIT_QUOTA":      strconv.Itoa(limitQuota),
+		"LIMIT_PERIOD":     strconv.Itoa(limitPeriod),
+		"LIMIT_TAU":        strconv.Itoa(limitTau),
+		"KIND_SLIDING_LOG": kindLiteral(step.KindSlidingLog),
 	}
 	for a, name := range argNames {
 		m[name] = strconv.Itoa(a + 1)
 	}
 	return m
 }()
+
+// kindLiteral returns the Lua string ARGV holds for a limit's kind.
+func kindLiteral(k step.Kind) string {
+	return "'" + strconv.Itoa(int(k)) + "'"
+}
 
 // opLiteral returns the Lua string ARGV holds for op: the scripts compare
 // ARGV[ARG_OP] as a string, as Redis hands it over.

@@ -68,6 +68,8 @@ package scripts
 
 import (
 	_ "embed"
+	"fmt"
+	"strings"
 
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -97,6 +99,8 @@ var (
 	slidingLog string
 	//go:embed batch.lua
 	batch string
+	//go:embed limits.lua
+	limits string
 )
 
 // fastPaths are the fast paths, each defining fast(key, ARGV, t), indexed
@@ -134,6 +138,9 @@ end
 // step.Kind.
 var sources, batchSources = build()
 
+// limitsSource is the script of a Limits decision.
+var limitsSource = buildLimits()
+
 // build returns the scripts of one decision and of a batch for each Kind,
 // with the protocol's values in place of their names.
 func build() (single, batched [len(bodies)]string) {
@@ -153,6 +160,23 @@ func build() (single, batched [len(bodies)]string) {
 		batched[k] = head + fast + "\n" + helpers + "local function one(KEYS, ARGV)\n" + body + "\nend\n" + driver
 	}
 	return single, batched
+}
+
+// buildLimits returns the script of a Limits decision: time.lua, lib.lua,
+// each algorithm's file after args.lua as the function run[kind], and
+// limits.lua.
+func buildLimits() string {
+	var b strings.Builder
+	b.WriteString(expand(timeLua) + "\n" + expand(lib) + "\n")
+	b.WriteString("local run = {}\n")
+	args := expand(argsLua) + "\n"
+	for k, body := range bodies {
+		if body != "" {
+			fmt.Fprintf(&b, "run['%d'] = function(KEYS, ARGV)\n%s%s\nend\n", k, args, expand(body))
+		}
+	}
+	b.WriteString(expand(limits))
+	return b.String()
 }
 
 // Source returns the complete Lua script of the algorithm kind for one
@@ -176,3 +200,9 @@ func BatchSource(kind step.Kind) string {
 	}
 	return batchSources[kind]
 }
+
+// LimitsSource returns the Lua script of a floodgate.Limits decision
+// (limits.lua), which takes step.Limits' steps on one key per limit (KEYS)
+// with the arguments of Args.LimitsARGV: time.lua, lib.lua, args.lua and
+// each algorithm's file as a function of its own, and limits.lua.
+func LimitsSource() string { return limitsSource }

@@ -52,6 +52,15 @@ func TestSource(t *testing.T) {
 		}
 		require.True(t, strings.HasSuffix(bsrc, "\nlocal function one(KEYS, ARGV)\n"+body+"\nend\n"+expand(batch)), "%v: one, then batch.lua", k)
 	}
+	// The Limits script: time.lua, lib.lua, every algorithm's file after
+	// args.lua as run[kind], limits.lua.
+	lsrc := LimitsSource()
+	require.True(t, strings.HasPrefix(lsrc, head+"\n"+helpers+"\n"), "the Limits script starts with time.lua and lib.lua")
+	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
+		require.Contains(t, lsrc, "run['"+strconv.Itoa(int(k))+"'] = function(KEYS, ARGV)\n"+args+"\n"+expand(bodies[k])+"\nend\n", "%v's file", k)
+	}
+	require.True(t, strings.HasSuffix(lsrc, expand(limits)), "the Limits script ends with limits.lua")
+
 	require.Empty(t, Source(0))
 	require.Empty(t, Source(step.KindSlidingLog+1))
 	require.Empty(t, BatchSource(step.KindSlidingLog+1))

@@ -29,7 +29,7 @@
 -- The log is too large to return; redisstore builds the Result from these
 -- facts with the formulas of step.SlidingLog. A dry step (a check) replies
 -- the facts of the step it would take, and "after" and "last" as it would
--- leave the log.
+-- leave the log. An admitted take sets delay (lib.lua).
 --
 -- Cost: O(log n) for a take and a take up to n, plus O(log n) for each
 -- entry that has left the window and is dropped (each entry is dropped
@@ -42,8 +42,8 @@
 -- in the key, as ranks 1 to skip, and reads past them, and every entry it
 -- trimmed has a score at most the new base. Two writes happen even when
 -- dry: moving the base back to 0 (see below), a new representation of the
--- same log, and dropping the entries that left the window (see the first
--- trim).
+-- same log, and, at the decision's instant, dropping the entries that left
+-- the window (see the first trim).
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. As in
 -- step.SlidingLog, a denial and a check drop the entries that have left the
@@ -157,14 +157,17 @@ end
 -- expire sets the TTL: until the newest entry leaves the window.
 local function expire()
   local ls, lns = parse(last)
-  write('PEXPIRE', key, int(ceildiv(math.max(sub(ls, lns, ts, tns) + w, 0), 1000000) + margin))
+  write('PEXPIRE', key, ttl(sub(ls, lns, ts, tns) + w, margin))
 end
 
 -- The entries that left the window ending at from go, as in
--- step.SlidingLog, also in a dry step (a check): no decision can observe
--- them, unless the clock steps back, where the reference dropped them too.
+-- step.SlidingLog, also in a dry step at the decision's instant (a check, a
+-- limit's first step in limits.lua): no decision can observe them, unless
+-- the clock steps back, where the reference dropped them too. A step at a
+-- later instant (limits.lua's second, shift > 0) records their removal
+-- with its writes: before they run, they are still in the window at now.
 local wasDry = dry
-dry = false
+dry = dry and shift > 0
 trim(fs, fns)
 dry = wasDry
 head = nil -- the log may have changed
@@ -194,6 +197,7 @@ if op == OP_TAKE then
   at = fmt(as, ans)
   if ao <= maxd then
     allowed, granted = 1, n
+    delay = ao
     if ao > fo then
       -- Admitted later than from: more entries may have left by then.
       trim(as, ans)

@@ -19,7 +19,7 @@
 -- equals the old one when the step changes nothing; a dry step (a check)
 -- replies the state it would write. redisstore re-runs step.SlidingWindow
 -- on the old state and now to build the Result, and checks that it agrees
--- with the reply.
+-- with the reply. An admitted take sets delay (lib.lua).
 --
 -- The estimate is a double computed in the order of operations of
 -- package step's swAvail, (L - curr) - prev*(W - e)/W, and the earliest
@@ -150,6 +150,7 @@ if op == OP_TAKE then
   local e = admit(n)
   if math.max(co + e, 0) <= maxd then
     allowed, granted = 1, n
+    delay = math.max(co + e, 0)
     -- The admission's window is cur's, the next or the one after.
     local xs, xns, xo, xp, xc = cs, cns, co, cp, cc + n
     if e >= 2 * w then

@@ -16,7 +16,7 @@
 -- equals the old one when the step changes nothing; a dry step (a check)
 -- replies the TAT it would write. redisstore re-runs step.TokenBucket on
 -- the old TAT and now to build the Result, and checks that it agrees with
--- allowed, granted and the new TAT.
+-- allowed, granted and the new TAT. An admitted take sets delay (lib.lua).
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The
 -- TTL is the time until the TAT (when the bucket is full again) plus the
@@ -41,6 +41,7 @@ if op == OP_TAKE then
   -- an admissible request stays within 2^53.
   if (b - tau) + d <= maxd then
     allowed, granted = 1, n
+    delay = math.max((b - tau) + d, 0)
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
