@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
@@ -357,4 +358,79 @@ func TestLimitsLongLog(t *testing.T) {
 	both(floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100})
 	clock.Advance(time.Millisecond)
 	both(floodgate.Request{Op: floodgate.OpTake, N: 3, MaxDelay: time.Second})
+}
+
+// TestLimitsFastPaths runs random steps of Limits on Redis TIME, where a
+// take of limits that all have fast paths takes limits_fast.lua (which
+// falls through to limits.lua for a delay, and for a sliding log), mixed
+// with the other operations and checks. Every reply is checked against
+// step.Limits by the store (a disagreement fails the step with
+// ErrMismatch); on miniredis, whose TIME the test sets, every Result, each
+// limit's Decision and each limit's stored state and TTL are compared with
+// the reference's too.
+func TestLimitsFastPaths(t *testing.T) {
+	parallelOnMiniredis(t)
+	srv := newServer(t)
+	c := srv.client(t)
+	const margin = time.Minute
+	s := newStore(t, c, &Options{ExpiryMargin: margin})
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(5, 9))
+	for n, ls := range []floodgate.Limits{
+		{floodgate.TokenBucket{Rate: 1000, Per: time.Second, Burst: 10}, floodgate.FixedWindow{Limit: 5, Window: 3 * time.Millisecond}},
+		{floodgate.FixedWindow{Limit: 2, Window: 7 * time.Microsecond}, floodgate.SlidingWindow{Limit: 5, Window: 3 * time.Millisecond}, floodgate.LeakyBucket{Rate: 1000, Per: time.Second, Capacity: 10}},
+		{floodgate.SlidingWindow{Limit: 9, Window: 10 * time.Millisecond}, floodgate.TokenBucket{Rate: 3, Per: 3 * time.Millisecond, Burst: 4}, floodgate.TokenBucket{Rate: 1, Per: time.Millisecond, Burst: 8}},
+		{floodgate.TokenBucket{Rate: 1000, Per: time.Second, Burst: 10}, floodgate.SlidingLog{Limit: 5, Window: 3 * time.Millisecond}},
+	} {
+		t.Run(fmt.Sprint(ls), func(t *testing.T) {
+			now := t0.Add(time.Duration(r.Int64N(int64(time.Second)))).Truncate(time.Microsecond)
+			keys := []string{fmt.Sprintf("%d:a", n), fmt.Sprintf("%d:b", n)}
+			models := map[string]*limitsModel{keys[0]: {}, keys[1]: {}}
+			quota := ls.Policy().Quota
+			var admitted []time.Time
+			for i := range 300 {
+				if srv.mini != nil {
+					now = now.Add(time.Duration(r.Int64N(int64(3 * time.Millisecond)))).Truncate(time.Microsecond)
+					srv.mini.SetTime(now)
+				}
+				key := keys[r.IntN(2)]
+				req := floodgate.Request{Op: floodgate.OpTake, N: 1 + r.Int64N(quota)}
+				switch r.IntN(10) {
+				case 0:
+					req.Op = floodgate.OpTakeUpTo
+				case 1, 2:
+					req.MaxDelay = time.Duration(r.Int64N(int64(5 * time.Millisecond)))
+				case 3:
+					if len(admitted) > 0 {
+						req = floodgate.Request{Op: floodgate.OpSettle, N: r.Int64N(5) - 2, At: admitted[r.IntN(len(admitted))]}
+						if req.N == 0 {
+							req.N = 3
+						}
+					}
+				}
+				req.Check = r.IntN(10) == 0
+				got := make([]floodgate.Decision, len(ls))
+				req.Each = got
+				res, err := s.Apply(ctx, key, ls, req)
+				require.NoError(t, err, "step %d: %+v", i, req)
+				if res.Allowed && req.Op != floodgate.OpSettle && !req.Check {
+					admitted = append(admitted, res.At.Add(res.Delay))
+				}
+				if srv.mini == nil {
+					continue
+				}
+				require.True(t, res.At.Equal(now), "step %d: the script's instant %v, TIME %v", i, res.At, now)
+				want := make([]floodgate.Decision, len(ls))
+				req.Each = want
+				m := models[key]
+				ref, err := m.apply(ls, now, req)
+				require.NoError(t, err)
+				require.Equal(t, norm(ref), norm(res), "step %d: %v %+v", i, ls, req)
+				require.Equal(t, want, got, "step %d: %v %+v: Each", i, ls, req)
+				for j, id := range m.ids {
+					checkStored(t, c, s.LimitKey(key, id.kind, id.ord), m.states[id], now, margin, true, m.wrote[j])
+				}
+			}
+		})
+	}
 }

@@ -101,6 +101,8 @@ var (
 	batch string
 	//go:embed limits.lua
 	limits string
+	//go:embed limits_fast.lua
+	limitsFast string
 )
 
 // fastPaths are the fast paths, each defining fast(key, ARGV, t), indexed
@@ -162,12 +164,31 @@ func build() (single, batched [len(bodies)]string) {
 	return single, batched
 }
 
-// buildLimits returns the script of a Limits decision: time.lua, lib.lua,
-// each algorithm's file after args.lua as the function run[kind], and
-// limits.lua.
+// callLimitsFast is a Limits decision's call of its fast path, between
+// the fast path and lib.lua, as callFast is a single decision's.
+const callLimitsFast = `if ARGV[ARG_OP] == OP_TAKE and ARGV[ARG_NOW] == '' and serverTime then
+  local reply = limitsFast(serverTime)
+  if reply then
+    return reply
+  end
+end
+`
+
+// buildLimits returns the script of a Limits decision: time.lua; each
+// algorithm's fast path, in its own block, as fasts[kind]; limits_fast.lua
+// and its call; lib.lua; each algorithm's file after args.lua as the
+// function run[kind]; and limits.lua.
 func buildLimits() string {
 	var b strings.Builder
-	b.WriteString(expand(timeLua) + "\n" + expand(lib) + "\n")
+	b.WriteString(expand(timeLua) + "\n")
+	b.WriteString("local fasts = {}\n")
+	for k, fast := range fastPaths {
+		if fast != "" {
+			fmt.Fprintf(&b, "do\n%s\nfasts['%d'] = fast\nend\n", expand(fast), k)
+		}
+	}
+	b.WriteString(expand(limitsFast) + "\n" + expand(callLimitsFast) + "\n")
+	b.WriteString(expand(lib) + "\n")
 	b.WriteString("local run = {}\n")
 	args := expand(argsLua) + "\n"
 	for k, body := range bodies {
@@ -203,6 +224,7 @@ func BatchSource(kind step.Kind) string {
 
 // LimitsSource returns the Lua script of a floodgate.Limits decision
 // (limits.lua), which takes step.Limits' steps on one key per limit (KEYS)
-// with the arguments of Args.LimitsARGV: time.lua, lib.lua, args.lua and
-// each algorithm's file as a function of its own, and limits.lua.
+// with the arguments of Args.LimitsARGV: time.lua, every fast path and
+// limits_fast.lua with its call, lib.lua, args.lua and each algorithm's
+// file as a function of its own, and limits.lua.
 func LimitsSource() string { return limitsSource }
