@@ -18,8 +18,10 @@ import (
 // given client does not honour contexts:
 //
 //   - a *redis.Client (a failover client too) is cloned with WithTimeout,
-//     which shares its connection pool and the hooks added so far, and the
-//     clone's options set ContextTimeoutEnabled; nothing else changes.
+//     which shares its connection pool, and the clone's options set
+//     ContextTimeoutEnabled. go-redis (v9.22) gives the clone none of the
+//     hooks added to the client: build the client with
+//     ContextTimeoutEnabled for its hooks to see the store's calls.
 //   - a *redis.ClusterClient or *redis.Ring is rebuilt from the same
 //     options with ContextTimeoutEnabled set: the store's own client, with
 //     its own connection pools, and without the given client's hooks

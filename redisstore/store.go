@@ -221,13 +221,13 @@ func programsOf(source func(step.Kind) string, limits string) (p [progLimits + 1
 // holds a call for the client's ReadTimeout (3s by default). So when
 // client ignores contexts, the store calls Redis through a client of its
 // own that honours them: a *redis.Client (a failover client too) is
-// cloned with WithTimeout, which shares its connection pool and the hooks
-// added to it so far; a *redis.ClusterClient or *redis.Ring is rebuilt
-// from its options, with pools of its own and without its hooks, and
-// closed by Close. Any other UniversalClient runs each call on a
-// goroutine of its own, which the decision stops waiting for at its
-// deadline. Build the client with ContextTimeoutEnabled to have the
-// store use it as it is.
+// cloned with WithTimeout, which shares its connection pool but (go-redis
+// v9.22) none of the hooks added to it; a *redis.ClusterClient or
+// *redis.Ring is rebuilt from its options, with pools of its own and
+// without its hooks, and closed by Close. Any other UniversalClient runs
+// each call on a goroutine of its own, which the decision stops waiting
+// for at its deadline. Build the client with ContextTimeoutEnabled to have
+// the store use it as it is (and its hooks see the store's calls).
 func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
