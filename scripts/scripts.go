@@ -9,7 +9,8 @@
 //
 // The algorithms' files are tokenbucket.lua, leakybucket.lua,
 // fixedwindow.lua, slidingwindow.lua and slidinglog.lua, each starting
-// with a header that gives its KEYS, ARGV, reply and time source. The
+// with a header that gives its KEYS, ARGV, reply and time source, as
+// every file does. The
 // other files are parts every script shares: time.lua reads the server's
 // TIME once per call; lib.lua holds the helpers (exact instants as
 // (seconds, nanoseconds) pairs, since Lua numbers are doubles); args.lua
@@ -38,12 +39,30 @@
 // decision costs Redis 4.5–4.7 µs in a batch of 16 against 5.6–5.9 µs
 // alone (redis-benchmark and INFO commandstats, the token bucket).
 //
+// LimitsSource returns the script of a floodgate.Limits decision
+// (limits.lua), step.Limits' steps on one key per limit: every fast path,
+// each as a function of its own, and limits_fast.lua, its common case;
+// then lib.lua and each algorithm's file after args.lua as a function of
+// its own, which limits.lua runs for each limit's step.
+//
+// # Dry runs
+//
+// The algorithms' files change keys only through lib.lua's write, so that
+// a step can run dry: its writes are recorded, not run. A check-only step
+// runs dry and drops them; limits.lua runs each limit's steps dry and runs
+// the records of all of them once the composite admits, so that a denial
+// by one limit changes no limit's key. A fast path probes instead: with
+// probe set it writes nothing and returns the write for its caller. The
+// sliding log, which reads its key after its own writes, keeps a view of
+// the entries a dry step dropped (see slidinglog.lua).
+//
 // # The protocol
 //
 // protocol.go defines what redisstore and the scripts must agree on, once:
-// the position of each argument in ARGV (Args and its ARGV method, which
-// redisstore sends), the codes of the operations, and the bounds the
-// scripts' arithmetic needs (MaxUnix, MaxQuota). The Lua files never
+// the position of each argument in ARGV (Args and its ARGV and LimitsARGV
+// methods, which redisstore sends), the codes of the operations and of a
+// check (an op's code plus CHECK_CODE, which no fast path takes), and the
+// bounds the scripts' arithmetic needs (MaxUnix, MaxQuota). The Lua files never
 // write these values: they name them, as ARGV[ARG_N], OP_TAKE or MAX_UNIX,
 // and Source writes each value in place of its name as it builds the
 // scripts, in code and comments alike. The values are literals in the
