@@ -30,7 +30,7 @@ func ExampleWrite() {
 	// RateLimit-Policy: "default";q=100;w=60
 	// RateLimit: "default";r=0;t=3
 	// Retry-After: 3
-	// {"error":{"code":"rate_limit_exceeded","message":"Rate limit exceeded; retry after 3 seconds.","limit":100,"remaining":0,"reset":3,"retry_after":3}}
+	// {"error":{"code":"rate_limit_exceeded","message":"Rate limit exceeded; retry after 3 seconds.","policy":"default","limit":100,"remaining":0,"reset":3,"retry_after":3}}
 }
 
 func ExampleWrite_xEpoch() {

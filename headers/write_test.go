@@ -171,7 +171,7 @@ func TestErrorBodyMatchesFields(t *testing.T) {
 	body, err := json.Marshal(headers.NewErrorBody(rep))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"error":{"code":"rate_limit_exceeded","message":"Rate limit exceeded; retry after 2 seconds.",
-		"limit":100,"remaining":0,"reset":2,"retry_after":2}}`, string(body))
+		"policy":"default","limit":100,"remaining":0,"reset":2,"retry_after":2}}`, string(body))
 
 	h := http.Header{}
 	require.NoError(t, headers.Write(h, headers.StyleDraft, rep, nil))
