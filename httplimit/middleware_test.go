@@ -357,7 +357,7 @@ func TestMiddlewareCostErrors(t *testing.T) {
 
 // newStore returns a memstore on the real (or, inside a synctest bubble,
 // the virtual) clock.
-func newStore(t *testing.T) *memstore.Store {
+func newStore(t testing.TB) *memstore.Store {
 	t.Helper()
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
