@@ -45,6 +45,22 @@
 // headers.MaxInteger, in every style and in the body, which tells a client
 // less than it may use, never more.
 //
+// # Several limits
+//
+// A limiter of a floodgate.Limits ("5 per second and 20 per minute") is
+// decided as one: the request is admitted only if every limit admits it.
+// The IETF fields then list every limit, the one that bound
+// (Decision.Binding) first, and the trios, Retry-After and the body
+// report that one:
+//
+//	RateLimit-Policy: "20-per-1m";q=20;w=60, "5-per-1s";q=5;w=1
+//	RateLimit: "20-per-1m";r=0;t=37, "5-per-1s";r=4;t=1
+//	Retry-After: 37
+//
+// Each limit's Decision comes from Request.Each, into a pooled buffer, so
+// listing them costs no allocation. Limits are named after their quota
+// and window ("5-per-1s") unless [Options.PolicyNames] names them.
+//
 // # When no decision is made
 //
 // A request that no decision can be made for reaches
