@@ -80,6 +80,8 @@
 //   - anything else (an invalid cost, invalid options) is a fault of the
 //     server: 500, without rate-limit fields.
 //
+// [Options.OnError] sees each of them, to log or count.
+//
 // # Keys
 //
 // A [KeyFunc] names the quota a request draws from. [KeyByAPIKey] keys by a
@@ -108,7 +110,9 @@
 // evenly. A request whose client goes away while it waits gives its units
 // back where the algorithm allows. [Options.Shadow] decides and reports
 // every request (fields, [Options.OnDecision]) but never denies or delays
-// one, to see what a new limit would do before enforcing it.
+// one, to see what a new limit would do before enforcing it. Nor does it
+// answer a request it cannot decide (no key, a failed store): that one is
+// reported to [Options.OnError] and served.
 //
 // The middleware needs nothing from a limiter beyond the floodgate.Limiter
 // interface, so a limiter the user wraps, or a lease.Limiter, works as

@@ -69,8 +69,12 @@ type Options struct {
 	// Shadow runs the limiter without enforcing it (a dry run): every
 	// request is decided, reported to OnDecision and given the rate-limit
 	// fields of its decision, but none is denied or delayed, and no
-	// Retry-After is sent. Use it to see what a new limit would do before
-	// enforcing it. The default is false.
+	// Retry-After is sent. A request no decision can be made for (no key,
+	// a failed store, an invalid cost, invalid options given to
+	// Middleware) is reported to OnError and served without fields: a
+	// dry run never blocks, so ErrorHandler and DenyHandler are not
+	// called. Use it to see what a new limit would do before enforcing
+	// it. The default is false.
 	Shadow bool
 
 	// MaxDelay turns denial into delay: requests are admitted as
@@ -167,6 +171,8 @@ type Options struct {
 	//     limiter refuses (floodgate.ErrKeyTooLong), invalid options
 	//     (floodgate.ErrInvalidConfig, see Middleware). 500 Internal
 	//     Server Error, code rate_limit_error, without rate-limit fields.
+	//
+	// In Shadow mode ErrorHandler is not called: the request is served.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 	// Challenge is the WWW-Authenticate field of the default 401 answer to
@@ -191,6 +197,14 @@ type Options struct {
 	// floodgate.Limits, d is the binding limit's Decision (d.Binding its
 	// index). It runs on the request's goroutine and must not block.
 	OnDecision func(r *http.Request, key string, d floodgate.Decision)
+
+	// OnError, when set, is called with every request no decision could
+	// be made for and the reason, before ErrorHandler answers it or, in
+	// shadow mode, before it is served: the errors ErrorHandler lists.
+	// key is the request's key, "" for ErrNoKey and for invalid options
+	// given to Middleware. It runs on the request's goroutine and must
+	// not block.
+	OnError func(r *http.Request, key string, err error)
 
 	// Now is the clock of epoch resets (headers.ResetEpoch). The default
 	// is time.Now.
@@ -266,7 +280,8 @@ func (m *middleware) handler(next http.Handler) http.Handler {
 // Middleware never panics: when the limiter is nil or the options are
 // invalid it returns middleware that hands every request to the
 // ErrorHandler with an error matching floodgate.ErrInvalidConfig (500 by
-// default), failing closed. Use New to catch such errors at start-up.
+// default), failing closed; in Shadow mode, to OnError, and the request is
+// served. Use New to catch such errors at start-up.
 func Middleware(limiter floodgate.Limiter, opts *Options) func(http.Handler) http.Handler {
 	mw, err := New(limiter, opts)
 	if err == nil {
@@ -276,11 +291,25 @@ func Middleware(limiter floodgate.Limiter, opts *Options) func(http.Handler) htt
 	if opts != nil {
 		o = *opts
 	}
+	if o.Shadow {
+		// A dry run never blocks, even on a configuration it cannot run.
+		return func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if o.OnError != nil {
+					o.OnError(r, "", err)
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+	}
 	// The answer of invalid options is a 500, in the body style asked for.
 	fallback := &middleware{}
 	fallback.o.ProblemDetails = o.ProblemDetails
 	return func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if o.OnError != nil {
+				o.OnError(r, "", err)
+			}
 			if o.ErrorHandler != nil {
 				o.ErrorHandler(w, r, err)
 				return
@@ -444,11 +473,20 @@ func (m *middleware) decide(ctx context.Context, p *plan, key string, n int64, e
 	return res.Decision, refund, err
 }
 
-// fail hands a request no decision could be made for to ErrorHandler. p
-// is the request's plan, nil when it has none (yet).
+// fail handles a request no decision could be made for: OnError, then
+// ErrorHandler, or, in shadow mode, the next handler. p is the request's
+// plan, nil when it has none (yet).
 func (m *middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, p *plan, key string, err error) {
-	if m.o.ErrorHandler != nil {
-		m.o.ErrorHandler(w, r, err)
+	o := &m.o
+	if o.OnError != nil {
+		o.OnError(r, key, err)
+	}
+	if o.Shadow {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if o.ErrorHandler != nil {
+		o.ErrorHandler(w, r, err)
 		return
 	}
 	m.answerError(w, r, p, err)
