@@ -45,7 +45,7 @@
 // headers.MaxInteger, in every style and in the body, which tells a client
 // less than it may use, never more.
 //
-// # Several limits
+// # Several limits, and plans
 //
 // A limiter of a floodgate.Limits ("5 per second and 20 per minute") is
 // decided as one: the request is admitted only if every limit admits it.
@@ -60,6 +60,12 @@
 // Each limit's Decision comes from Request.Each, into a pooled buffer, so
 // listing them costs no allocation. Limits are named after their quota
 // and window ("5-per-1s") unless [Options.PolicyNames] names them.
+//
+// [NewPlans] chooses the limiter per request among [Plan]s built at
+// start-up ("free", "pro"), each with its own policy names; a plan name
+// the plan function returns that no plan has is [ErrUnknownPlan], a 500.
+// Keys are not prefixed per plan, so a key that changes plans keeps what
+// its limits of a kind have counted; see NewPlans.
 //
 // # When no decision is made
 //
@@ -77,8 +83,8 @@
 //     Retry-After ([Options.UnavailableRetryAfter], 1 second by default)
 //     and the fields of the limiter's policy, promising nothing until
 //     then ("default";r=0;t=1);
-//   - anything else (an invalid cost, invalid options) is a fault of the
-//     server: 500, without rate-limit fields.
+//   - anything else (an invalid cost, an unknown plan, invalid options)
+//     is a fault of the server: 500, without rate-limit fields.
 //
 // [Options.OnError] sees each of them, to log or count.
 //

@@ -70,10 +70,10 @@ type Options struct {
 	// request is decided, reported to OnDecision and given the rate-limit
 	// fields of its decision, but none is denied or delayed, and no
 	// Retry-After is sent. A request no decision can be made for (no key,
-	// a failed store, an invalid cost, invalid options given to
-	// Middleware) is reported to OnError and served without fields: a
-	// dry run never blocks, so ErrorHandler and DenyHandler are not
-	// called. Use it to see what a new limit would do before enforcing
+	// a failed store, an unknown plan, an invalid cost, invalid options
+	// given to Middleware) is reported to OnError and served without
+	// fields: a dry run never blocks, so ErrorHandler and DenyHandler are
+	// not called. Use it to see what a new limit would do before enforcing
 	// it. The default is false.
 	Shadow bool
 
@@ -106,7 +106,8 @@ type Options struct {
 	XReset headers.ResetFormat
 
 	// PolicyName is the policy name of the RateLimit fields for a limiter
-	// of one algorithm. The default is DefaultPolicyName. It must be
+	// of one algorithm (with NewPlans, of every such plan that does not
+	// name its own). The default is DefaultPolicyName. It must be
 	// printable ASCII. A floodgate.Limits has several policies: name them
 	// with PolicyNames; New refuses PolicyName for one.
 	PolicyName string
@@ -117,7 +118,9 @@ type Options struct {
 	// as PolicyName). By default a Limits' limits are named after their
 	// quota and window, "<quota>-per-<window>" with the window in the
 	// largest unit that divides it ("5-per-1s", "1000-per-1m",
-	// "20000-per-1d"; a name that repeats gets "-2", "-3").
+	// "20000-per-1d"; a name that repeats gets "-2", "-3"); see Plan.
+	// NewPlans takes the names of each plan in Plan.PolicyNames and
+	// refuses this field.
 	PolicyNames []string
 
 	// ProblemDetails makes the default denial body RFC 9457 problem details
@@ -168,7 +171,8 @@ type Options struct {
 	//     answer in time.
 	//   - anything else is a fault of the server: an invalid cost
 	//     (floodgate.ErrInvalidN, floodgate.ErrExceedsLimit), a key the
-	//     limiter refuses (floodgate.ErrKeyTooLong), invalid options
+	//     limiter refuses (floodgate.ErrKeyTooLong), a plan NewPlans
+	//     does not have (ErrUnknownPlan), invalid options
 	//     (floodgate.ErrInvalidConfig, see Middleware). 500 Internal
 	//     Server Error, code rate_limit_error, without rate-limit fields.
 	//
@@ -214,10 +218,12 @@ type Options struct {
 // defaultUnavailableRetryAfter is the default of Options.UnavailableRetryAfter.
 const defaultUnavailableRetryAfter = time.Second
 
-// middleware is a validated Options bound to the limiter of its plan.
+// middleware is a validated Options bound to the limiters of its plans.
 type middleware struct {
 	o        Options
-	single   *plan // the limiter and its policies
+	single   *plan            // New's limiter; nil for NewPlans
+	plans    map[string]*plan // NewPlans' plans by name
+	choose   func(*http.Request) string
 	style    headers.Style
 	shaping  bool
 	writeOpt headers.WriteOptions
@@ -319,7 +325,8 @@ func Middleware(limiter floodgate.Limiter, opts *Options) func(http.Handler) htt
 	}
 }
 
-// newMiddleware validates the options; New adds the limiter's plan.
+// newMiddleware validates the options every middleware shares; the
+// constructors add the plans.
 func newMiddleware(opts *Options) (*middleware, error) {
 	m := &middleware{}
 	m.each.New = func() any { return new([maxLimits]floodgate.Decision) }
@@ -386,6 +393,13 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key = o.KeyPrefix + key
 	p := m.single
+	if p == nil {
+		name := m.choose(r)
+		if p = m.plans[name]; p == nil {
+			m.fail(w, r, next, nil, key, &unknownPlanError{name: name})
+			return
+		}
+	}
 	n := int64(1)
 	if o.Cost != nil {
 		n = o.Cost(r)
@@ -675,8 +689,8 @@ func (m *middleware) answerUnavailable(w http.ResponseWriter, p *plan) {
 		}
 		m.writeReports(w.Header(), reps[:len(p.policies)])
 	} else {
-		// No plan to report, which serve never asks for (ErrNoKey is
-		// not unavailability): Retry-After alone.
+		// No plan to report, which serve never asks for (ErrNoKey and
+		// ErrUnknownPlan are not unavailability): Retry-After alone.
 		reps[0] = headers.Report{Denied: true, RetryAfter: m.o.UnavailableRetryAfter}
 		_ = headers.WriteReports(w.Header(), 0, reps[:1], nil)
 	}
