@@ -266,7 +266,7 @@ func TestMiddlewareLimitsStoreFailure(t *testing.T) {
 }
 
 // withoutEach forwards to a Limits limiter but never fills Request.Each, as
-// a wrapper answering from elsewhere (a lease pool) does not.
+// a wrapper answering from a cache of its own would not.
 type withoutEach struct{ floodgate.Limiter }
 
 func (w withoutEach) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {

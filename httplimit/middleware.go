@@ -249,9 +249,9 @@ type middleware struct {
 // the IETF fields list every limit, the binding one (Decision.Binding)
 // first; the trios, Retry-After and the body report the binding one. Its
 // policies are named by Options.PolicyNames, or after their quota and
-// window. A limiter whose Apply does not fill Request.Each (a wrapper
-// that answers from elsewhere, such as a lease.Limiter's local pool)
-// gets the fields of the binding limit alone.
+// window. A limiter whose Apply does not fill Request.Each (a user's
+// wrapper that answers some requests from a cache of its own) gets the
+// fields of the binding limit alone.
 //
 // The middleware uses only the floodgate.Limiter interface: any Limiter
 // works, a user's wrapper included.
