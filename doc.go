@@ -42,6 +42,23 @@
 // [SlidingLog] is the exact sliding window: one entry per admitted request,
 // at most Limit per key. Use it where small limits must be exact.
 //
+// # Several limits on one key
+//
+// [Limits] decides several algorithms as one: "10 per second and 1,000 per
+// day". A request is admitted only if every limit admits it; a denial
+// changes no limit's state; the Decision reports the limit that bound
+// (Decision.Binding), and Request.Each receives every limit's own
+// Decision. On Redis it is one script call per decision.
+//
+// # Check-only and settle-later
+//
+// A [Request] with Check reports what the step would do and changes
+// nothing (a quota preview). [OpSettle] settles a cost known only after
+// the work (the tokens of an LLM completion): a positive N charges more
+// units into at most one quota of debt, a negative N gives units back. The
+// admission's instant names the work: Result.At plus Result.Delay, from
+// Limiter.Apply.
+//
 // # Decisions
 //
 // Being limited is a result, not an error: a [Decision] says whether the
@@ -57,9 +74,9 @@
 //
 // The algorithms compute in integer nanoseconds since the Unix epoch. Every
 // store reproduces each algorithm's reference transition (package step)
-// exactly, which the conformance harness (package floodgatetest) checks. Token and leaky bucket rates are exact when Per
-// is a multiple of Rate nanoseconds and otherwise lower by less than one
-// nanosecond per unit; windows are whole microseconds; windows and restore
+// exactly, which the conformance harness (package floodgatetest) checks.
+// Token and leaky bucket rates are exact when Per is a multiple of Rate
+// nanoseconds and otherwise lower by less than one nanosecond per unit; windows are whole microseconds; windows and restore
 // times are at most [MaxWindow] (about 52 days) so that the Lua scripts'
 // doubles stay exact.
 //
@@ -70,5 +87,6 @@
 // state, so a changed configuration (a rolling deploy that raises a limit)
 // continues from what the old one counted. Two different limits of one kind
 // must not share keys: prefix them (for example "login:" + user and "api:" +
-// user).
+// user). The limits of a Limits keep their state apart from single
+// algorithms, by kind and ordinal (see [Limits]).
 package floodgate

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"net/http"
 	"net/netip"
+	"net/textproto"
 	"strings"
 )
 
@@ -23,12 +24,21 @@ type IPKeyOptions struct {
 	// or holds "unknown" or an obfuscated node where the walk stops), the
 	// last trusted address is the client: such requests share one key,
 	// which is safe but coarse; fix the proxy.
+	//
+	// The walk is bounded whatever a client sends: it reads at most 32
+	// hops (elements, counted across all lines of the field; a line holds
+	// at least one), and an element longer than 1024 bytes is malformed.
+	// Either bound ends the walk as a malformed element does, at the last
+	// trusted address. The field is never split or copied: what a request
+	// costs does not grow with the length of its field or the number of
+	// its lines.
 	TrustedProxies []netip.Prefix
 
 	// ForwardedHeader is the field the trusted proxies append the client
 	// address to: "X-Forwarded-For" (the default), "Forwarded" (RFC 7239,
 	// its for= parameters), or any field holding a comma-separated list of
-	// addresses ("X-Real-IP" is a list of one). Name the one your proxies
+	// addresses ("X-Real-IP" is a list of one). Several lines of the
+	// field are one list, joined in order. Name the one your proxies
 	// write: a field they pass through untouched is written by the client.
 	ForwardedHeader string
 
@@ -43,14 +53,30 @@ type IPKeyOptions struct {
 	IPv6Prefix int
 }
 
+// The bounds of the walk through a forwarding field. A field is written by
+// the client first and the proxies after, so its length is the client's
+// choice: without them a 1 MiB field costs a 1 MiB walk.
+const (
+	// maxHops is the number of elements the walk reads. Real chains of
+	// trusted proxies are a handful of hops long.
+	maxHops = 32
+	// maxElementLen is the length in bytes of the longest element read.
+	// An X-Forwarded-For element, an address with a port, is at most 53
+	// bytes and the spaces around it; a Forwarded element with for=, by=,
+	// proto= and a host= of a 253-byte name stays under 400.
+	maxElementLen = 1024
+)
+
 // ipResolver is IPKeyOptions with its defaults applied.
 type ipResolver struct {
 	trusted    []netip.Prefix
-	header     string
+	header     string // canonical, to index http.Header without allocating
 	rfc7239    bool
 	v4Bits     int
 	v6Bits     int
 	anyTrusted bool
+	maxHops    int // maxHops; a field so that tests can lower it
+	maxElement int // maxElementLen; a field so that tests can lower it
 }
 
 func newIPResolver(opts *IPKeyOptions) *ipResolver {
@@ -58,10 +84,16 @@ func newIPResolver(opts *IPKeyOptions) *ipResolver {
 	if opts != nil {
 		o = *opts
 	}
-	r := &ipResolver{header: o.ForwardedHeader, v4Bits: o.IPv4Prefix, v6Bits: o.IPv6Prefix}
+	r := &ipResolver{
+		header: o.ForwardedHeader, v4Bits: o.IPv4Prefix, v6Bits: o.IPv6Prefix,
+		maxHops: maxHops, maxElement: maxElementLen,
+	}
 	if r.header == "" {
 		r.header = "X-Forwarded-For"
 	}
+	// Header.Values canonicalizes its argument on every call, which
+	// allocates for a name such as "x-real-ip"; once here is enough.
+	r.header = textproto.CanonicalMIMEHeaderKey(r.header)
 	r.rfc7239 = strings.EqualFold(r.header, "Forwarded")
 	if r.v4Bits <= 0 || r.v4Bits > 32 {
 		r.v4Bits = 32
@@ -103,24 +135,28 @@ func KeyByIP(opts *IPKeyOptions) KeyFunc {
 		if !ok {
 			return "", false
 		}
-		return "ip:" + res.group(a), true
+		return res.key(a), true
 	}
 }
 
-// group returns the textual prefix a belongs to.
-func (r *ipResolver) group(a netip.Addr) string {
+// key returns "ip:" and the textual prefix a belongs to. It writes both
+// into an array on the stack and converts once: one allocation, where
+// "ip:" + a.String() takes two.
+func (r *ipResolver) key(a netip.Addr) string {
 	bits := r.v6Bits
 	if a.Is4() {
 		bits = r.v4Bits
 	}
-	if bits == a.BitLen() {
-		return a.String()
+	// "ip:" and the longest prefix without a zone,
+	// "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128", are 46 bytes.
+	var buf [64]byte
+	b := append(buf[:0], "ip:"...)
+	if p, err := a.Prefix(bits); err == nil && bits != a.BitLen() {
+		b = p.AppendTo(b)
+	} else {
+		b = a.AppendTo(b)
 	}
-	p, err := a.Prefix(bits)
-	if err != nil {
-		return a.String()
-	}
-	return p.String()
+	return string(b)
 }
 
 // ClientIP returns the address of the client that sent r, as seen through the
@@ -139,46 +175,101 @@ func (r *ipResolver) clientIP(req *http.Request) (netip.Addr, bool) {
 	if !r.anyTrusted || !r.isTrusted(peer) {
 		return peer, true
 	}
-	lines := req.Header.Values(r.header)
-	client := peer
-	// Walk the hops from the right: the last one was appended by the peer,
-	// which is trusted; each trusted hop vouches for the one to its left.
+	client, _ := r.walk(req.Header[r.header], peer)
+	return client, true
+}
+
+// walk returns the client address that the lines of a forwarding field
+// name, read from the right, when the trusted peer sent them: the last one
+// was appended by the peer, and each trusted hop vouches for the one to its
+// left. The lines are one list joined in order. It also returns the number
+// of bytes its separator scans read, which tests hold against the bounds
+// (parsing reads each element's bytes a few times more).
+//
+// Each element is found by a backward scan for its separator, no further
+// than maxElement bytes, and parsed where it lies: nothing is split or
+// copied, so the work is at most maxHops elements of maxElement bytes
+// whatever the length of the field or the number of its lines.
+func (r *ipResolver) walk(lines []string, peer netip.Addr) (client netip.Addr, examined int) {
+	client = peer
+	hops := 0
 	for i := len(lines) - 1; i >= 0; i-- {
-		hops := strings.Split(lines[i], ",")
-		for j := len(hops) - 1; j >= 0; j-- {
+		line := lines[i]
+		for end := len(line); ; {
+			if hops == r.maxHops {
+				// All trusted so far, and no deeper: the last trusted
+				// address is all we know.
+				return client, examined
+			}
+			hops++
+			// A separator left of lo would make the element too long:
+			// the scan, from the right, stops there.
+			lo := max(0, end-r.maxElement-1)
+			sep := strings.LastIndexByte(line[lo:end], ',')
+			examined += end - lo - max(sep, 0)
+			start := lo + sep + 1
+			if sep < 0 && lo > 0 || end-start > r.maxElement {
+				return client, examined // too long: malformed
+			}
 			var a netip.Addr
+			var ok bool
 			if r.rfc7239 {
-				a, ok = forwardedFor(hops[j])
+				a, ok = forwardedFor(line[start:end])
 			} else {
-				a, ok = parseHostAddr(strings.Trim(hops[j], " \t"))
+				a, ok = parseHostAddr(strings.Trim(line[start:end], " \t"))
 			}
 			if !ok {
 				// Unknown, obfuscated or malformed, yet written by a
 				// trusted hop: the last trusted address is all we know.
-				return client, true
+				return client, examined
 			}
 			client = a
 			if !r.isTrusted(a) {
-				return a, true
+				return a, examined
 			}
+			if start == 0 {
+				break // the line's first element; on to the line before
+			}
+			end = start - 1
 		}
 	}
-	return client, true
+	return client, examined
 }
 
 // parseHostAddr reads an address with or without a port: "192.0.2.7",
 // "192.0.2.7:443", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:443".
+//
+// It calls the one netip parser that can succeed on the shape of s rather
+// than trying ParseAddrPort first and ParseAddr after: a failed parse
+// allocates its error, and the walk parses every element it reads. The
+// result is what trying both gives; FuzzParseHostAddr holds the two
+// together.
 func parseHostAddr(s string) (netip.Addr, bool) {
 	var a netip.Addr
-	if ap, err := netip.ParseAddrPort(s); err == nil {
+	var err error
+	switch {
+	case s == "":
+		// An empty element, as in a field of commas. netip fails on it
+		// too, but allocates its error.
+		return netip.Addr{}, false
+	case len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']':
+		// "[2001:db8::1]". ParseAddrPort fails on it: a port does not
+		// end in ']'.
+		a, err = netip.ParseAddr(s[1 : len(s)-1])
+	case s != "" && s[0] == '[' || strings.Count(s, ":") == 1:
+		// "[2001:db8::1]:443" or "192.0.2.7:443". ParseAddr fails on
+		// both shapes: an address does not begin with '[', and has no
+		// colon (IPv4) or two at least (IPv6).
+		var ap netip.AddrPort
+		ap, err = netip.ParseAddrPort(s)
 		a = ap.Addr()
-	} else {
-		if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
-			s = s[1 : len(s)-1]
-		}
-		if a, err = netip.ParseAddr(s); err != nil {
-			return netip.Addr{}, false
-		}
+	default:
+		// "192.0.2.7" or "2001:db8::1". ParseAddrPort fails on both:
+		// the first has no colon, and it takes IPv6 in brackets only.
+		a, err = netip.ParseAddr(s)
+	}
+	if err != nil {
+		return netip.Addr{}, false
 	}
 	return a.WithZone("").Unmap(), true
 }
@@ -188,11 +279,14 @@ func parseHostAddr(s string) (netip.Addr, bool) {
 // are split on commas by the caller without regard to quoting: the values a
 // proxy writes (addresses, ports) contain neither commas nor semicolons, and
 // a quote the client left open must not swallow the elements appended after
-// it by trusted proxies.
+// it by trusted proxies. Pairs are split on semicolons the same way, in
+// place.
 func forwardedFor(element string) (netip.Addr, bool) {
 	var node string
 	found := false
-	for _, pair := range strings.Split(element, ";") {
+	for rest, more := element, true; more; {
+		var pair string
+		pair, rest, more = strings.Cut(rest, ";")
 		name, value, ok := strings.Cut(strings.Trim(pair, " \t"), "=")
 		if !ok || !strings.EqualFold(strings.Trim(name, " \t"), "for") {
 			continue

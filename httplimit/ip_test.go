@@ -296,3 +296,42 @@ func TestKeyBySubjectAndChain(t *testing.T) {
 func contextWith(req *http.Request, v any) context.Context {
 	return context.WithValue(req.Context(), subjectKey{}, v)
 }
+
+// TestKeyByIPAllocations holds the cost of a well-formed field from
+// trusted proxies to the one allocation of the key it returns: none per
+// hop.
+func TestKeyByIPAllocations(t *testing.T) {
+	tests := []struct {
+		name string
+		opts *httplimit.IPKeyOptions
+		hdr  []string
+		want string
+	}{
+		{"peer only", nil, nil, "ip:10.0.0.1"},
+		{"x-forwarded-for, 3 hops", &httplimit.IPKeyOptions{TrustedProxies: proxies},
+			[]string{"X-Forwarded-For", "203.0.113.9, 10.1.2.3, 10.4.5.6"}, "ip:203.0.113.9"},
+		{"x-forwarded-for, 3 hops with ports", &httplimit.IPKeyOptions{TrustedProxies: proxies},
+			[]string{"X-Forwarded-For", "203.0.113.9:5555, [2001:db8:ffff::2]:443, 10.4.5.6:80"}, "ip:203.0.113.9"},
+		{"forwarded, 3 hops", &httplimit.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "Forwarded"},
+			[]string{"Forwarded", `for=203.0.113.9;proto=https, for="[2001:db8:ffff::2]:443";by=10.0.0.1, for=10.4.5.6`}, "ip:203.0.113.9"},
+		{"x-forwarded-for, 3 hops on 3 lines", &httplimit.IPKeyOptions{TrustedProxies: proxies},
+			[]string{"X-Forwarded-For", "203.0.113.9", "X-Forwarded-For", "10.1.2.3", "X-Forwarded-For", "10.4.5.6"}, "ip:203.0.113.9"},
+		{"x-real-ip in lower case", &httplimit.IPKeyOptions{TrustedProxies: proxies, ForwardedHeader: "x-real-ip"},
+			[]string{"X-Real-Ip", "203.0.113.9"}, "ip:203.0.113.9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, "/", nil)
+			req.RemoteAddr = "10.0.0.1:1234"
+			for i := 0; i+1 < len(tt.hdr); i += 2 {
+				req.Header.Add(tt.hdr[i], tt.hdr[i+1])
+			}
+			key := httplimit.KeyByIP(tt.opts)
+			got, ok := key(req)
+			require.True(t, ok)
+			require.Equal(t, tt.want, got)
+			allocs := testing.AllocsPerRun(1000, func() { _, _ = key(req) })
+			assert.LessOrEqual(t, allocs, 1.0, "allocations per KeyByIP(%q)", tt.hdr)
+		})
+	}
+}

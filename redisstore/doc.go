@@ -90,8 +90,8 @@
 // node's Options.MaxInFlight slots counts against the timeout, so a
 // stalled node's calls cannot hold up the decisions queued behind them.
 // (A store's first calls, which dial and load scripts, get at least
-// 250ms; NoTimeout leaves the bound to the caller's context and
-// go-redis.)
+// 250ms, until one of them times out; NoTimeout leaves the bound to the
+// caller's context and go-redis.)
 //
 // Each node — a Cluster's master, a Ring's shard, the server of a Client —
 // has its own circuit breaker. It opens when, over the last second or so,

@@ -677,7 +677,8 @@ func TestRingBreakerPerShard(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.addr(), "b": b.addr()}})
 	t.Cleanup(func() { _ = ring.Close() })
 	// The servers are the test's own: no per-test prefix to clean up.
-	s := newStore(t, ring, &Options{Prefix: "fg:", Timeout: 20 * time.Millisecond, BreakerThreshold: 3})
+	// 100ms: the healthy shard (a miniredis) must answer on a loaded machine.
+	s := newStore(t, ring, &Options{Prefix: "fg:", Timeout: 100 * time.Millisecond, BreakerThreshold: 3})
 	alg := floodgate.TokenBucket{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}
 	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
 	ctx := context.Background()
@@ -719,4 +720,26 @@ func newMini(t *testing.T) string {
 	t.Helper()
 	m := miniredis.RunT(t)
 	return m.Addr()
+}
+
+// TestColdStallOpensBreaker starts a store while its Redis stalls: the
+// first call gets the cold allowance (it would dial and load the
+// scripts), but its timeout ends the allowance, so the calls after it
+// get Options.Timeout and open the breaker. Before, every one of the
+// store's first MaxInFlight calls waited 250ms and none counted: 30
+// sequential decisions left the breaker closed.
+func TestColdStallOpensBreaker(t *testing.T) {
+	p := newProxy(t, newMini(t))
+	p.setStalled(true)
+	defer p.setStalled(false)
+	c := redis.NewClient(&redis.Options{Addr: p.addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, &Options{Prefix: "fg:", Timeout: 20 * time.Millisecond, BreakerThreshold: 3, MaxInFlight: 64})
+	alg := floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}
+	ctx := context.Background()
+	for i := range 30 {
+		_, err := s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		require.ErrorIs(t, err, floodgate.ErrUnavailable, "decision %d", i)
+	}
+	require.Equal(t, BreakerOpen, s.BreakerState("k"))
 }

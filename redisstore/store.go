@@ -83,7 +83,8 @@ type Options struct {
 	// off.
 	// The first MaxInFlight calls of a Store (the first BatchPipelines
 	// batches of each node), which dial connections and load scripts, get
-	// at least 250ms, and their timeouts do not count against the breaker.
+	// at least 250ms, and their timeouts do not count against the breaker,
+	// until the first of them times out: the calls after it get Timeout.
 	Timeout time.Duration
 
 	// MaxInFlight is the most unbatched calls sent to one node (a
@@ -189,8 +190,19 @@ var _ floodgate.Store = (*Store)(nil)
 
 // coldTimeout is the least timeout of a Store's first calls (as many as
 // MaxInFlight, or as many batches as BatchPipelines): they dial the
-// connections and load the scripts, several round trips each.
+// connections and load the scripts, several round trips each. The first
+// of them to time out ends the allowance (endCold).
 const coldTimeout = 250 * time.Millisecond
+
+// endCold ends the cold calls' allowance of the store, or of node n's
+// batcher when n batches: the calls after it get Options.Timeout.
+func (s *Store) endCold(n *node) {
+	if n.batch != nil {
+		n.batch.started.Store(n.batch.cold)
+		return
+	}
+	s.started.Store(s.cold)
+}
 
 // programs are the scripts, and batchPrograms those making a batch of
 // decisions of one algorithm (scripts.BatchSource), indexed by prog. A
@@ -537,6 +549,15 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		return floodgate.Result{}, unavailable(ErrClosed, nil)
 	}
 	o, err := classify(ctx, err)
+	if o == timedOut && cold {
+		// A first call dials and loads the scripts, so its timeout says
+		// little of Redis; but Redis did not answer it in 250ms, so the
+		// others would not be answered either: they get the real timeout,
+		// and count, as calls of a warm store do. Without this, a store
+		// started while Redis stalls spent 250ms on each of its first
+		// MaxInFlight decisions and never opened its breaker.
+		s.endCold(n)
+	}
 	if o == timedOut && (cold || n.busy(seen, err)) {
 		// The first calls dial connections and load the scripts, and a
 		// process may send more at once than its slots carry: those
