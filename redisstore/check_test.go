@@ -128,3 +128,35 @@ func TestCheckChangesNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckSettlementOutOfWindow settles, check-only and then for real,
+// units of an entry that has left a sliding log's window but is still in
+// its key (nothing has dropped it: a check drops nothing): the check finds
+// nothing to settle, as the step does, alone and in a Limits.
+func TestCheckSettlementOutOfWindow(t *testing.T) {
+	parallelOnMiniredis(t)
+	_, clock, s := virtualStore(t, Options{})
+	ctx := context.Background()
+	sl := floodgate.SlidingLog{Limit: 5, Window: time.Second}
+	for _, alg := range []floodgate.Algorithm{sl, floodgate.Limits{sl, floodgate.FixedWindow{Limit: 100, Window: time.Hour}}} {
+		key := fmt.Sprint(alg)
+		clock.Set(t0)
+		first, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 2})
+		require.NoError(t, err)
+		clock.Advance(500 * time.Millisecond)
+		_, err = s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		require.NoError(t, err)
+		clock.Advance(700 * time.Millisecond) // the first entry has left
+		for _, n := range []int64{-1, 1, -1} {
+			req := floodgate.Request{Op: floodgate.OpSettle, N: n, At: first.At}
+			check := req
+			check.Check = true
+			want, err := s.Apply(ctx, key, alg, check)
+			require.NoError(t, err, "check %+v", req)
+			got, err := s.Apply(ctx, key, alg, req)
+			require.NoError(t, err, "%+v", req)
+			require.Equal(t, norm(got), norm(want), "%v: check %+v", alg, req)
+			require.Zero(t, got.Granted, "%v: %+v settled units of an entry out of the window", alg, req)
+		}
+	}
+}

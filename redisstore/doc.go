@@ -25,10 +25,9 @@
 // scripts take their arguments as [scripts.Args] lays them out.
 //
 // Every Op runs in the script, and so does a check-only step
-// (Request.Check): the script takes the step without writing anything a
-// decision can observe (a sliding log still drops the entries that have
-// left the window, as a denial does) and replies what it would have done,
-// which Go checks as any reply. A settlement with a positive N charges the
+// (Request.Check): the script takes the step without writing anything (as
+// step's transitions, a sliding log's check drops nothing either) and
+// replies what it would have done, which Go checks as any reply. A settlement with a positive N charges the
 // units into the bounded debt of package step's transitions.
 //
 // # Time

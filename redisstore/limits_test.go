@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -38,12 +37,10 @@ func limitIDs(ls floodgate.Limits) []limitID {
 }
 
 // limitsModel is the reference of the Limits on one key: step.Members over
-// a model per limit state, shared by every Limits it binds. A Step runs on
-// the stored state without keeping it, as the contract of step.Members
-// says; but a sliding log's step at the decision's instant drops, in place,
-// the entries that left the window, as step.SlidingLog does for a denial or
-// a check (and memstore and the scripts do). Keep runs the last Step again
-// on the stored state.
+// a model per limit state, shared by every Limits it binds. A Step runs the
+// limit's step as a check on the stored state, which keeps it as it was,
+// as the contract of step.Members says (and memstore does); Keep runs the
+// last Step again on the stored state.
 type limitsModel struct {
 	states map[limitID]*model
 	ls     floodgate.Limits
@@ -85,13 +82,9 @@ func (lm *limitsModel) apply(ls floodgate.Limits, now time.Time, req floodgate.R
 }
 
 func (lm *limitsModel) Step(i int, at time.Time, req floodgate.Request) (floodgate.Result, error) {
-	m := lm.states[lm.ids[i]]
 	lm.last[i].at, lm.last[i].req = at, req
-	if _, ok := m.alg.(floodgate.SlidingLog); ok && !at.Equal(lm.now) {
-		return m.clone().step(at, req)
-	}
 	req.Check = true
-	return m.step(at, req)
+	return lm.states[lm.ids[i]].step(at, req)
 }
 
 func (lm *limitsModel) Keep(i int) {
@@ -165,11 +158,6 @@ func TestDifferentialLimits(t *testing.T) {
 		require.NoError(rt, err)
 		lm := &limitsModel{}
 		sm := &model{alg: single}
-		// memstore's Limits Step of a sliding log at a later instant (a
-		// check's reservation) drops entries that are still in the window
-		// at now, which the scripts keep (see the report of issue 14):
-		// after such a step memstore is no longer compared on this key.
-		memOK := true
 		var admitted []time.Time
 		for i := range rapid.IntRange(1, 30).Draw(rt, "steps") {
 			ls := ls1
@@ -223,24 +211,16 @@ func TestDifferentialLimits(t *testing.T) {
 			require.NoError(rt, err, "step %d: %v Apply(%+v)", i, ls, req)
 			require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, ls, req)
 			require.Equalf(rt, wantEach, gotEach, "step %d: %v Apply(%+v): Each", i, ls, req)
-			if memOK {
-				r.Each = memEach
-				fromMem, err := mem.Apply(ctx, key, ls, r)
-				require.NoError(rt, err)
-				require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, ls, req)
-				require.Equalf(rt, wantEach, memEach, "step %d: memstore %v Apply(%+v): Each", i, ls, req)
-				if req.Check && got.Delay > 0 {
-					for _, a := range ls {
-						memOK = memOK && kindOf(a) != step.KindSlidingLog
-					}
-				}
-			}
+			r.Each = memEach
+			fromMem, err := mem.Apply(ctx, key, ls, r)
+			require.NoError(rt, err)
+			require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, ls, req)
+			require.Equalf(rt, wantEach, memEach, "step %d: memstore %v Apply(%+v): Each", i, ls, req)
 			for j, id := range ids {
 				m := ms[j]
 				rkey := store.LimitKey(key, id.kind, id.ord)
-				if req.Check && reflect.DeepEqual(before[j], m.stored()) {
-					// (A sliding log's check drops entries that left the
-					// window, as the reference does.)
+				if req.Check {
+					require.Equal(rt, before[j], m.stored(), "step %d: the reference's check changed limit %d", i, j)
 					unchanged(rt, c, rkey, raws[j], ttls[j], "step %d: %v Apply(%+v)", i, ls, req)
 				}
 				checkStored(rt, c, rkey, m, now, margin, !srv.real(), lm.wrote[j])

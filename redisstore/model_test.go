@@ -24,8 +24,8 @@ type model struct {
 }
 
 // step runs req on the model's state as a store keeps it: a check keeps
-// nothing but what step.SlidingLog changes in place (it drops the entries
-// that left the window).
+// nothing (step.SlidingLog, which changes its state in place, changes
+// nothing for a check).
 func (m *model) step(now time.Time, req floodgate.Request) (floodgate.Result, error) {
 	var (
 		res floodgate.Result
@@ -49,27 +49,6 @@ func (m *model) step(now time.Time, req floodgate.Request) (floodgate.Result, er
 		*m = next
 	}
 	return res, err
-}
-
-// clone returns a copy of m that shares no state with it. step.SlidingLogState
-// does not export its fields: the copy's log is rebuilt by taking each
-// entry's units at its instant, on a log large enough to admit them all
-// (every entry of a log lies within one window of its newest one, so none
-// of them is trimmed on the way).
-func (m *model) clone() *model {
-	c := *m
-	if sl, ok := m.alg.(floodgate.SlidingLog); ok {
-		c.sl = step.SlidingLogState{}
-		big := floodgate.SlidingLog{Limit: 1 << 53, Window: sl.Window} // the largest Limit
-		for i := range m.sl.Len() {
-			e := m.sl.Entry(i)
-			res, err := step.SlidingLog(big, &c.sl, time.Unix(0, e.At), floodgate.Request{Op: floodgate.OpTakeUpTo, N: e.N})
-			if err != nil || res.Granted != e.N {
-				panic(fmt.Sprintf("clone: entry %+v: %+v, %v", e, res, err))
-			}
-		}
-	}
-	return &c
 }
 
 // horizon returns the time from now until the model's state is equivalent

@@ -54,7 +54,7 @@
 // by one limit changes no limit's key. A fast path probes instead: with
 // probe set it writes nothing and returns the write for its caller. The
 // sliding log, which reads its key after its own writes, keeps a view of
-// the entries a dry step dropped (see slidinglog.lua).
+// the entries a dry step trimmed but left in the key (see slidinglog.lua).
 //
 // # The protocol
 //

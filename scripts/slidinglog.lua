@@ -40,16 +40,15 @@
 -- step reads its key after its own writes only in trim and after it (the
 -- ranks of the entries, the base): a dry step keeps the entries it trimmed
 -- in the key, as ranks 1 to skip, and reads past them, and every entry it
--- trimmed has a score at most the new base. Two writes happen even when
+-- trimmed has a score at most the new base. One write happens even when
 -- dry: moving the base back to 0 (see below), a new representation of the
--- same log, and, at the decision's instant, dropping the entries that left
--- the window (see the first trim).
+-- same log.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. As in
--- step.SlidingLog, a denial and a check drop the entries that have left the
--- window, which no decision can observe; they change nothing else, not the
--- TTL. The TTL is the time until the newest entry leaves the window plus
--- the margin.
+-- step.SlidingLog, a denial drops the entries that have left the window,
+-- which no decision can observe, and a check drops none; neither changes
+-- anything else, not the TTL. The TTL is the time until the newest entry
+-- leaves the window plus the margin.
 
 local limit, w = quota, period
 
@@ -161,15 +160,11 @@ local function expire()
 end
 
 -- The entries that left the window ending at from go, as in
--- step.SlidingLog, also in a dry step at the decision's instant (a check, a
--- limit's first step in limits.lua): no decision can observe them, unless
--- the clock steps back, where the reference dropped them too. A step at a
--- later instant (limits.lua's second, shift > 0) records their removal
--- with its writes: before they run, they are still in the window at now.
-local wasDry = dry
-dry = dry and shift > 0
+-- step.SlidingLog; a dry step (a check, every step of limits.lua) drops
+-- none, as a check drops none there: it records their removal with its
+-- writes, and leaves them in the key, where a step at a later instant
+-- (limits.lua's second) still finds them in the window at now.
 trim(fs, fns)
-dry = wasDry
 head = nil -- the log may have changed
 local before = C - B
 local allowed, granted, at = 0, 0, ''
@@ -219,7 +214,7 @@ elseif op == OP_TAKE_UP_TO then
   end
 elseif last then -- OP_SETTLE
   -- On the entry admitted at the instant given, if the log holds it (an
-  -- entry a dry trim dropped has a score of at most B).
+  -- entry a dry step trimmed, still in the key, has a score of at most B).
   local member = fmt(parse(admitted))
   local score = tonumber(redis.call('ZSCORE', key, member))
   if score and score > B then
