@@ -74,7 +74,8 @@ const packHorizon = 200 * 365 * 24 * time.Hour
 // few bits for window indices until packHorizon from now.
 func newFWPacking(a floodgate.FixedWindow, now int64) fwPacking {
 	w := int64(a.Window)
-	shift := uint(bits.Len64(uint64(a.Limit)))
+	// Counts reach 2·Limit: a settlement charges up to one quota of debt.
+	shift := uint(bits.Len64(uint64(a.Limit))) + 1
 	if shift > 62 {
 		return fwPacking{}
 	}
