@@ -297,42 +297,39 @@ func New(store Store, alg Algorithm) (Limiter, error) {
 // place that handles pointers: stores are bound to values only. A nil alg, or a
 // nil pointer, whose methods would panic, is ErrInvalidConfig.
 func derefAlgorithm(alg Algorithm) (Algorithm, error) {
-	nilAlg := fmt.Errorf("%w: nil algorithm", ErrInvalidConfig)
+	isNil := false
 	switch a := alg.(type) {
 	case nil:
-		return nil, nilAlg
+		isNil = true
 	case *TokenBucket:
-		if a == nil {
-			return nil, nilAlg
+		if isNil = a == nil; !isNil {
+			return *a, nil
 		}
-		return *a, nil
 	case *LeakyBucket:
-		if a == nil {
-			return nil, nilAlg
+		if isNil = a == nil; !isNil {
+			return *a, nil
 		}
-		return *a, nil
 	case *FixedWindow:
-		if a == nil {
-			return nil, nilAlg
+		if isNil = a == nil; !isNil {
+			return *a, nil
 		}
-		return *a, nil
 	case *SlidingWindow:
-		if a == nil {
-			return nil, nilAlg
+		if isNil = a == nil; !isNil {
+			return *a, nil
 		}
-		return *a, nil
 	case *SlidingLog:
-		if a == nil {
-			return nil, nilAlg
+		if isNil = a == nil; !isNil {
+			return *a, nil
 		}
-		return *a, nil
 	case *Limits:
-		if a == nil {
-			return nil, nilAlg
+		if isNil = a == nil; !isNil {
+			return derefLimits(*a)
 		}
-		return derefLimits(*a)
 	case Limits:
 		return derefLimits(a)
+	}
+	if isNil {
+		return nil, fmt.Errorf("%w: nil algorithm", ErrInvalidConfig)
 	}
 	return alg, nil
 }

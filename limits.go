@@ -85,12 +85,25 @@ func validate(a Algorithm) error {
 // Policy returns the policy of the limit with the smallest quota (the
 // first of them); see Limits. It is the zero Policy for an invalid Limits.
 func (ls Limits) Policy() Policy {
-	if ls.Validate() != nil {
+	if len(ls) == 0 || len(ls) > maxLimits {
 		return Policy{}
 	}
-	p := ls[0].Policy()
-	for _, a := range ls[1:] {
-		if q := a.Policy(); q.Quota < p.Quota {
+	var p Policy
+	for i, a := range ls {
+		switch a.(type) {
+		case TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog:
+		default:
+			// nil, a pointer (nil or not) or a nested Limits: Validate
+			// says which.
+			if ls.Validate() != nil {
+				return Policy{}
+			}
+		}
+		q := a.Policy()
+		if q.Quota == 0 {
+			return Policy{} // an invalid limit
+		}
+		if i == 0 || q.Quota < p.Quota {
 			p = q
 		}
 	}

@@ -79,3 +79,58 @@ func makeKeys(n int) []string {
 	}
 	return keys
 }
+
+// BenchmarkLimits compares a Limits of two limits with one of them alone,
+// through a Limiter's Allow, one key and many: the composite decides
+// under one lock where the token bucket alone is one compare-and-swap.
+func BenchmarkLimits(b *testing.B) {
+	ctx := context.Background()
+	tb := floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 1_000_000}
+	fw := floodgate.FixedWindow{Limit: 1_000_000, Window: time.Hour}
+	for _, c := range []struct {
+		name string
+		alg  floodgate.Algorithm
+	}{
+		{"one/tb", tb},
+		{"one/fw", fw},
+		{"two/tb+fw", floodgate.Limits{tb, fw}},
+		{"two/tb+tb", floodgate.Limits{tb, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 1_000_000}}},
+	} {
+		b.Run(c.name+"/serial/1key", func(b *testing.B) {
+			s, _ := memstore.New(nil)
+			lim, err := floodgate.New(s, c.alg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := lim.Allow(ctx, "key"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(c.name+"/parallel/100000keys", func(b *testing.B) {
+			s, _ := memstore.New(nil)
+			lim, err := floodgate.New(s, c.alg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			keys := makeKeys(100_000)
+			for _, k := range keys {
+				_, _ = lim.Allow(ctx, k)
+			}
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := seq.Add(7919) * 7919
+				for pb.Next() {
+					i++
+					if _, err := lim.Allow(ctx, keys[i%uint64(len(keys))]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/take"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -45,11 +46,19 @@ type limitsBound struct {
 	ls    floodgate.Limits
 	kinds [8]step.Kind
 	ords  [8]uint8
+	// The commonest kinds as values, so that a step needs no type
+	// assertion: the token buckets (normalized as tbBound's) and fixed
+	// windows, by limit.
+	tb  [8]floodgate.TokenBucket
+	tau [8]int64 // the token buckets' tolerance, Burst intervals
+	fw  [8]floodgate.FixedWindow
+	// quota is the smallest quota: a take of more is ErrExceedsLimit.
+	quota int64
 }
 
 func (s *Store) bindLimits(ls floodgate.Limits) (*limitsBound, error) {
 	t := lazy(s, &s.lim, func() *lockedTable[limitsState] { return newLockedTable(s, limitsHeld) })
-	b := &limitsBound{t: t, ls: ls}
+	b := &limitsBound{t: t, ls: ls, quota: ls.Policy().Quota}
 	var next [step.KindSlidingLog + 1]uint8
 	for i, a := range ls {
 		k, err := step.KindOf(a)
@@ -58,6 +67,14 @@ func (s *Store) bindLimits(ls floodgate.Limits) (*limitsBound, error) {
 		}
 		b.kinds[i], b.ords[i] = k, next[k]
 		next[k]++
+		switch a := a.(type) {
+		case floodgate.TokenBucket:
+			tau := a.Policy().Window
+			a.Per, a.Rate = tau/time.Duration(a.Burst), 1
+			b.tb[i], b.tau[i] = a, int64(tau)
+		case floodgate.FixedWindow:
+			b.fw[i] = a
+		}
 		raise(&t.maxW, int64(a.Policy().Window))
 	}
 	return b, nil
@@ -74,10 +91,94 @@ func (b *limitsBound) Apply(_ context.Context, key string, req floodgate.Request
 	})
 }
 
-// Take is Apply of a plain take.
+// Take is Apply of a plain take, decided as step.Limits decides it (every
+// limit's take at now; kept only if all admit) with the token buckets' and
+// fixed windows' arithmetic on scalars, as their own Takes run it: a
+// Result is eleven words, copied through memory at every call, and a
+// composite of two limits made four such copies a decision (measured:
+// 290 ns against 67 for the token bucket alone). The floodgatetest cases
+// hold Take and Apply to the same decisions. Bad arguments and a clock
+// outside 1970 to 2262 take Apply's path, which reports them.
 func (b *limitsBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	if key == "" || len(key) > floodgate.MaxKeyLen || n < 1 || n > b.quota {
+		return b.slowTake(ctx, key, n)
+	}
+	sh, h, e := b.t.load(key)
+	for {
+		if e == nil {
+			e = b.t.insert(sh, key, h, lockedReclaimer[limitsState]{b.t}, b.t.s.nowNs, b.t.s.maxKeys)
+		}
+		e.mu.Lock()
+		if e.dead {
+			e.mu.Unlock()
+			sh, h, e = b.t.load(key)
+			continue
+		}
+		now, ok := b.t.s.stepNow()
+		if !ok {
+			e.mu.Unlock()
+			return b.slowTake(ctx, key, n)
+		}
+		d, err := b.take(&e.st, now, n)
+		e.mu.Unlock()
+		return d, err
+	}
+}
+
+func (b *limitsBound) slowTake(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
 	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
 	return res.Decision, err
+}
+
+// take takes n units from every limit of st at the instant t (ns), or
+// none; the caller holds the entry's lock and has checked n.
+func (b *limitsBound) take(st *limitsState, t, n int64) (floodgate.Decision, error) {
+	st.bind(b)
+	var deny, admit step.Pick
+	for i := range b.ls {
+		sl := &st.slots[st.idx[i]]
+		var d floodgate.Decision
+		switch b.kinds[i] {
+		case step.KindTokenBucket:
+			a := &b.tb[i]
+			next, remaining, wait, reset, ok := take.Bucket(sl.s[0], t, n, int64(a.Per), b.tau[i], 0)
+			sl.p[0] = next
+			d = floodgate.Decision{Allowed: ok, Limit: a.Burst, Remaining: remaining, ResetAfter: time.Duration(reset)}
+			if !ok {
+				d.RetryAfter = time.Duration(wait)
+			}
+		case step.KindFixedWindow:
+			a := &b.fw[i]
+			start, count, remaining, wait, reset, ok := take.Window(sl.s[0], sl.s[1], t, n, a.Limit, int64(a.Window), 0)
+			sl.p[0], sl.p[1] = start, count
+			d = floodgate.Decision{Allowed: ok, Limit: a.Limit, Remaining: remaining, ResetAfter: time.Duration(reset)}
+			if !ok {
+				d.RetryAfter = time.Duration(wait)
+			}
+		default:
+			res, err := st.Step(i, time.Unix(0, t), floodgate.Request{Op: floodgate.OpTake, N: n})
+			if err != nil {
+				st.run = nil
+				return floodgate.Decision{}, err
+			}
+			d = res.Decision
+		}
+		if d.Allowed {
+			admit.Admission(i, &d)
+		} else {
+			deny.Denial(i, &d)
+		}
+	}
+	if d, ok := deny.Decision(); ok {
+		st.run = nil
+		return d, nil
+	}
+	for i := range b.ls {
+		st.Keep(i)
+	}
+	st.run = nil
+	d, _ := admit.Decision()
+	return d, nil
 }
 
 // bind points st at b's limits, adding the slots the key lacks.
@@ -109,23 +210,24 @@ func (st *limitsState) Step(i int, at time.Time, req floodgate.Request) (floodga
 	sl := &st.slots[st.idx[i]]
 	var res floodgate.Result
 	var err error
-	switch a := st.run.ls[i].(type) {
-	case floodgate.TokenBucket:
-		sl.p[0], res, err = step.TokenBucket(a, sl.s[0], at, req)
-	case floodgate.LeakyBucket:
-		sl.p[0], res, err = step.LeakyBucket(a, sl.s[0], at, req)
-	case floodgate.FixedWindow:
+	b := st.run
+	switch b.kinds[i] {
+	case step.KindTokenBucket:
+		sl.p[0], res, err = step.TokenBucket(b.tb[i], sl.s[0], at, req)
+	case step.KindLeakyBucket:
+		sl.p[0], res, err = step.LeakyBucket(b.ls[i].(floodgate.LeakyBucket), sl.s[0], at, req)
+	case step.KindFixedWindow:
 		var next step.FixedWindowState
-		next, res, err = step.FixedWindow(a, step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
+		next, res, err = step.FixedWindow(b.fw[i], step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
 		sl.p[0], sl.p[1] = next.Start, next.Count
-	case floodgate.SlidingWindow:
+	case step.KindSlidingWindow:
 		var next step.SlidingWindowState
-		next, res, err = step.SlidingWindow(a, step.SlidingWindowState{Start: sl.s[0], Prev: sl.s[1], Curr: sl.s[2]}, at, req)
+		next, res, err = step.SlidingWindow(b.ls[i].(floodgate.SlidingWindow), step.SlidingWindowState{Start: sl.s[0], Prev: sl.s[1], Curr: sl.s[2]}, at, req)
 		sl.p = [3]int64{next.Start, next.Prev, next.Curr}
-	case floodgate.SlidingLog:
+	default:
 		check := req
 		check.Check = true
-		res, err = step.SlidingLog(a, &sl.sl.st, at, check)
+		res, err = step.SlidingLog(b.ls[i].(floodgate.SlidingLog), &sl.sl.st, at, check)
 		sl.sl.at, sl.sl.req = at, req
 	}
 	if err != nil {

@@ -32,37 +32,41 @@ type Members interface {
 // n takes the fewest units any limit has, a settlement settles each
 // limit.
 func Limits(ls floodgate.Limits, m Members, now time.Time, req floodgate.Request) (floodgate.Result, error) {
-	if err := CheckRequest(req, ls.Policy().Quota); err != nil {
-		return floodgate.Result{}, err
-	}
-	// each holds every limit's Decision: the caller's, or ours.
-	var own [8]floodgate.Decision // a valid Limits holds at most 8 limits
+	// Each limit's transition checks req (a take above the smallest quota
+	// is that limit's ErrExceedsLimit) before any state is kept.
 	each := req.Each
 	if len(each) < len(ls) {
-		each = own[:len(ls)]
+		each = nil
 	}
 	res := floodgate.Result{At: now}
 	switch req.Op {
 	case floodgate.OpTake:
 		probe := floodgate.Request{Op: floodgate.OpTake, N: req.N, MaxDelay: req.MaxDelay}
 		var delay time.Duration
-		denied := false
+		var deny, admit Pick
 		for i := range ls {
 			r, err := m.Step(i, now, probe)
 			if err != nil {
 				return floodgate.Result{}, err
 			}
-			each[i] = r.Decision
-			denied = denied || !r.Allowed
+			if each != nil {
+				each[i] = r.Decision
+			}
+			if !r.Allowed {
+				deny.Denial(i, &r.Decision)
+			} else {
+				admit.Admission(i, &r.Decision)
+			}
 			delay = max(delay, r.Delay)
 		}
-		if denied {
-			res.Decision = bind(each[:len(ls)], false)
+		if deny.ok {
+			res.Decision = deny.d
 			return res, nil
 		}
 		// With no delay, every limit's take is the admission, pending.
 		// Otherwise each takes the units at the instant they proceed.
 		if delay > 0 {
+			admit = Pick{}
 			at := now.Add(delay)
 			for i := range ls {
 				r, err := m.Step(i, at, floodgate.Request{Op: floodgate.OpTake, N: req.N})
@@ -74,96 +78,112 @@ func Limits(ls floodgate.Limits, m Members, now time.Time, req floodgate.Request
 				}
 				r.Delay = delay
 				r.ResetAfter += delay
-				each[i] = r.Decision
+				if each != nil {
+					each[i] = r.Decision
+				}
+				admit.Admission(i, &r.Decision)
 			}
 		}
 		keep(ls, m, req)
-		res.Decision = bind(each[:len(ls)], true)
+		res.Decision = admit.d
 		res.Granted = req.N
 		return res, nil
 	case floodgate.OpTakeUpTo:
-		probe := floodgate.Request{Op: floodgate.OpTakeUpTo, N: req.N}
+		var ds [8]floodgate.Decision // a valid Limits holds at most 8 limits
 		var granted [8]int64
 		n := req.N
+		var deny Pick
 		for i := range ls {
-			r, err := m.Step(i, now, probe)
+			r, err := m.Step(i, now, floodgate.Request{Op: floodgate.OpTakeUpTo, N: req.N})
 			if err != nil {
 				return floodgate.Result{}, err
 			}
-			each[i] = r.Decision
-			granted[i] = r.Granted
+			ds[i], granted[i] = r.Decision, r.Granted
+			if r.Granted == 0 {
+				deny.Denial(i, &r.Decision)
+			}
 			n = min(n, r.Granted)
 		}
-		if n == 0 {
-			res.Decision = bind(each[:len(ls)], false)
+		if deny.ok {
+			copy(each, ds[:len(ls)])
+			res.Decision = deny.d
 			return res, nil
 		}
-		take := floodgate.Request{Op: floodgate.OpTake, N: n}
+		var admit Pick
 		for i := range ls {
 			// A limit that had n units keeps its pending take up to n,
 			// which leaves the state and the Result a take of n would;
 			// one that had more takes n instead.
-			if granted[i] == n {
-				continue
+			if granted[i] > n {
+				r, err := m.Step(i, now, floodgate.Request{Op: floodgate.OpTake, N: n})
+				if err != nil {
+					return floodgate.Result{}, err
+				}
+				if !r.Allowed {
+					return floodgate.Result{}, fmt.Errorf("floodgate: step: Limits[%d] denied the %d units it had", i, n)
+				}
+				ds[i] = r.Decision
 			}
-			r, err := m.Step(i, now, take)
-			if err != nil {
-				return floodgate.Result{}, err
-			}
-			if !r.Allowed {
-				return floodgate.Result{}, fmt.Errorf("floodgate: step: Limits[%d] denied the %d units it had", i, n)
-			}
-			each[i] = r.Decision
+			admit.Admission(i, &ds[i])
 		}
+		copy(each, ds[:len(ls)])
 		keep(ls, m, req)
-		res.Decision = bind(each[:len(ls)], true)
+		res.Decision = admit.d
 		res.Granted = n
 		return res, nil
 	default: // floodgate.OpSettle
 		one := floodgate.Request{Op: req.Op, N: req.N, At: req.At}
+		var fewest Pick
 		res.Granted = -1
 		for i := range ls {
 			r, err := m.Step(i, now, one)
 			if err != nil {
 				return floodgate.Result{}, err
 			}
-			each[i] = r.Decision
+			if each != nil {
+				each[i] = r.Decision
+			}
+			fewest.Admission(i, &r.Decision)
 			if res.Granted < 0 || r.Granted < res.Granted {
 				res.Granted = r.Granted
 			}
 		}
 		keep(ls, m, req)
-		res.Decision = bind(each[:len(ls)], true)
+		res.Decision = fewest.d
 		res.Allowed = res.Granted > 0
 		return res, nil
 	}
 }
 
-// bind returns the Decision of the limit that binds, with its index: for
-// an admission, the fewest units left, then the longest ResetAfter; for
-// a denial, the denying limit with the longest RetryAfter. The first of
-// equals binds.
-func bind(each []floodgate.Decision, admitted bool) floodgate.Decision {
-	b := -1
-	for i, d := range each {
-		switch {
-		case !admitted && d.Allowed:
-			continue
-		case b < 0:
-		case !admitted && d.RetryAfter <= each[b].RetryAfter:
-			continue
-		case admitted && (d.Remaining > each[b].Remaining || d.Remaining == each[b].Remaining && d.ResetAfter <= each[b].ResetAfter):
-			continue
-		}
-		b = i
-	}
-	d := each[b]
-	d.Binding = b
-	if !admitted {
-		d.Allowed, d.Delay = false, 0
-	}
-	return d
+// Pick chooses the limit whose Decision a Limits reports, as Limits
+// does, for a store that decides some steps without it (memstore's Take):
+// offer each limit's Decision, then read the chosen one, whose Binding is
+// its index. The first of equals binds.
+type Pick struct {
+	d  floodgate.Decision
+	ok bool
 }
+
+// Denial offers the denial d of limit i: the longest RetryAfter binds.
+func (p *Pick) Denial(i int, d *floodgate.Decision) {
+	if !p.ok || d.RetryAfter > p.d.RetryAfter {
+		p.d, p.ok = *d, true
+		p.d.Binding = i
+	}
+}
+
+// Admission offers the Decision d of limit i that admitted (or, for a
+// settlement, settled): the fewest units left bind, then the longest
+// ResetAfter.
+func (p *Pick) Admission(i int, d *floodgate.Decision) {
+	if !p.ok || d.Remaining < p.d.Remaining || d.Remaining == p.d.Remaining && d.ResetAfter > p.d.ResetAfter {
+		p.d, p.ok = *d, true
+		p.d.Binding = i
+	}
+}
+
+// Decision returns the chosen Decision, and whether any was offered.
+func (p *Pick) Decision() (floodgate.Decision, bool) { return p.d, p.ok }
 
 // keep stores every limit's pending state, unless req is a check.
 func keep(ls floodgate.Limits, m Members, req floodgate.Request) {
