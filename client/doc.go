@@ -12,7 +12,15 @@
 //   - never retries sooner than the server asked: Retry-After, in seconds or
 //     as an HTTP-date, takes precedence over the t of the RateLimit field,
 //     and a wait beyond its budget (MaxWait, the context's deadline) ends
-//     the retries instead of hanging;
+//     the retries instead of hanging; the server's wait gets jitter of its
+//     own on top, at least U(0, 500ms), so clients refused in the same
+//     second do not all return in the same instant;
+//   - spends a retry budget shared by all its requests ([RetryBudget]), the
+//     retry throttling of gRPC (gRFC A6): each failed attempt costs a token,
+//     each success earns back a tenth of one (by default), and retries stop
+//     while half the tokens are gone, so a failing backend sees about one
+//     retry per ten successes instead of every request sent MaxAttempts
+//     times;
 //   - optionally throttles adaptively ([ThrottleOptions]): it rejects
 //     requests locally, with a [ThrottledError], in proportion to how many
 //     the backend has been rejecting, following the client-side throttling

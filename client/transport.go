@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -20,8 +21,10 @@ import (
 
 // Options configures a Transport. A nil *Options, like the zero value, means
 // the defaults: up to 4 attempts with full-jitter backoff from 100ms, capped
-// at 10s per wait and 30s in all, no client-side limiter, no adaptive
-// throttling. NewTransport copies what it needs; the Options may be reused.
+// at 10s per wait and 30s in all, a retry budget of 10 tokens that successes
+// refill by 0.1 (about one retry per ten successes once the backend fails),
+// no client-side limiter, no adaptive throttling. NewTransport copies what
+// it needs; the Options may be reused.
 type Options struct {
 	// Limiter, when set, throttles the client before the server has to:
 	// each attempt, retries included, waits on Limiter.Wait(ctx, key, 1)
@@ -39,16 +42,37 @@ type Options struct {
 
 	// BaseDelay and MaxDelay shape the backoff: before retry n (0 for the
 	// first) the Transport waits a uniformly random time in
-	// [0, min(MaxDelay, BaseDelay·2^n)), or longer when the server asks
-	// for it. The defaults are 100ms and 10s.
+	// [0, min(MaxDelay, BaseDelay·2^n)). When the server asks for a wait
+	// h (Retry-After, or the t of an exhausted RateLimit policy), the
+	// Transport waits h plus a uniformly random time in [0, s), where
+	// s = min(MaxDelay, max(BaseDelay·2^n, 500ms, h/10)): never earlier
+	// than asked, and clients told the same instant do not all return at
+	// that instant. The defaults are 100ms and 10s.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
 
 	// MaxWait bounds the total time one request spends waiting between
-	// attempts. A retry that would exceed it, or the request context's
-	// deadline, is not made: RoundTrip returns the last response instead.
+	// attempts. A retry whose wait would exceed it, or pass the request
+	// context's deadline, is not made: RoundTrip returns the last response
+	// instead. The random part added to a server's wait is trimmed to what
+	// MaxWait leaves, so it never costs a retry the server's wait fits.
 	// The default is 30s.
 	MaxWait time.Duration
+
+	// RetryBudget bounds the retries of all the Transport's requests
+	// together (see RetryBudget), so that a failing backend is not sent
+	// MaxAttempts times its load. 429 responses count as failures too: a
+	// client that keeps exceeding its quota should pace itself with
+	// Limiter rather than lean on retries. The default, nil, is the budget
+	// RetryBudget{} describes: MaxTokens 10, TokenRatio 0.1.
+	RetryBudget *RetryBudget
+
+	// DisableRetryBudget removes the retry budget: every request retries
+	// up to MaxAttempts whatever the others met. WARNING: against an
+	// overloaded backend every client then multiplies its load by up to
+	// MaxAttempts, the retry storm the budget prevents. It cannot be
+	// combined with RetryBudget.
+	DisableRetryBudget bool
 
 	// Throttle enables adaptive throttling (see ThrottleOptions). The
 	// default, nil, disables it.
@@ -82,12 +106,20 @@ type Options struct {
 // method, or a request with an Idempotency-Key header: the server may have
 // acted on a POST before the connection broke.
 //
-// The wait before a retry is the full-jitter backoff, or the server's word
-// when it is longer: Retry-After (delta seconds or an HTTP-date measured
-// from the response's Date), else the t of an exhausted RateLimit policy;
-// Retry-After takes precedence over t, as the RateLimit draft requires. A
-// Retry-After beyond a day, or beyond what MaxWait or the context deadline
-// leaves, ends the retries: the caller gets the response and decides.
+// The wait before a retry is the full-jitter backoff, or, when the server
+// asks for a wait, that wait plus a random spread (see Options.BaseDelay):
+// Retry-After (delta seconds or an HTTP-date measured from the response's
+// Date), else the t of an exhausted RateLimit policy; Retry-After takes
+// precedence over t, as the RateLimit draft requires. The server's wait is
+// a lower bound; the spread keeps clients refused together from retrying
+// together, since both fields count whole seconds. A Retry-After beyond a
+// day, or beyond what MaxWait or the context deadline leaves, ends the
+// retries: the caller gets the response and decides.
+//
+// Retries also draw on the Transport's retry budget (Options.RetryBudget),
+// shared by all its requests: when too many attempts fail, a request that
+// fails is returned after its first attempt, until successes refill the
+// budget.
 //
 // A Transport is safe for concurrent use by multiple goroutines; create it
 // with NewTransport (the zero value is not usable).
@@ -100,7 +132,9 @@ type Transport struct {
 	maxDelay    time.Duration
 	maxWait     time.Duration
 	throttle    *throttle
+	budget      *retryBudget // nil: DisableRetryBudget
 	now         func() time.Time
+	sleep       func(ctx context.Context, d time.Duration) error // the wait between attempts; tests replace it
 
 	randMu sync.Mutex
 	rand   *rand.Rand // nil: the global source
@@ -125,7 +159,7 @@ func NewTransport(base http.RoundTripper, opts *Options) (*Transport, error) {
 	t := &Transport{
 		base: base, limiter: o.Limiter, key: o.Key,
 		maxAttempts: o.MaxAttempts, baseDelay: o.BaseDelay, maxDelay: o.MaxDelay, maxWait: o.MaxWait,
-		now: o.Now, rand: o.Rand,
+		now: o.Now, rand: o.Rand, sleep: sleep,
 	}
 	if t.key == nil {
 		t.key = func(r *http.Request) string { return r.URL.Host }
@@ -151,6 +185,20 @@ func NewTransport(base http.RoundTripper, opts *Options) (*Transport, error) {
 	if t.baseDelay < 0 || t.maxDelay < t.baseDelay || t.maxWait < 0 {
 		return nil, fmt.Errorf("client: want 0 < BaseDelay (%v) <= MaxDelay (%v) and MaxWait (%v) >= 0",
 			t.baseDelay, t.maxDelay, t.maxWait)
+	}
+	switch {
+	case o.DisableRetryBudget && o.RetryBudget != nil:
+		return nil, errors.New("client: RetryBudget and DisableRetryBudget are both set")
+	case !o.DisableRetryBudget:
+		var rb RetryBudget
+		if o.RetryBudget != nil {
+			rb = *o.RetryBudget
+		}
+		b, err := newRetryBudget(rb)
+		if err != nil {
+			return nil, err
+		}
+		t.budget = b
 	}
 	if o.Throttle != nil {
 		th, err := newThrottle(*o.Throttle)
@@ -181,12 +229,28 @@ func (t *Transport) RejectProbability() float64 {
 	return t.throttle.rejectProbability(t.now())
 }
 
+// RetryTokens returns the tokens left in the retry budget (see RetryBudget),
+// between 0 and MaxTokens; requests may be retried while it is above
+// MaxTokens/2. It is +Inf when DisableRetryBudget is set.
+func (t *Transport) RetryTokens() float64 {
+	if t.budget == nil {
+		return math.Inf(1)
+	}
+	return t.budget.level()
+}
+
 // CloseIdleConnections closes the idle connections of the base transport
 // when it supports it; http.Client.CloseIdleConnections calls it.
 func (t *Transport) CloseIdleConnections() {
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
+}
+
+// spend records a failed attempt in the retry budget and reports whether the
+// request may be retried.
+func (t *Transport) spend() bool {
+	return t.budget == nil || t.budget.failure()
 }
 
 func (t *Transport) float64() float64 {
@@ -221,12 +285,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		final := attempt+1 >= t.maxAttempts
-		var delay time.Duration
+		var delay, hint time.Duration
 		if err != nil {
 			if t.throttle != nil {
 				t.throttle.done(tk, false, ctx.Err() != nil)
 			}
-			if final || ctx.Err() != nil || !retryConnErr || !isConnError(err) {
+			if ctx.Err() != nil || !isConnError(err) {
+				return nil, err // not the backend's failure: the budget is untouched
+			}
+			// spend comes first: a failed attempt costs a token even
+			// when no retry follows.
+			if !t.spend() || final || !retryConnErr {
 				return nil, err
 			}
 			delay = backoff(attempt, t.baseDelay, t.maxDelay, t.float64())
@@ -239,14 +308,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if t.throttle != nil {
 				t.throttle.done(tk, !throttled, false)
 			}
-			if !throttled || final || !retryStatus {
+			if !throttled {
+				if t.budget != nil && resp.StatusCode < 500 {
+					t.budget.success()
+				}
 				return resp, nil
 			}
-			hint, ok := retryHint(resp.Header, st)
-			if !ok {
+			if !t.spend() || final || !retryStatus {
 				return resp, nil
 			}
-			delay = max(backoff(attempt, t.baseDelay, t.maxDelay, t.float64()), hint)
+			var ok bool
+			if hint, ok = retryHint(resp.Header, st); !ok {
+				return resp, nil
+			}
+			delay = retryDelay(attempt, hint, t.baseDelay, t.maxDelay, t.float64())
+		}
+		if hint > 0 {
+			// The jitter on top of the server's wait is ours to give up:
+			// trim it to what MaxWait leaves rather than forgo a retry
+			// the server's own wait fits.
+			delay = min(delay, max(hint, t.maxWait-waited))
 		}
 		if waited+delay > t.maxWait {
 			return resp, err
@@ -257,7 +338,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			discard(resp.Body)
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := t.sleep(ctx, delay); err != nil {
 			return nil, err
 		}
 		waited += delay

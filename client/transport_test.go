@@ -149,7 +149,9 @@ func TestTransportDoesNotRetryOtherStatuses(t *testing.T) {
 
 // TestTransportRetryAfterDominates checks that every retry happens at or
 // after the instant the server asked for, over many seeds, and that
-// Retry-After takes precedence over the RateLimit t parameter.
+// Retry-After takes precedence over the RateLimit t parameter. The jitter on
+// top of a server's wait h is U(0, max(100ms, 500ms, h/10)) before the first
+// retry, so a retry after h comes before h + 500ms (h + 600ms for h = 6s).
 func TestTransportRetryAfterDominates(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -157,16 +159,16 @@ func TestTransportRetryAfterDominates(t *testing.T) {
 		atLeast time.Duration
 		before  time.Duration // the retry comes before this (Retry-After wins over t)
 	}{
-		{"delta seconds", []string{"Retry-After", "3"}, 3 * time.Second, 3*time.Second + 100*time.Millisecond},
+		{"delta seconds", []string{"Retry-After", "3"}, 3 * time.Second, 3*time.Second + 500*time.Millisecond},
 		{"HTTP-date from the response's Date", []string{
 			"Date", "Sun, 01 Mar 2026 12:00:00 GMT", "Retry-After", "Sun, 01 Mar 2026 12:00:05 GMT",
-		}, 5 * time.Second, 5*time.Second + 100*time.Millisecond},
-		{"RateLimit t when there is no Retry-After", []string{"RateLimit", `"default";r=0;t=4`}, 4 * time.Second, 4*time.Second + 100*time.Millisecond},
-		{"Retry-After wins over a longer t", []string{"Retry-After", "1", "RateLimit", `"default";r=0;t=10`}, time.Second, time.Second + 100*time.Millisecond},
-		{"Retry-After wins over a shorter t", []string{"Retry-After", "6", "RateLimit", `"default";r=0;t=1`}, 6 * time.Second, 6*time.Second + 100*time.Millisecond},
+		}, 5 * time.Second, 5*time.Second + 500*time.Millisecond},
+		{"RateLimit t when there is no Retry-After", []string{"RateLimit", `"default";r=0;t=4`}, 4 * time.Second, 4*time.Second + 500*time.Millisecond},
+		{"Retry-After wins over a longer t", []string{"Retry-After", "1", "RateLimit", `"default";r=0;t=10`}, time.Second, time.Second + 500*time.Millisecond},
+		{"Retry-After wins over a shorter t", []string{"Retry-After", "6", "RateLimit", `"default";r=0;t=1`}, 6 * time.Second, 6*time.Second + 600*time.Millisecond},
 		{"t of a policy with quota left is no reason to wait", []string{"RateLimit", `"default";r=5;t=30`}, 0, 100 * time.Millisecond},
-		{"malformed Retry-After falls back to t", []string{"Retry-After", "soon", "RateLimit", `"default";r=0;t=2`}, 2 * time.Second, 2*time.Second + 100*time.Millisecond},
-		{"backoff longer than Retry-After", []string{"Retry-After", "0"}, 0, 100 * time.Millisecond},
+		{"malformed Retry-After falls back to t", []string{"Retry-After", "soon", "RateLimit", `"default";r=0;t=2`}, 2 * time.Second, 2*time.Second + 500*time.Millisecond},
+		{"Retry-After: 0 is the plain backoff", []string{"Retry-After", "0"}, 0, 100 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,6 +195,61 @@ func TestTransportRetryAfterDominates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTransportRetryAfterSpreadsClients is the lockstep of issue 14: clients
+// refused at the same instant with Retry-After: 1 used to all retry at
+// +1.000s. Now none retries before +1s and they do not retry together.
+func TestTransportRetryAfterSpreadsClients(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const clients = 8
+		start := time.Now()
+		b := &backend{reply: func(_ int, r *http.Request) (*http.Response, error) {
+			if time.Since(start) == 0 {
+				return response(r, http.StatusServiceUnavailable, "Retry-After", "1"), nil
+			}
+			return response(r, http.StatusOK), nil
+		}}
+		var wg sync.WaitGroup
+		for i := range clients {
+			// One Transport per client, as separate processes have.
+			tr := newTransport(t, b, &client.Options{Rand: rand.New(rand.NewPCG(uint64(i), 42))})
+			wg.Go(func() {
+				resp, err := get(t, tr)
+				if assert.NoError(t, err) {
+					assert.Equal(t, http.StatusOK, resp.StatusCode)
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, 2*clients, b.attempts())
+		retries := make(map[time.Duration]bool)
+		for _, at := range b.at[clients:] {
+			d := at.Sub(start)
+			assert.GreaterOrEqual(t, d, time.Second, "retried before Retry-After")
+			assert.Less(t, d, 1500*time.Millisecond, "retried after the spread")
+			retries[d] = true
+		}
+		assert.Len(t, retries, clients, "retry instants of %d clients told Retry-After: 1", clients)
+	})
+}
+
+// TestTransportTrimsJitterToMaxWait checks that the jitter never costs a
+// retry the server's own wait fits: Retry-After: 30 under the default
+// MaxWait of 30s is retried after exactly 30s.
+func TestTransportTrimsJitterToMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &backend{reply: func(i int, r *http.Request) (*http.Response, error) {
+			if i == 0 {
+				return response(r, http.StatusTooManyRequests, "Retry-After", "30"), nil
+			}
+			return response(r, http.StatusOK), nil
+		}}
+		resp, err := get(t, newTransport(t, b, nil))
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, []time.Duration{30 * time.Second}, b.gaps())
+	})
 }
 
 func TestTransportStopsAtBudgets(t *testing.T) {

@@ -84,6 +84,18 @@ type Limit struct {
 	PartitionKey []byte
 }
 
+// MaxInteger is the largest count the rate-limit fields carry:
+// 999,999,999,999,999, the largest Integer of Structured Fields (RFC 9651
+// section 3.3.1 allows at most 15 digits). The trios are not Structured
+// Fields, but keep to the same bound, as their parsers here do, so that a
+// value reads the same in every style.
+//
+// Write, FormatPolicy and FormatRateLimit fail with ErrRange for a larger
+// quota or remaining count. The quotas floodgate accepts reach 2^53, beyond
+// it: a server sends such counts as MaxInteger (package httplimit does),
+// which tells a client less than it may use, never more.
+const MaxInteger = sfMaxInteger
+
 // maxSeconds is the largest whole number of seconds a time.Duration holds.
 const maxSeconds = math.MaxInt64 / int64(time.Second)
 
@@ -116,8 +128,8 @@ func secondsToDuration(s int64) (time.Duration, bool) {
 //
 //	"default";q=100;w=60
 //
-// It fails with ErrRange when policies is empty or a quota or window is
-// negative or too large for a Structured Field Integer, and with ErrSyntax
+// It fails with ErrRange when policies is empty, a quota or window is
+// negative or a quota is above MaxInteger, and with ErrSyntax
 // when a name or unit holds a character outside printable ASCII.
 func FormatPolicy(policies ...Policy) (string, error) {
 	if len(policies) == 0 {
@@ -166,8 +178,9 @@ func FormatPolicy(policies ...Policy) (string, error) {
 //
 //	"default";r=42;t=17
 //
-// It fails with ErrRange when limits is empty or a value is negative or too
-// large, and with ErrSyntax when a name is not printable ASCII.
+// It fails with ErrRange when limits is empty, a value is negative or a
+// remaining count is above MaxInteger, and with ErrSyntax when a name is not
+// printable ASCII.
 func FormatRateLimit(limits ...Limit) (string, error) {
 	if len(limits) == 0 {
 		return "", fieldError(FieldRateLimit, ErrRange, "no limit to format")

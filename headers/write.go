@@ -153,8 +153,8 @@ type WriteOptions struct {
 // on a denial Retry-After equals the reset (t) it accompanies.
 //
 // Write fails, and leaves h unchanged, when rep cannot be expressed: a
-// negative count, an integer of more than 15 digits, a policy name or unit
-// outside printable ASCII (see FormatPolicy).
+// negative count, a count above MaxInteger (more than 15 digits), a policy
+// name or unit outside printable ASCII (see FormatPolicy).
 func Write(h http.Header, style Style, rep Report, opts *WriteOptions) error {
 	if opts == nil {
 		opts = &WriteOptions{}
@@ -179,10 +179,10 @@ func Write(h http.Header, style Style, rep Report, opts *WriteOptions) error {
 		out = append(out, kv{FieldRateLimitPolicy, pol}, kv{FieldRateLimit, lim})
 	}
 	if style&(StyleDraft|StyleX) != 0 {
-		if rep.Policy.Quota < 0 || rep.Policy.Quota > sfMaxInteger {
+		if rep.Policy.Quota < 0 || rep.Policy.Quota > MaxInteger {
 			return fieldError(FieldXRateLimitLimit, ErrRange, "quota negative or too large")
 		}
-		if rep.Remaining < 0 || rep.Remaining > sfMaxInteger {
+		if rep.Remaining < 0 || rep.Remaining > MaxInteger {
 			return fieldError(FieldXRateLimitRemaining, ErrRange, "remaining negative or too large")
 		}
 		if reset < 0 {

@@ -202,3 +202,35 @@ func itoa(v int64) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestWriteMaxInteger: MaxInteger is the largest count every style writes
+// and reads back; one more is refused, whole, by Write and the formatters.
+func TestWriteMaxInteger(t *testing.T) {
+	assert.Len(t, itoa(headers.MaxInteger), 15, "an sf-integer has at most 15 digits")
+	all := headers.StyleIETF | headers.StyleDraft | headers.StyleX
+	at := headers.Report{Policy: headers.Policy{Name: "big", Quota: headers.MaxInteger, Window: time.Minute}, Remaining: headers.MaxInteger}
+	h := http.Header{}
+	require.NoError(t, headers.Write(h, all, at, nil))
+	st, err := headers.Parse(h, &headers.ParseOptions{XReset: headers.ResetDelta})
+	require.NoError(t, err, "Parse(%v)", h)
+	assert.Equal(t, all, st.Styles)
+	require.Len(t, st.Policies, 1)
+	require.Len(t, st.Limits, 1)
+	assert.EqualValues(t, headers.MaxInteger, st.Policies[0].Quota)
+	assert.EqualValues(t, headers.MaxInteger, st.Limits[0].Remaining)
+
+	for _, style := range []headers.Style{headers.StyleIETF, headers.StyleDraft, headers.StyleX} {
+		for name, rep := range map[string]headers.Report{
+			"quota":     {Policy: headers.Policy{Quota: headers.MaxInteger + 1}},
+			"remaining": {Policy: headers.Policy{Quota: headers.MaxInteger}, Remaining: headers.MaxInteger + 1},
+		} {
+			h := http.Header{}
+			assert.ErrorIs(t, headers.Write(h, style, rep, nil), headers.ErrRange, "%v: %s above MaxInteger", style, name)
+			assert.Empty(t, h, "%v: a failed Write changed the header", style)
+		}
+	}
+	_, err = headers.FormatPolicy(headers.Policy{Quota: headers.MaxInteger + 1})
+	assert.ErrorIs(t, err, headers.ErrRange)
+	_, err = headers.FormatRateLimit(headers.Limit{Remaining: headers.MaxInteger + 1})
+	assert.ErrorIs(t, err, headers.ErrRange)
+}

@@ -39,11 +39,30 @@
 // X-RateLimit-*, or several at once; package headers writes and parses
 // them.
 //
-// A limiter's error (a store that is down and whose failure policy returns
-// the error rather than a decision), a request without a key ([ErrNoKey])
-// and an invalid cost reach [Options.ErrorHandler]: by default 503 for
-// floodgate.ErrUnavailable and ended contexts, 500 otherwise, without
-// rate-limit fields.
+// Every quota floodgate accepts works, up to 2^53, but the fields carry
+// at most 15 digits (a Structured Field Integer): a quota or a remaining
+// count above headers.MaxInteger (999,999,999,999,999) is sent as
+// headers.MaxInteger, in every style and in the body, which tells a client
+// less than it may use, never more.
+//
+// # When no decision is made
+//
+// A request that no decision can be made for reaches
+// [Options.ErrorHandler]. By default it is answered in the body style of
+// the denials (JSON, or problem details with [Options.ProblemDetails]),
+// never as text:
+//
+//   - a request without a key ([ErrNoKey]: no function of the [KeyChain]
+//     found one) gets 401 Unauthorized, without rate-limit fields, and
+//     with [Options.Challenge] as WWW-Authenticate when it is set;
+//   - a limiter's failure (a store that is down and whose failure policy
+//     returns the error rather than a decision, floodgate.ErrUnavailable)
+//     and a request whose context ended get 503 Service Unavailable with
+//     Retry-After ([Options.UnavailableRetryAfter], 1 second by default)
+//     and the fields of the limiter's policy, promising nothing until
+//     then ("default";r=0;t=1);
+//   - anything else (an invalid cost, invalid options) is a fault of the
+//     server: 500, without rate-limit fields.
 //
 // # Keys
 //
@@ -51,9 +70,9 @@
 // header's value, hashed so that no store or log holds the credential;
 // [KeyBySubject] by the authenticated subject an earlier middleware put in
 // the request's context; [KeyByIP] by client address; [KeyChain] tries
-// several in order. Each prefixes its keys ("key:", "sub:", "ip:") so that
-// kinds never collide, and [Options.KeyPrefix] separates routes that share
-// a store.
+// several in order, falling through past those that find no key. Each
+// prefixes its keys ("key:", "sub:", "ip:") so that kinds never collide,
+// and [Options.KeyPrefix] separates routes that share a store.
 //
 // # Client addresses behind proxies
 //

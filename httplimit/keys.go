@@ -25,7 +25,14 @@ type KeyFunc func(r *http.Request) (key string, ok bool)
 //		httplimit.KeyByIP(&httplimit.IPKeyOptions{TrustedProxies: proxies}),
 //	)
 //
-// Nil functions are skipped.
+// A function that finds no key (it reports false, or an empty key) falls
+// through to the next one; the first that finds one ends the chain, and the
+// later ones are not called. Only when every function finds none does the
+// chain report none, and the middleware answers ErrNoKey: 401 Unauthorized
+// by default, so a chain of credentials alone (KeyByAPIKey, KeyBySubject)
+// refuses anonymous requests, while one that ends with KeyByIP limits them
+// by address (KeyByIP finds no key only for a peer without an IP address,
+// such as a Unix socket's). Nil functions are skipped.
 func KeyChain(fns ...KeyFunc) KeyFunc {
 	fns = append([]KeyFunc(nil), fns...) // later changes to the caller's slice do not leak in
 	return func(r *http.Request) (string, bool) {

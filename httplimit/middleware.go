@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -14,7 +16,8 @@ import (
 )
 
 // ErrNoKey reports a request for which the middleware's key function found
-// no key.
+// no key: every function of a KeyChain reported none. The default
+// ErrorHandler answers it with 401 Unauthorized.
 var ErrNoKey = errors.New("httplimit: no rate-limit key for the request")
 
 // DefaultPolicyName is the policy name the middleware advertises in the
@@ -30,7 +33,11 @@ const DefaultPolicyName = "default"
 type Options struct {
 	// Key names the quota a request draws from. The default is KeyByIP
 	// with the four options below: the client address, IPv6 grouped by
-	// /64, no proxy trusted. Combine key functions with KeyChain.
+	// /64, no proxy trusted. Combine key functions with KeyChain: a
+	// function that finds no key (a request without the API key, an
+	// anonymous request) hands the request to the next one. A request for
+	// which Key finds no key at all is not counted and goes to
+	// ErrorHandler with ErrNoKey: 401 Unauthorized by default.
 	Key KeyFunc
 
 	// TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure
@@ -107,15 +114,57 @@ type Options struct {
 	// body described in package headers.
 	DenyHandler func(w http.ResponseWriter, r *http.Request, d floodgate.Decision)
 
-	// ErrorHandler writes the response when no decision could be made: the
-	// limiter failed (an error matching floodgate.ErrUnavailable, after the
-	// store's own failure policy: FailOpen and FailLocal stores return
-	// decisions, not errors), no key was found (ErrNoKey), the cost was
-	// invalid, the request's context ended, or the options are invalid
-	// (floodgate.ErrInvalidConfig, see Middleware). The default answers 503
-	// Service Unavailable for floodgate.ErrUnavailable and ended contexts
-	// and 500 Internal Server Error otherwise, with no rate-limit fields.
+	// ErrorHandler writes the response when no decision could be made. It
+	// runs with no rate-limit field set on w.Header(). The default answers
+	// with a body in the style of the denials: a JSON error object
+	//
+	//	{"error":{"code":"rate_limit_key_missing","message":"..."}}
+	//
+	// or, with ProblemDetails, RFC 9457 problem details of type
+	// about:blank whose title is the status text. It never holds the
+	// error itself, which may name internal hosts. By error:
+	//
+	//   - ErrNoKey (no key function found a key): 401 Unauthorized, code
+	//     rate_limit_key_missing, without rate-limit fields. A request
+	//     without its credential is the client's to fix, not a server
+	//     error. WWW-Authenticate is Challenge, and absent when that is
+	//     empty.
+	//   - an error matching floodgate.ErrUnavailable (the store failed,
+	//     after its own failure policy: FailOpen and FailLocal stores
+	//     return decisions, not errors), context.Canceled or
+	//     context.DeadlineExceeded (the request's context ended before
+	//     the decision or during its delay): 503 Service Unavailable,
+	//     code rate_limit_unavailable, with Retry-After of
+	//     UnavailableRetryAfter and the fields of the limiter's Policy in
+	//     Style, with nothing remaining until then ("default";r=0;t=1):
+	//     the remaining quota is unknown, and none is promised. The JSON
+	//     body holds limit, remaining, reset and retry_after, as a 429's
+	//     does. An ended context is answered as a failed store: HTTP has
+	//     no status for a client that went away, and to a client whose
+	//     deadline passed the limiter did not answer in time.
+	//   - anything else is a fault of the server: an invalid cost
+	//     (floodgate.ErrInvalidN, floodgate.ErrExceedsLimit), a key the
+	//     limiter refuses (floodgate.ErrKeyTooLong), invalid options
+	//     (floodgate.ErrInvalidConfig, see Middleware). 500 Internal
+	//     Server Error, code rate_limit_error, without rate-limit fields.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
+
+	// Challenge is the WWW-Authenticate field of the default 401 answer to
+	// a request without a key, such as `Bearer realm="api"`. RFC 9110
+	// (section 15.5.2) asks a 401 to carry a challenge, but only the
+	// application knows its authentication scheme, so the default is none:
+	// a made-up scheme would mislead clients, and Basic would make
+	// browsers prompt for a password. It must be printable ASCII.
+	Challenge string
+
+	// UnavailableRetryAfter is the Retry-After of the default 503 answer
+	// when no decision could be made, in whole seconds rounded up, and the
+	// t of its RateLimit field. The default is 1 second: clients come back
+	// soon after a store recovers or fails over, and one answer a second
+	// per client is cheap for a store whose breaker is open. A negative
+	// value is an error. A client parsing with package headers ignores a
+	// Retry-After of more than a day.
+	UnavailableRetryAfter time.Duration
 
 	// OnDecision, when set, is called with every decision before the
 	// request is served or denied, in shadow mode too. It runs on the
@@ -126,6 +175,9 @@ type Options struct {
 	// is time.Now.
 	Now func() time.Time
 }
+
+// defaultUnavailableRetryAfter is the default of Options.UnavailableRetryAfter.
+const defaultUnavailableRetryAfter = time.Second
 
 // middleware is a validated Options bound to a floodgate.Limiter.
 type middleware struct {
@@ -173,7 +225,12 @@ func Middleware(limiter floodgate.Limiter, opts *Options) func(http.Handler) htt
 	if err == nil {
 		return mw
 	}
-	onError := defaultErrorHandler
+	// The answer of invalid options is a 500, in the body style asked for.
+	fallback := &middleware{}
+	if opts != nil {
+		fallback.o.ProblemDetails = opts.ProblemDetails
+	}
+	onError := fallback.answerError
 	if opts != nil && opts.ErrorHandler != nil {
 		onError = opts.ErrorHandler
 	}
@@ -214,7 +271,16 @@ func newMiddleware(lim floodgate.Limiter, opts *Options) (*middleware, error) {
 		}
 	}
 	if o.ErrorHandler == nil {
-		o.ErrorHandler = defaultErrorHandler
+		o.ErrorHandler = m.answerError
+	}
+	if !printableASCII(o.Challenge) {
+		return nil, fmt.Errorf("%w: Challenge %q is not printable ASCII", floodgate.ErrInvalidConfig, o.Challenge)
+	}
+	switch {
+	case o.UnavailableRetryAfter < 0:
+		return nil, fmt.Errorf("%w: negative UnavailableRetryAfter %v", floodgate.ErrInvalidConfig, o.UnavailableRetryAfter)
+	case o.UnavailableRetryAfter == 0:
+		o.UnavailableRetryAfter = defaultUnavailableRetryAfter
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -238,7 +304,12 @@ func newMiddleware(lim floodgate.Limiter, opts *Options) (*middleware, error) {
 	}
 	m.writeOpt.XReset = o.XReset
 	p := lim.Policy()
-	m.policy = headers.Policy{Name: o.PolicyName, Quota: p.Quota, Window: p.Window}
+	m.policy = headers.Policy{Name: o.PolicyName, Quota: fieldCount(p.Quota), Window: fieldDuration(p.Window)}
+	if p.Quota < 0 || p.Window < 0 {
+		// No Limiter of this module reports one; a wrapper that does is
+		// broken.
+		return nil, fmt.Errorf("%w: negative policy %+v", floodgate.ErrInvalidConfig, p)
+	}
 	if _, err := headers.FormatPolicy(m.policy); err != nil {
 		return nil, fmt.Errorf("%w: policy cannot be advertised: %w", floodgate.ErrInvalidConfig, err)
 	}
@@ -327,32 +398,59 @@ var rateLimitFields = []string{
 	headers.FieldRetryAfter,
 }
 
-// report converts a decision into the terms of package headers.
+// report converts a decision into the terms of package headers, in the
+// range the fields carry (see fieldCount and fieldDuration), so that every
+// decision can be written and the body agrees with the fields.
 func (m *middleware) report(d floodgate.Decision) headers.Report {
 	pol := m.policy
 	if d.Limit > 0 {
-		pol.Quota = d.Limit
+		pol.Quota = fieldCount(d.Limit)
 	}
 	return headers.Report{
 		Policy:     pol,
-		Remaining:  d.Remaining,
-		ResetAfter: d.ResetAfter,
+		Remaining:  fieldCount(d.Remaining),
+		ResetAfter: fieldDuration(d.ResetAfter),
 		Denied:     !d.Allowed,
-		RetryAfter: d.RetryAfter,
+		RetryAfter: fieldDuration(d.RetryAfter),
 	}
 }
 
-// writeFields sets the rate-limit fields of d, and Retry-After on an
-// enforced denial. A decision the fields cannot express (a negative count,
-// which no Limiter of this module returns) leaves them unset rather than
-// failing the request.
-func (m *middleware) writeFields(h http.Header, d floodgate.Decision) {
-	rep := m.report(d)
+// fieldCount returns n in the range of the fields' integers. A count above
+// headers.MaxInteger (the quotas reach 2^53; a Structured Field Integer
+// stops at 15 digits) is sent as headers.MaxInteger: a client is told less
+// than it may use, never more. Omitting the field instead would leave the
+// IETF fields without the q and r they require. A negative count, which no
+// Limiter of this module reports, is sent as 0.
+func fieldCount(n int64) int64 {
+	return min(max(n, 0), headers.MaxInteger)
+}
+
+// maxFieldDuration is the longest duration the fields carry: whole seconds
+// that a time.Duration read back from them still holds (292 years).
+const maxFieldDuration = math.MaxInt64 / time.Second * time.Second
+
+// fieldDuration returns d in the range of the fields' seconds: negative
+// durations are 0, and durations beyond maxFieldDuration, which no Limiter
+// of this module reports, are maxFieldDuration.
+func fieldDuration(d time.Duration) time.Duration {
+	return min(max(d, 0), maxFieldDuration)
+}
+
+// writeReport sets the rate-limit fields of rep in the middleware's style,
+// and Retry-After when rep is a denial. The report is in range, so Write
+// cannot fail on it; the policy name was checked by New.
+func (m *middleware) writeReport(h http.Header, rep headers.Report) {
 	opts := m.writeOpt
 	if m.o.XReset == headers.ResetEpoch {
 		opts.Now = m.o.Now()
 	}
 	_ = headers.Write(h, m.style, rep, &opts)
+}
+
+// writeFields sets the rate-limit fields of d, and Retry-After on an
+// enforced denial.
+func (m *middleware) writeFields(h http.Header, d floodgate.Decision) {
+	m.writeReport(h, m.report(d))
 	if m.o.Shadow {
 		// Nothing is denied in a dry run; t still tells when the
 		// request would have been admitted.
@@ -371,25 +469,103 @@ func (m *middleware) denyProblem(w http.ResponseWriter, r *http.Request, d flood
 func writeJSON(w http.ResponseWriter, contentType string, status int, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
-		// The body types hold strings and integers only.
-		http.Error(w, http.StatusText(status), status)
-		return
+		// Unreachable: the bodies hold strings and integers only. An
+		// empty object keeps even this answer JSON.
+		body = []byte("{}")
 	}
 	h := w.Header()
 	h.Set("Content-Type", contentType)
 	h.Set("X-Content-Type-Options", "nosniff")
-	// RFC 6585: a 429 must not be stored by a cache.
+	// RFC 6585: a 429 must not be stored by a cache; nor should an answer
+	// about one request's credential or a passing outage.
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))
 }
 
-func defaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	status := http.StatusInternalServerError
-	if errors.Is(err, floodgate.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		status = http.StatusServiceUnavailable
+// The codes of the JSON error object the default ErrorHandler writes, beside
+// headers.ErrorCode of a denial.
+const (
+	codeKeyMissing  = "rate_limit_key_missing"
+	codeUnavailable = "rate_limit_unavailable"
+	codeError       = "rate_limit_error"
+)
+
+// errorBody is the JSON body of the default answers that have no rate-limit
+// fields: the error object of headers.ErrorBody without its numbers, which
+// would read as a quota of 0.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// answerError is the default ErrorHandler; see Options.ErrorHandler.
+func (m *middleware) answerError(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, ErrNoKey):
+		if m.o.Challenge != "" {
+			w.Header().Set("WWW-Authenticate", m.o.Challenge)
+		}
+		m.writeError(w, http.StatusUnauthorized, codeKeyMissing, "The request carries no credential to rate-limit it by.")
+	case errors.Is(err, floodgate.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		m.answerUnavailable(w)
+	default:
+		m.writeError(w, http.StatusInternalServerError, codeError, "The rate limit could not be applied.")
 	}
-	http.Error(w, http.StatusText(status), status)
+}
+
+// answerUnavailable writes the 503 of a decision that could not be made:
+// the limiter's policy, nothing remaining until Retry-After, and a body
+// that says the same.
+func (m *middleware) answerUnavailable(w http.ResponseWriter) {
+	rep := headers.Report{Policy: m.policy, Denied: true, RetryAfter: m.o.UnavailableRetryAfter}
+	m.writeReport(w.Header(), rep)
+	s := rep.RetryAfterSeconds()
+	unit := " seconds."
+	if s == 1 {
+		unit = " second."
+	}
+	msg := "The rate limit could not be decided; retry after " + strconv.FormatInt(s, 10) + unit
+	if m.o.ProblemDetails {
+		writeProblem(w, http.StatusServiceUnavailable, msg)
+		return
+	}
+	body := headers.NewErrorBody(rep)
+	body.Error.Code, body.Error.Message = codeUnavailable, msg
+	writeJSON(w, headers.ContentTypeJSON, http.StatusServiceUnavailable, body)
+}
+
+// writeError writes an answer without rate-limit fields.
+func (m *middleware) writeError(w http.ResponseWriter, status int, code, msg string) {
+	if m.o.ProblemDetails {
+		writeProblem(w, status, msg)
+		return
+	}
+	writeJSON(w, headers.ContentTypeJSON, status, errorBody{Error: errorDetail{Code: code, Message: msg}})
+}
+
+// writeProblem writes problem details of type about:blank (RFC 9457 section
+// 4.2.1): the status says it all, and the title is its text. The RateLimit
+// draft's temporary-reduced-capacity type, a 503's, names the policies a
+// request violated; a request no limiter could decide violated none.
+func writeProblem(w http.ResponseWriter, status int, detail string) {
+	writeJSON(w, headers.ContentTypeProblem, status, headers.Problem{
+		Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail,
+	})
+}
+
+// printableASCII reports whether s holds only printable ASCII and spaces.
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // sleep waits for d or until ctx ends, whichever is first.

@@ -257,7 +257,7 @@ func TestMiddlewareErrors(t *testing.T) {
 		{"context ended", always(floodgate.Decision{}, context.DeadlineExceeded), nil, http.StatusServiceUnavailable, context.DeadlineExceeded},
 		{"other error", always(floodgate.Decision{}, floodgate.ErrKeyTooLong), nil, http.StatusInternalServerError, floodgate.ErrKeyTooLong},
 		{"no key", always(allowed42, nil), &httplimit.Options{Key: httplimit.KeyByAPIKey("X-API-Key")},
-			http.StatusInternalServerError, httplimit.ErrNoKey},
+			http.StatusUnauthorized, httplimit.ErrNoKey},
 		{"nil limiter", nil, nil, http.StatusInternalServerError, floodgate.ErrInvalidConfig},
 		{"unprintable policy name", always(allowed42, nil), &httplimit.Options{PolicyName: "naïve"},
 			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
@@ -274,8 +274,15 @@ func TestMiddlewareErrors(t *testing.T) {
 			rec := do(t, httplimit.Middleware(tt.lim, tt.opts)(next), "192.0.2.1:1234")
 			assert.Equal(t, tt.status, rec.Code)
 			assert.Equal(t, 0, next.served(), "the handler ran despite the error")
-			assert.Empty(t, rec.Header().Values("RateLimit"), "fields without a decision")
-			assert.Empty(t, rec.Header().Values("Retry-After"))
+			if tt.status == http.StatusServiceUnavailable {
+				// The limiter's policy, and when to come back
+				// (TestMiddlewareStoreFailureAnswers503).
+				assert.Equal(t, `"default";r=0;t=1`, rec.Header().Get("RateLimit"))
+				assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+			} else {
+				assert.Empty(t, rec.Header().Values("RateLimit"), "fields without a decision")
+				assert.Empty(t, rec.Header().Values("Retry-After"))
+			}
 
 			// The same error reaches a custom ErrorHandler, and
 			// NewMiddleware reports configuration errors up front.
