@@ -35,12 +35,14 @@
 // does not hoard quota (a background goroutine enforces it), and for the
 // window algorithms at the end of the remote window they were counted in,
 // which every decision checks (see below). Unused units are given
-// back with Apply(OpSettle) when they expire and on Close, where the algorithm
+// back with Apply(OpSettle, a negative N) when they expire and on Close, where the algorithm
 // allows: the token bucket (as long as the tokens have not refilled), the
 // fixed window (within the window), the sliding window counter (within the
 // current or the previous window) and the sliding log (while the log
 // entries are in the window). A leaky bucket cannot be leased: New rejects
-// it, since a pool would admit its units at once and defeat the shaping.
+// it, since a pool would admit its units at once and defeat the shaping,
+// and so is a floodgate.Limits, whose limits would expire leased units at
+// different instants.
 //
 // Requests a pool cannot serve go to the remote: more units than MaxBatch;
 // Reserve and Wait when the pool lacks the units (a pool only admits at

@@ -55,7 +55,15 @@ var _ floodgate.Limiter = (*Limiter)(nil)
 // ones back with it (OpSettle). New returns an error matching
 // floodgate.ErrInvalidConfig when remote is nil, reports an invalid
 // algorithm or one whose policy disagrees with its own, or runs a leaky
-// bucket, whose shaping leases would defeat; and an error matching ErrInvalidOptions for unusable Options.
+// bucket, whose shaping leases would defeat, or a floodgate.Limits; and an
+// error matching ErrInvalidOptions for unusable Options.
+//
+// A Limits is refused because a pool's expiry follows one algorithm: units
+// leased from a fixed or sliding window expire when the window that
+// counted them ends, and a composite's limits end theirs at different
+// instants, or never (a token bucket). Lease each limit's remote alone
+// only if admitting under each separately is what you want; otherwise use
+// the composite directly: it is one round trip per decision.
 func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 	if remote == nil {
 		return nil, fmt.Errorf("%w: lease: nil remote limiter", floodgate.ErrInvalidConfig)
@@ -64,6 +72,9 @@ func New(remote floodgate.Limiter, opts *Options) (*Limiter, error) {
 	alg, err := remoteAlgorithm(remote, policy)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := alg.(floodgate.Limits); ok {
+		return nil, fmt.Errorf("%w: lease: the remote runs a Limits (%v), whose limits would expire leased units at different instants; use the remote directly", floodgate.ErrInvalidConfig, alg)
 	}
 	kind, err := step.KindOf(alg)
 	if err != nil {

@@ -41,6 +41,7 @@ func TestNewErrors(t *testing.T) {
 		{"invalid algorithm", reporter{r, floodgate.FixedWindow{}}, nil, floodgate.ErrInvalidConfig},
 		{"policy disagrees", reporter{r, floodgate.FixedWindow{Limit: 99, Window: time.Minute}}, nil, floodgate.ErrInvalidConfig},
 		{"leaky bucket", newRemote(t, floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 100}), nil, floodgate.ErrInvalidConfig},
+		{"Limits", newRemote(t, floodgate.Limits{fw, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 100}}), nil, floodgate.ErrInvalidConfig},
 		{"negative MinBatch", r, withAlg(lease.Options{MinBatch: -1}), lease.ErrInvalidOptions},
 		{"negative MaxBatch", r, withAlg(lease.Options{MaxBatch: -1}), lease.ErrInvalidOptions},
 		{"MinBatch above MaxBatch", r, withAlg(lease.Options{MinBatch: 11, MaxBatch: 10}), lease.ErrInvalidOptions},
