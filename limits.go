@@ -65,7 +65,7 @@ func (ls Limits) Validate() error {
 			return fmt.Errorf("%w: Limits[%d] is a Limits; list its limits instead", ErrInvalidConfig, i)
 		default:
 			if err := validate(a); err != nil {
-				return fmt.Errorf("Limits[%d]: %w", i, err)
+				return fmt.Errorf("floodgate: limit %d of the Limits: %w", i, err)
 			}
 		}
 	}
@@ -139,7 +139,7 @@ func derefLimits(ls Limits) (Limits, error) {
 		}
 		v, err := derefAlgorithm(a)
 		if err != nil {
-			return nil, fmt.Errorf("Limits[%d]: %w", i, err)
+			return nil, fmt.Errorf("floodgate: limit %d of the Limits: %w", i, err)
 		}
 		out[i] = v
 	}

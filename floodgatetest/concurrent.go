@@ -210,6 +210,19 @@ var concurrentCases = []concurrentCase{
 	{name: "FixedWindow", alg: hour(fwHour), req: take(1), want: all},
 	{name: "SlidingWindow", alg: hour(swHour), req: take(1), want: all, atMost: true},
 	{name: "SlidingLog", alg: hour(slHour), req: take(1), want: all},
+	// Limits: exactly the smaller quota, whichever limit has it.
+	{name: "Limits/TokenBucket+FixedWindow", alg: func(q int64) floodgate.Algorithm {
+		return floodgate.Limits{tbHour(q, time.Hour), fwHour(2*q, time.Hour)}
+	}, req: take(1), want: all},
+	{name: "Limits/FixedWindow+SlidingLog", alg: func(q int64) floodgate.Algorithm {
+		return floodgate.Limits{fwHour(2*q, time.Hour), slHour(q, time.Hour)}
+	}, req: take(1), want: all},
+	{name: "Limits/two token buckets", alg: func(q int64) floodgate.Algorithm {
+		return floodgate.Limits{tbHour(3*q, time.Minute), tbHour(q, time.Hour)}
+	}, req: take(1), want: all},
+	{name: "Limits/upTo", alg: func(q int64) floodgate.Algorithm {
+		return floodgate.Limits{slHour(2*q, time.Hour), tbHour(q, time.Hour)}
+	}, req: upTo(3), want: all},
 }
 
 // check checks the tallies of a concurrent case whose limiter's quota is

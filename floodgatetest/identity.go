@@ -16,6 +16,29 @@ func (h *harness) runIdentity(t *testing.T) {
 	t.Run("Interleaved", h.identityInterleaved)
 	t.Run("ConfigurationChange", h.identityChange)
 	t.Run("Kinds", h.identityKinds)
+	t.Run("Limits", h.identityLimits)
+}
+
+// identityLimits runs random traces that interleave two Limits sharing
+// kinds (in another order, with other configurations) and a single
+// algorithm of one of their kinds, on the same keys, and requires the
+// Results of the reference: a Limits' i-th limit of a kind shares the
+// state of every Limits' i-th limit of that kind, and no single
+// algorithm's.
+func (h *harness) identityLimits(t *testing.T) {
+	clock := NewClock(t0)
+	s := h.open(t, clock.Now)
+	for i := range traces / 2 {
+		g := h.rng(t, i)
+		a := genLimits(g)
+		b := make(floodgate.Limits, len(a))
+		for j, l := range a {
+			b[len(a)-1-j] = genKind(g, kindOf(l))
+		}
+		ps := []pair{s.pair(t, a), s.pair(t, b), s.pair(t, genKind(g, kindOf(a[0])))}
+		keys := []string{fmt.Sprintf("identity-limits/%d/a", i), fmt.Sprintf("identity-limits/%d/b", i)}
+		h.trace(t, g, clock, i, ps, keys, g.count(1, 40))
+	}
 }
 
 // identityInterleaved runs random traces (half as many as runReference:

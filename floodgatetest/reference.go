@@ -22,16 +22,21 @@ type Reference struct {
 	sl    map[slot]*step.SlidingLogState
 }
 
-// slot names one state: a key's state belongs to the key and the kind.
+// slot names one state: a key's state belongs to the key and the kind,
+// and for the limits of a floodgate.Limits to the key, the kind and the
+// ordinal of the limit among those of its kind (ord is -1 for a single
+// algorithm).
 type slot struct {
 	key  string
 	kind step.Kind
+	ord  int
 }
 
 // Apply applies req for key with alg at now, as a store's Apply would,
 // and returns what the store must return. alg is one of the five
-// configurations as a value; the state it reads and writes is key's state
-// for alg's kind, whatever alg's configuration.
+// configurations as a value, or a Limits of them; the state it reads and
+// writes is key's state for alg's kind, whatever alg's configuration (for
+// a Limits, see floodgate.Limits). A Request with Check changes no state.
 func (r *Reference) Apply(key string, alg floodgate.Algorithm, now time.Time, req floodgate.Request) (floodgate.Result, error) {
 	if r.words == nil {
 		r.words = map[slot]int64{}
@@ -42,31 +47,104 @@ func (r *Reference) Apply(key string, alg floodgate.Algorithm, now time.Time, re
 	if err := step.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
+	if ls, ok := alg.(floodgate.Limits); ok {
+		if err := ls.Validate(); err != nil {
+			return floodgate.Result{}, err
+		}
+		m := &refMembers{r: r, key: key, ls: ls}
+		var n [step.KindSlidingLog + 1]int
+		for i, a := range ls {
+			k, err := step.KindOf(a)
+			if err != nil {
+				return floodgate.Result{}, err
+			}
+			m.slots[i] = slot{key, k, n[k]}
+			n[k]++
+		}
+		return step.Limits(ls, m, now, req)
+	}
 	kind, err := step.KindOf(alg)
 	if err != nil {
 		return floodgate.Result{}, err
 	}
-	s := slot{key, kind}
-	var res floodgate.Result
+	s := slot{key, kind, -1}
+	res, next, err := r.step(s, alg, now, req)
+	if err == nil && !req.Check {
+		r.keep(s, next)
+	}
+	return res, err
+}
+
+// state is one new state a step computed: a word, a window's, or (for the
+// sliding log, whose state changes in place) the step to run again.
+type state struct {
+	word int64
+	fw   step.FixedWindowState
+	sw   step.SlidingWindowState
+	sl   func()
+}
+
+// step runs req for alg on the state s and returns the new state without
+// storing it.
+func (r *Reference) step(s slot, alg floodgate.Algorithm, now time.Time, req floodgate.Request) (floodgate.Result, state, error) {
+	var (
+		res  floodgate.Result
+		next state
+		err  error
+	)
 	switch a := alg.(type) {
 	case floodgate.TokenBucket:
-		r.words[s], res, err = step.TokenBucket(a, r.words[s], now, req)
+		next.word, res, err = step.TokenBucket(a, r.words[s], now, req)
 	case floodgate.LeakyBucket:
-		r.words[s], res, err = step.LeakyBucket(a, r.words[s], now, req)
+		next.word, res, err = step.LeakyBucket(a, r.words[s], now, req)
 	case floodgate.FixedWindow:
-		r.fw[s], res, err = step.FixedWindow(a, r.fw[s], now, req)
+		next.fw, res, err = step.FixedWindow(a, r.fw[s], now, req)
 	case floodgate.SlidingWindow:
-		r.sw[s], res, err = step.SlidingWindow(a, r.sw[s], now, req)
+		next.sw, res, err = step.SlidingWindow(a, r.sw[s], now, req)
 	case floodgate.SlidingLog:
 		if r.sl[s] == nil {
 			r.sl[s] = new(step.SlidingLogState)
 		}
-		res, err = step.SlidingLog(a, r.sl[s], now, req)
+		check := req
+		check.Check = true
+		res, err = step.SlidingLog(a, r.sl[s], now, check)
+		next.sl = func() { _, _ = step.SlidingLog(a, r.sl[s], now, req) }
 	default:
 		err = fmt.Errorf("%w: %T", floodgate.ErrInvalidConfig, alg)
 	}
+	return res, next, err
+}
+
+// keep stores the state next of s.
+func (r *Reference) keep(s slot, next state) {
+	switch s.kind {
+	case step.KindTokenBucket, step.KindLeakyBucket:
+		r.words[s] = next.word
+	case step.KindFixedWindow:
+		r.fw[s] = next.fw
+	case step.KindSlidingWindow:
+		r.sw[s] = next.sw
+	case step.KindSlidingLog:
+		next.sl()
+	}
+}
+
+// refMembers is the step.Members of a Limits on a Reference.
+type refMembers struct {
+	r       *Reference
+	key     string
+	ls      floodgate.Limits
+	slots   [8]slot
+	pending [8]state
+}
+
+func (m *refMembers) Step(i int, at time.Time, req floodgate.Request) (floodgate.Result, error) {
+	res, next, err := m.r.step(m.slots[i], m.ls[i], at, req)
+	m.pending[i] = next
 	return res, err
 }
+
+func (m *refMembers) Keep(i int) { m.r.keep(m.slots[i], m.pending[i]) }
 
 // SameResult reports whether two Results are equal, their instants
 // compared with time.Time.Equal: a store may return Result.At in another

@@ -216,6 +216,8 @@ func (r route) full() bool { return r == viaLimiterApply || r == viaBoundApply }
 // routes returns the routes that can carry req.
 func routes(req floodgate.Request) []route {
 	switch {
+	case req.Check || req.Each != nil:
+		return []route{viaLimiterApply, viaBoundApply}
 	case req.Op == floodgate.OpTake && req.MaxDelay == 0:
 		return []route{viaAllowN, viaReserve, viaLimiterApply, viaBoundTake, viaBoundApply}
 	case req.Op == floodgate.OpTake:
@@ -227,6 +229,8 @@ func routes(req floodgate.Request) []route {
 // typed returns the route of the Limiter method a user calls for req.
 func typed(req floodgate.Request) route {
 	switch {
+	case req.Check || req.Each != nil:
+		return viaLimiterApply
 	case req.Op == floodgate.OpTake && req.MaxDelay == 0:
 		return viaAllowN
 	case req.Op == floodgate.OpTake:
@@ -280,6 +284,10 @@ func show(r route, res floodgate.Result) string {
 
 // opString formats a request for messages, its instant relative to base.
 func opString(req floodgate.Request, base time.Time) string {
+	if req.Check {
+		req.Check = false
+		return "check " + opString(req, base)
+	}
 	switch req.Op {
 	case floodgate.OpTake:
 		if req.MaxDelay == 0 {
@@ -289,7 +297,7 @@ func opString(req floodgate.Request, base time.Time) string {
 	case floodgate.OpTakeUpTo:
 		return fmt.Sprintf("upTo(%d)", req.N)
 	case floodgate.OpSettle:
-		return fmt.Sprintf("refund(%d, t0%+v)", req.N, req.At.Sub(base))
+		return fmt.Sprintf("settle(%+d, t0%+v)", req.N, req.At.Sub(base))
 	}
 	return fmt.Sprintf("Op(%d)(%d)", req.Op, req.N)
 }

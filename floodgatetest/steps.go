@@ -20,6 +20,24 @@ func refund(n int64, at time.Duration) floodgate.Request {
 	return floodgate.Request{Op: floodgate.OpSettle, N: -n, At: t0.Add(at)}
 }
 
+// settle charges n units (n > 0) or gives -n back for the admission at
+// t0+at.
+func settle(n int64, at time.Duration) floodgate.Request {
+	return floodgate.Request{Op: floodgate.OpSettle, N: n, At: t0.Add(at)}
+}
+
+// check is req as a check.
+func check(req floodgate.Request) floodgate.Request {
+	req.Check = true
+	return req
+}
+
+// by is res as the Decision of the limit i of a Limits.
+func by(i int, res floodgate.Result) floodgate.Result {
+	res.Binding = i
+	return res
+}
+
 func admit(limit, n, remaining int64, delay, reset time.Duration) floodgate.Result {
 	return floodgate.Result{Granted: n, Decision: floodgate.Decision{
 		Allowed: true, Limit: limit, Remaining: remaining, Delay: delay, ResetAfter: reset}}
@@ -150,6 +168,94 @@ var stepCases = []struct {
 			{500 * ms, refund(1, 2*time.Second), admit(1, 1, 0, 0, 1500*ms)}, // closed until 2 s
 			{1500 * ms, take(1), deny(1, 0, 500*ms, 500*ms)},
 			{2 * time.Second, take(1), admit(1, 1, 0, 0, 2*time.Second)},
+		},
+	},
+	{
+		// Charges into at most one more bucket of debt (2·tau = 1 s from
+		// now), a check that changes nothing, a give-back.
+		name: "TokenBucket/settle and check",
+		alg:  floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 5},
+		steps: []stepCase{
+			{0, take(5), admit(5, 5, 0, 0, 500*ms)},
+			{0, settle(3, 0), admit(5, 3, 0, 0, 800*ms)},
+			{0, settle(5, 0), admit(5, 2, 0, 0, time.Second)}, // 2 fit under the bound
+			{0, settle(1, 0), deny(5, 0, 0, time.Second)},     // none
+			{0, check(reserve(1, time.Second)), admit(5, 1, 0, 600*ms, 1100*ms)},
+			{0, reserve(1, 500*ms), deny(5, 0, 100*ms, time.Second)}, // the check took nothing
+			{0, settle(-2, 0), admit(5, 2, 0, 0, 800*ms)},
+		},
+	},
+	{
+		// A charge counts in the window of the work, up to 2·Limit; a
+		// window that has ended takes nothing.
+		name: "FixedWindow/settle and check",
+		alg:  floodgate.FixedWindow{Limit: 5, Window: time.Second},
+		steps: []stepCase{
+			{0, take(5), admit(5, 5, 0, 0, time.Second)},
+			{500 * ms, settle(7, 0), admit(5, 5, 0, 0, 500*ms)},
+			{500 * ms, check(upTo(1)), deny(5, 0, 500*ms, 500*ms)},
+			{time.Second, settle(1, 500*ms), deny(5, 5, 0, 0)},
+			{time.Second, take(5), admit(5, 5, 0, 0, time.Second)},
+		},
+	},
+	{
+		// A charge lands on the entry of the work, up to 2·Limit in the
+		// log; a check leaves it; a give-back empties it.
+		name: "SlidingLog/settle and check",
+		alg:  floodgate.SlidingLog{Limit: 3, Window: time.Second},
+		steps: []stepCase{
+			{0, take(2), admit(3, 2, 1, 0, time.Second)},
+			{200 * ms, settle(5, 0), admit(3, 4, 0, 0, 800*ms)},
+			{200 * ms, check(take(1)), deny(3, 0, 800*ms, 800*ms)},
+			{200 * ms, settle(-6, 0), admit(3, 6, 3, 0, 0)},
+			{200 * ms, take(3), admit(3, 3, 0, 0, time.Second)},
+		},
+	},
+	{
+		// 5 per second and 7 per minute: the Decision is the binding
+		// limit's, fewest left on an admission, longest RetryAfter on a
+		// denial.
+		name: "Limits/per second and per minute",
+		alg: floodgate.Limits{
+			floodgate.TokenBucket{Rate: 5, Per: time.Second, Burst: 5},
+			floodgate.SlidingLog{Limit: 7, Window: time.Minute},
+		},
+		steps: []stepCase{
+			{0, take(1), by(0, admit(5, 1, 4, 0, 200*ms))},
+			{0, take(1), by(0, admit(5, 1, 3, 0, 400*ms))},
+			{0, take(1), by(0, admit(5, 1, 2, 0, 600*ms))},
+			{0, take(1), by(0, admit(5, 1, 1, 0, 800*ms))},
+			{0, take(1), by(0, admit(5, 1, 0, 0, time.Second))},
+			{0, take(1), by(0, deny(5, 0, 200*ms, time.Second))}, // the log would admit
+			{time.Second, take(1), by(1, admit(7, 1, 1, 0, time.Minute))},
+			{time.Second, take(1), by(1, admit(7, 1, 0, 0, time.Minute))},
+			{time.Second, take(1), by(1, deny(7, 0, 59*time.Second, time.Minute))}, // the bucket would
+			{time.Second, upTo(3), by(1, deny(7, 0, 59*time.Second, time.Minute))},
+			{61 * time.Second, upTo(3), by(0, admit(5, 3, 2, 0, 600*ms))},
+			{61 * time.Second, check(take(3)), by(0, deny(5, 2, 200*ms, 600*ms))},
+			// The log admits at once, the bucket in 200 ms: both count the
+			// units then.
+			{61 * time.Second, reserve(3, time.Second), by(0, admit(5, 3, 0, 200*ms, 1200*ms))},
+		},
+	},
+	{
+		// Every limit counts a reservation at the instant it proceeds: the
+		// bucket, refilled by then, is charged then, not at its own
+		// earliest instant (which would lend it capacity it restores
+		// before the units run).
+		name: "Limits/a reservation counts when it proceeds",
+		alg: floodgate.Limits{
+			floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1},
+			floodgate.FixedWindow{Limit: 2, Window: 10 * time.Second},
+		},
+		steps: []stepCase{
+			{0, take(1), by(0, admit(1, 1, 0, 0, time.Second))},
+			{0, reserve(1, 5*time.Second), by(1, admit(2, 1, 0, time.Second, 10*time.Second))},
+			{0, reserve(1, 20*time.Second), by(0, admit(1, 1, 0, 10*time.Second, 11*time.Second))},
+			{10 * time.Second, take(1), by(0, deny(1, 0, time.Second, time.Second))},
+			{11 * time.Second, take(1), by(1, admit(2, 1, 0, 0, 9*time.Second))},
+			{11 * time.Second, settle(1, 11*time.Second), by(1, admit(2, 1, 0, 0, 9*time.Second))},
+			{11 * time.Second, settle(-1, 11*time.Second), by(1, admit(2, 1, 0, 0, 9*time.Second))},
 		},
 	},
 	{

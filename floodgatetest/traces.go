@@ -3,6 +3,7 @@ package floodgatetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,9 +17,28 @@ const traces = 100
 
 // genAlgorithm draws one of the five algorithms with a small quota and a
 // window of 1 s to 30 s (long enough for a real server's TTLs to outlive a
-// trace that runs in milliseconds).
+// trace that runs in milliseconds), or now and then a Limits of two or
+// three of them.
 func genAlgorithm(g *gen) floodgate.Algorithm {
+	if g.ints(0, 3) == 0 {
+		return genLimits(g)
+	}
+	return genOne(g)
+}
+
+// genOne draws one of the five algorithms, as genAlgorithm does.
+func genOne(g *gen) floodgate.Algorithm {
 	return genKind(g, step.Kind(g.ints(int(step.KindTokenBucket), int(step.KindSlidingLog))))
+}
+
+// genLimits draws a Limits of two or three algorithms, of one kind or
+// several.
+func genLimits(g *gen) floodgate.Limits {
+	ls := floodgate.Limits{genOne(g), genOne(g)}
+	if g.ints(0, 2) == 0 {
+		ls = append(ls, genKind(g, kindOf(ls[0]))) // a second limit of a kind
+	}
+	return ls
 }
 
 // genKind draws a configuration of kind k, as genAlgorithm does.
@@ -106,7 +126,9 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 			req.N = g.int64s(1, quota+2)
 		case 2:
 			req.Op = floodgate.OpSettle
-			req.N = -req.N // a give-back
+			if g.ints(0, 1) == 0 {
+				req.N = -req.N // a give-back, else a charge
+			}
 			req.At = now
 			if len(admitted) > 0 && g.ints(0, 1) == 0 {
 				req.At = admitted[g.ints(0, len(admitted)-1)]
@@ -114,9 +136,17 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 		case 3, 4:
 			req.MaxDelay = g.dur(0, 2*window)
 		}
+		req.Check = g.ints(0, 7) == 0
+		ls, composite := p.alg.(floodgate.Limits)
+		var wantEach []floodgate.Decision
+		if composite && g.ints(0, 1) == 0 {
+			wantEach, req.Each = make([]floodgate.Decision, len(ls)), make([]floodgate.Decision, len(ls))
+		}
 		rs := routes(req)
 		r := rs[g.ints(0, len(rs)-1)]
-		want, werr := ref.Apply(key, p.alg, now, req)
+		wreq := req
+		wreq.Each = wantEach
+		want, werr := ref.Apply(key, p.alg, now, wreq)
 		got, gerr := p.do(ctx, r, key, req)
 		log = append(log, fmt.Sprintf("%d: t0+%v %v on %s: %v %s: %s", n, now.Sub(t0), p.alg, key, r, opString(req, t0), show(r, got)))
 		fail := func(format string, args ...any) {
@@ -132,7 +162,10 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 		if !same(r, want, got) {
 			fail("want %s", show(r, want))
 		}
-		if want.Allowed && req.Op != floodgate.OpSettle {
+		if wantEach != nil && !slices.Equal(wantEach, req.Each) {
+			fail("Each = %+v\nwant %+v", req.Each, wantEach)
+		}
+		if want.Allowed && req.Op != floodgate.OpSettle && !req.Check {
 			admitted = append(admitted, want.At.Add(want.Delay))
 		}
 	}

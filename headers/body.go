@@ -26,8 +26,8 @@ const (
 
 // ErrorBody is the JSON body of a 429 response:
 //
-//	{"error":{"code":"rate_limit_exceeded","message":"...","limit":100,
-//	  "remaining":0,"reset":17,"retry_after":17}}
+//	{"error":{"code":"rate_limit_exceeded","message":"...","policy":"default",
+//	  "limit":100,"remaining":0,"reset":17,"retry_after":17}}
 //
 // Marshal it with encoding/json; unmarshal into it to read one. The zero
 // value is an empty body. It is a plain value, safe to copy and share.
@@ -39,12 +39,13 @@ type ErrorBody struct {
 // rounded up, equal to the fields Write sends for the same Report. The zero
 // value is empty; it is a plain value, safe to copy and share.
 type ErrorDetail struct {
-	Code       string `json:"code"`        // ErrorCode
-	Message    string `json:"message"`     // for people, not programs
-	Limit      int64  `json:"limit"`       // the policy's quota
-	Remaining  int64  `json:"remaining"`   // units left (0 on a denial)
-	Reset      int64  `json:"reset"`       // seconds, as the reset fields (t)
-	RetryAfter int64  `json:"retry_after"` // seconds, as Retry-After
+	Code       string `json:"code"`             // ErrorCode
+	Message    string `json:"message"`          // for people, not programs
+	Policy     string `json:"policy,omitempty"` // the policy's name: of several, the one that bound
+	Limit      int64  `json:"limit"`            // the policy's quota
+	Remaining  int64  `json:"remaining"`        // units left (0 on a denial)
+	Reset      int64  `json:"reset"`            // seconds, as the reset fields (t)
+	RetryAfter int64  `json:"retry_after"`      // seconds, as Retry-After
 }
 
 // NewErrorBody returns the JSON error body for rep, consistent with the
@@ -53,6 +54,7 @@ func NewErrorBody(rep Report) ErrorBody {
 	return ErrorBody{Error: ErrorDetail{
 		Code:       ErrorCode,
 		Message:    denialMessage(rep),
+		Policy:     rep.Policy.Name,
 		Limit:      rep.Policy.Quota,
 		Remaining:  rep.Remaining,
 		Reset:      rep.ResetSeconds(),

@@ -30,7 +30,7 @@ func ExampleWrite() {
 	// RateLimit-Policy: "default";q=100;w=60
 	// RateLimit: "default";r=0;t=3
 	// Retry-After: 3
-	// {"error":{"code":"rate_limit_exceeded","message":"Rate limit exceeded; retry after 3 seconds.","limit":100,"remaining":0,"reset":3,"retry_after":3}}
+	// {"error":{"code":"rate_limit_exceeded","message":"Rate limit exceeded; retry after 3 seconds.","policy":"default","limit":100,"remaining":0,"reset":3,"retry_after":3}}
 }
 
 func ExampleWrite_xEpoch() {
@@ -89,4 +89,26 @@ func ExampleParseRetryAfter() {
 	// 30s <nil>
 	// 30s <nil>
 	// 0s <nil>
+}
+
+// Two limits decided one request (a floodgate.Limits): the IETF fields list
+// both, the one that bound first; Retry-After and the trios are its.
+func ExampleWriteReports() {
+	reps := []headers.Report{
+		{Policy: headers.Policy{Name: "20-per-1m", Quota: 20, Window: time.Minute}, Denied: true, RetryAfter: 36500 * time.Millisecond},
+		{Policy: headers.Policy{Name: "5-per-1s", Quota: 5, Window: time.Second}, Remaining: 4, ResetAfter: 200 * time.Millisecond},
+	}
+	h := http.Header{}
+	if err := headers.WriteReports(h, headers.StyleIETF|headers.StyleX, reps, nil); err != nil {
+		panic(err)
+	}
+	for _, k := range []string{"RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining", "Retry-After"} {
+		fmt.Printf("%s: %s\n", k, h.Get(k))
+	}
+	// Output:
+	// RateLimit-Policy: "20-per-1m";q=20;w=60, "5-per-1s";q=5;w=1
+	// RateLimit: "20-per-1m";r=0;t=37, "5-per-1s";r=4;t=1
+	// X-RateLimit-Limit: 20
+	// X-RateLimit-Remaining: 0
+	// Retry-After: 37
 }

@@ -140,36 +140,45 @@ func FormatPolicy(policies ...Policy) (string, error) {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		var ok bool
-		if b, ok = appendSFString(b, p.Name); !ok {
-			return "", fieldError(FieldRateLimitPolicy, ErrSyntax, "policy name "+strconv.Quote(p.Name)+" is not printable ASCII")
-		}
-		if p.Quota < 0 {
-			return "", fieldError(FieldRateLimitPolicy, ErrRange, "negative quota")
-		}
-		b = append(b, ";q="...)
-		if b, ok = appendSFInteger(b, p.Quota); !ok {
-			return "", fieldError(FieldRateLimitPolicy, ErrRange, "quota has more than 15 digits")
-		}
-		if p.QuotaUnit != "" {
-			b = append(b, ";qu="...)
-			if b, ok = appendSFString(b, p.QuotaUnit); !ok {
-				return "", fieldError(FieldRateLimitPolicy, ErrSyntax, "quota unit is not printable ASCII")
-			}
-		}
-		if p.Window < 0 {
-			return "", fieldError(FieldRateLimitPolicy, ErrRange, "negative window")
-		}
-		if p.Window > 0 {
-			b = append(b, ";w="...)
-			b = strconv.AppendInt(b, Seconds(p.Window), 10)
-		}
-		if p.PartitionKey != nil {
-			b = append(b, ";pk="...)
-			b = appendSFBytes(b, p.PartitionKey)
+		var err error
+		if b, err = appendPolicy(b, p); err != nil {
+			return "", err
 		}
 	}
 	return string(b), nil
+}
+
+// appendPolicy appends p as an item of RateLimit-Policy; see FormatPolicy.
+func appendPolicy(b []byte, p Policy) ([]byte, error) {
+	var ok bool
+	if b, ok = appendSFString(b, p.Name); !ok {
+		return b, fieldError(FieldRateLimitPolicy, ErrSyntax, "policy name "+strconv.Quote(p.Name)+" is not printable ASCII")
+	}
+	if p.Quota < 0 {
+		return b, fieldError(FieldRateLimitPolicy, ErrRange, "negative quota")
+	}
+	b = append(b, ";q="...)
+	if b, ok = appendSFInteger(b, p.Quota); !ok {
+		return b, fieldError(FieldRateLimitPolicy, ErrRange, "quota has more than 15 digits")
+	}
+	if p.QuotaUnit != "" {
+		b = append(b, ";qu="...)
+		if b, ok = appendSFString(b, p.QuotaUnit); !ok {
+			return b, fieldError(FieldRateLimitPolicy, ErrSyntax, "quota unit is not printable ASCII")
+		}
+	}
+	if p.Window < 0 {
+		return b, fieldError(FieldRateLimitPolicy, ErrRange, "negative window")
+	}
+	if p.Window > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, Seconds(p.Window), 10)
+	}
+	if p.PartitionKey != nil {
+		b = append(b, ";pk="...)
+		b = appendSFBytes(b, p.PartitionKey)
+	}
+	return b, nil
 }
 
 // FormatRateLimit returns the RateLimit field value for limits, in the strict
@@ -190,28 +199,37 @@ func FormatRateLimit(limits ...Limit) (string, error) {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
-		var ok bool
-		if b, ok = appendSFString(b, l.Name); !ok {
-			return "", fieldError(FieldRateLimit, ErrSyntax, "policy name "+strconv.Quote(l.Name)+" is not printable ASCII")
-		}
-		if l.Remaining < 0 {
-			return "", fieldError(FieldRateLimit, ErrRange, "negative remaining quota")
-		}
-		b = append(b, ";r="...)
-		if b, ok = appendSFInteger(b, l.Remaining); !ok {
-			return "", fieldError(FieldRateLimit, ErrRange, "remaining quota has more than 15 digits")
-		}
-		if l.Reset < 0 {
-			return "", fieldError(FieldRateLimit, ErrRange, "negative reset")
-		}
-		b = append(b, ";t="...)
-		b = strconv.AppendInt(b, Seconds(l.Reset), 10)
-		if l.PartitionKey != nil {
-			b = append(b, ";pk="...)
-			b = appendSFBytes(b, l.PartitionKey)
+		var err error
+		if b, err = appendLimit(b, l); err != nil {
+			return "", err
 		}
 	}
 	return string(b), nil
+}
+
+// appendLimit appends l as an item of RateLimit; see FormatRateLimit.
+func appendLimit(b []byte, l Limit) ([]byte, error) {
+	var ok bool
+	if b, ok = appendSFString(b, l.Name); !ok {
+		return b, fieldError(FieldRateLimit, ErrSyntax, "policy name "+strconv.Quote(l.Name)+" is not printable ASCII")
+	}
+	if l.Remaining < 0 {
+		return b, fieldError(FieldRateLimit, ErrRange, "negative remaining quota")
+	}
+	b = append(b, ";r="...)
+	if b, ok = appendSFInteger(b, l.Remaining); !ok {
+		return b, fieldError(FieldRateLimit, ErrRange, "remaining quota has more than 15 digits")
+	}
+	if l.Reset < 0 {
+		return b, fieldError(FieldRateLimit, ErrRange, "negative reset")
+	}
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, Seconds(l.Reset), 10)
+	if l.PartitionKey != nil {
+		b = append(b, ";pk="...)
+		b = appendSFBytes(b, l.PartitionKey)
+	}
+	return b, nil
 }
 
 // ParsePolicy parses the lines of a RateLimit-Policy field. It reads the

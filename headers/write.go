@@ -155,28 +155,74 @@ type WriteOptions struct {
 // Write fails, and leaves h unchanged, when rep cannot be expressed: a
 // negative count, a count above MaxInteger (more than 15 digits), a policy
 // name or unit outside printable ASCII (see FormatPolicy).
+//
+// Write is WriteReports with rep alone.
 func Write(h http.Header, style Style, rep Report, opts *WriteOptions) error {
+	return WriteReports(h, style, []Report{rep}, opts)
+}
+
+// WriteReports sets on h the fields of style for several limits that
+// decided one request together (a floodgate.Limits), replacing any value
+// they had. reps[0] is the limit that bound the decision: the IETF fields
+// list every report, in the order given, so the binding one comes first,
+// as the draft's examples do ("RateLimit: "day";r=100;t=36000" names the
+// policy that binds):
+//
+//	RateLimit-Policy: "5-per-1s";q=5;w=1, "20-per-1m";q=20;w=60
+//	RateLimit: "5-per-1s";r=0;t=1, "20-per-1m";r=14;t=60
+//
+// The trios, which carry one limit, report reps[0] only, and so does
+// Retry-After, written when reps[0] is a denial. Each report's t follows
+// its own Denied, as Write's does.
+//
+// WriteReports fails, and leaves h unchanged, when reps is empty or a
+// report cannot be expressed (see Write). The policy names should differ:
+// RateLimit refers to policies by name.
+func WriteReports(h http.Header, style Style, reps []Report, opts *WriteOptions) error {
+	if len(reps) == 0 {
+		return fieldError(FieldRateLimit, ErrRange, "no report to write")
+	}
 	if opts == nil {
 		opts = &WriteOptions{}
 	}
+	rep := reps[0]
 	reset := rep.Reset()
+	// The field names are given in their canonical form and set directly:
+	// Header.Set would allocate each canonical name on every call.
 	type kv struct{ k, v string }
-	var out []kv
+	var out [9]kv // 2 IETF, 3 per trio, Retry-After
+	n := 0
 	if style&StyleIETF != 0 {
-		pol, err := FormatPolicy(rep.Policy)
-		if err != nil {
-			return err
+		// One buffer, on the stack, holds both values while they are built.
+		var buf [256]byte
+		b := buf[:0]
+		var err error
+		for i, r := range reps {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			if b, err = appendPolicy(b, r.Policy); err != nil {
+				return err
+			}
 		}
-		lim, err := FormatRateLimit(Limit{
-			Name:         rep.Policy.Name,
-			Remaining:    rep.Remaining,
-			Reset:        reset,
-			PartitionKey: rep.Policy.PartitionKey,
-		})
-		if err != nil {
-			return err
+		pol := len(b)
+		for i, r := range reps {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b, err = appendLimit(b, Limit{
+				Name:         r.Policy.Name,
+				Remaining:    r.Remaining,
+				Reset:        r.Reset(),
+				PartitionKey: r.Policy.PartitionKey,
+			})
+			if err != nil {
+				return err
+			}
 		}
-		out = append(out, kv{FieldRateLimitPolicy, pol}, kv{FieldRateLimit, lim})
+		both := string(b)
+		out[0], out[1] = kv{canonRateLimitPolicy, both[:pol]}, kv{canonRateLimit, both[pol:]}
+		n = 2
 	}
 	if style&(StyleDraft|StyleX) != 0 {
 		if rep.Policy.Quota < 0 || rep.Policy.Quota > MaxInteger {
@@ -192,10 +238,8 @@ func Write(h http.Header, style Style, rep Report, opts *WriteOptions) error {
 		remaining := strconv.FormatInt(rep.Remaining, 10)
 		delta := strconv.FormatInt(Seconds(reset), 10)
 		if style&StyleDraft != 0 {
-			out = append(out,
-				kv{FieldRateLimitLimit, limit},
-				kv{FieldRateLimitRemaining, remaining},
-				kv{FieldRateLimitReset, delta})
+			out[n], out[n+1], out[n+2] = kv{canonRateLimitLimit, limit}, kv{canonRateLimitRemaining, remaining}, kv{canonRateLimitReset, delta}
+			n += 3
 		}
 		if style&StyleX != 0 {
 			xreset := delta
@@ -206,20 +250,33 @@ func Write(h http.Header, style Style, rep Report, opts *WriteOptions) error {
 				}
 				xreset = strconv.FormatInt(epochCeil(now.Add(reset)), 10)
 			}
-			out = append(out,
-				kv{FieldXRateLimitLimit, limit},
-				kv{FieldXRateLimitRemaining, remaining},
-				kv{FieldXRateLimitReset, xreset})
+			out[n], out[n+1], out[n+2] = kv{canonXRateLimitLimit, limit}, kv{canonXRateLimitRemaining, remaining}, kv{canonXRateLimitReset, xreset}
+			n += 3
 		}
 	}
 	if rep.Denied {
-		out = append(out, kv{FieldRetryAfter, strconv.FormatInt(rep.RetryAfterSeconds(), 10)})
+		out[n] = kv{canonRetryAfter, strconv.FormatInt(rep.RetryAfterSeconds(), 10)}
+		n++
 	}
-	for _, f := range out {
-		h.Set(f.k, f.v)
+	for _, f := range out[:n] {
+		h[f.k] = []string{f.v}
 	}
 	return nil
 }
+
+// The canonical forms (textproto.CanonicalMIMEHeaderKey) of the field
+// names; TestCanonicalFieldNames checks them.
+const (
+	canonRateLimitPolicy     = "Ratelimit-Policy"
+	canonRateLimit           = "Ratelimit"
+	canonRateLimitLimit      = "Ratelimit-Limit"
+	canonRateLimitRemaining  = "Ratelimit-Remaining"
+	canonRateLimitReset      = "Ratelimit-Reset"
+	canonXRateLimitLimit     = "X-Ratelimit-Limit"
+	canonXRateLimitRemaining = "X-Ratelimit-Remaining"
+	canonXRateLimitReset     = "X-Ratelimit-Reset"
+	canonRetryAfter          = "Retry-After"
+)
 
 // epochCeil returns t as Unix seconds rounded up.
 func epochCeil(t time.Time) int64 {

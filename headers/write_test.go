@@ -171,7 +171,7 @@ func TestErrorBodyMatchesFields(t *testing.T) {
 	body, err := json.Marshal(headers.NewErrorBody(rep))
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"error":{"code":"rate_limit_exceeded","message":"Rate limit exceeded; retry after 2 seconds.",
-		"limit":100,"remaining":0,"reset":2,"retry_after":2}}`, string(body))
+		"policy":"default","limit":100,"remaining":0,"reset":2,"retry_after":2}}`, string(body))
 
 	h := http.Header{}
 	require.NoError(t, headers.Write(h, headers.StyleDraft, rep, nil))
@@ -233,4 +233,118 @@ func TestWriteMaxInteger(t *testing.T) {
 	assert.ErrorIs(t, err, headers.ErrRange)
 	_, err = headers.FormatRateLimit(headers.Limit{Remaining: headers.MaxInteger + 1})
 	assert.ErrorIs(t, err, headers.ErrRange)
+}
+
+func TestWriteReports(t *testing.T) {
+	second := headers.Policy{Name: "5-per-1s", Quota: 5, Window: time.Second}
+	minute := headers.Policy{Name: "20-per-1m", Quota: 20, Window: time.Minute}
+	hour := headers.Policy{Name: "hourly", Quota: 100, Window: time.Hour, PartitionKey: []byte("p")}
+	tests := []struct {
+		name  string
+		style headers.Style
+		reps  []headers.Report
+		want  http.Header
+	}{
+		{"admitted: every policy, the binding one first", headers.StyleIETF, []headers.Report{
+			{Policy: second, Remaining: 0, ResetAfter: time.Second},
+			{Policy: minute, Remaining: 15, ResetAfter: 59500 * time.Millisecond},
+			{Policy: hour, Remaining: 95, ResetAfter: time.Hour},
+		}, http.Header{
+			"Ratelimit-Policy": {`"5-per-1s";q=5;w=1, "20-per-1m";q=20;w=60, "hourly";q=100;w=3600;pk=:cA==:`},
+			"Ratelimit":        {`"5-per-1s";r=0;t=1, "20-per-1m";r=15;t=60, "hourly";r=95;t=3600;pk=:cA==:`},
+		}},
+		{"denied: each t follows its own report, Retry-After the first", headers.StyleIETF | headers.StyleDraft, []headers.Report{
+			{Policy: minute, Denied: true, RetryAfter: 36500 * time.Millisecond, ResetAfter: time.Minute},
+			{Policy: second, Denied: true, RetryAfter: 200 * time.Millisecond, ResetAfter: time.Second},
+			{Policy: hour, Remaining: 80, ResetAfter: 30 * time.Minute},
+		}, http.Header{
+			"Ratelimit-Policy":    {`"20-per-1m";q=20;w=60, "5-per-1s";q=5;w=1, "hourly";q=100;w=3600;pk=:cA==:`},
+			"Ratelimit":           {`"20-per-1m";r=0;t=37, "5-per-1s";r=0;t=1, "hourly";r=80;t=1800;pk=:cA==:`},
+			"Ratelimit-Limit":     {"20"},
+			"Ratelimit-Remaining": {"0"},
+			"Ratelimit-Reset":     {"37"},
+			"Retry-After":         {"37"},
+		}},
+		{"the trio is the first report's alone", headers.StyleX, []headers.Report{
+			{Policy: minute, Remaining: 3, ResetAfter: 50 * time.Second},
+			{Policy: second, Remaining: 4, ResetAfter: 200 * time.Millisecond},
+		}, http.Header{
+			"X-Ratelimit-Limit":     {"20"},
+			"X-Ratelimit-Remaining": {"3"},
+			"X-Ratelimit-Reset":     {"50"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			require.NoError(t, headers.WriteReports(h, tt.style, tt.reps, nil))
+			assert.Equal(t, tt.want, h)
+
+			// A client reads back every policy and limit, in order.
+			st, err := headers.Parse(h, nil)
+			require.NoError(t, err)
+			if tt.style&headers.StyleIETF != 0 {
+				require.Len(t, st.Policies, len(tt.reps))
+				require.Len(t, st.Limits, len(tt.reps))
+				for i, r := range tt.reps {
+					assert.Equal(t, r.Policy.Name, st.Policies[i].Name, "policy %d", i)
+					assert.Equal(t, r.Policy.Name, st.Limits[i].Name, "limit %d", i)
+					assert.Equal(t, r.Remaining, st.Limits[i].Remaining, "limit %d", i)
+				}
+			}
+		})
+	}
+}
+
+func TestWriteReportsFailsAtomically(t *testing.T) {
+	h := http.Header{"Ratelimit": {"old"}}
+	err := headers.WriteReports(h, headers.StyleIETF, nil, nil)
+	assert.ErrorIs(t, err, headers.ErrRange)
+	err = headers.WriteReports(h, headers.StyleIETF, []headers.Report{
+		{Policy: minutePolicy},
+		{Policy: headers.Policy{Name: "bad\n", Quota: 1}},
+	}, nil)
+	assert.ErrorIs(t, err, headers.ErrSyntax)
+	err = headers.WriteReports(h, headers.StyleIETF, []headers.Report{
+		{Policy: minutePolicy},
+		{Policy: headers.Policy{Name: "second"}, Remaining: headers.MaxInteger + 1},
+	}, nil)
+	assert.ErrorIs(t, err, headers.ErrRange)
+	assert.Equal(t, http.Header{"Ratelimit": {"old"}}, h)
+}
+
+// TestWriteSetsCanonicalNames: Write sets the fields under their canonical
+// names directly rather than through Header.Set, so they must be the names
+// Header.Get looks up.
+func TestWriteSetsCanonicalNames(t *testing.T) {
+	h := http.Header{}
+	rep := headers.Report{Policy: minutePolicy, Denied: true, RetryAfter: time.Second}
+	require.NoError(t, headers.Write(h, headers.StyleIETF|headers.StyleDraft|headers.StyleX, rep, nil))
+	for _, f := range []string{
+		headers.FieldRateLimitPolicy, headers.FieldRateLimit,
+		headers.FieldRateLimitLimit, headers.FieldRateLimitRemaining, headers.FieldRateLimitReset,
+		headers.FieldXRateLimitLimit, headers.FieldXRateLimitRemaining, headers.FieldXRateLimitReset,
+		headers.FieldRetryAfter,
+	} {
+		assert.NotEmpty(t, h.Get(f), "%s", f)
+		assert.Contains(t, h, http.CanonicalHeaderKey(f))
+	}
+	assert.Len(t, h, 9)
+}
+
+// TestWriteAllocations: the IETF fields of any number of reports cost one
+// string for both values and the two value slices of the header.
+func TestWriteAllocations(t *testing.T) {
+	reps := []headers.Report{
+		{Policy: headers.Policy{Name: "5-per-1s", Quota: 5, Window: time.Second}, Remaining: 3, ResetAfter: time.Second},
+		{Policy: headers.Policy{Name: "20-per-1m", Quota: 20, Window: time.Minute}, Remaining: 15, ResetAfter: time.Minute},
+	}
+	h := http.Header{}
+	for n := 1; n <= len(reps); n++ {
+		allocs := testing.AllocsPerRun(100, func() {
+			clear(h)
+			_ = headers.WriteReports(h, headers.StyleIETF, reps[:n], nil)
+		})
+		assert.Equal(t, 3.0, allocs, "%d reports", n)
+	}
 }

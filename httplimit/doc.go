@@ -45,6 +45,28 @@
 // headers.MaxInteger, in every style and in the body, which tells a client
 // less than it may use, never more.
 //
+// # Several limits, and plans
+//
+// A limiter of a floodgate.Limits ("5 per second and 20 per minute") is
+// decided as one: the request is admitted only if every limit admits it.
+// The IETF fields then list every limit, the one that bound
+// (Decision.Binding) first, and the trios, Retry-After and the body
+// report that one:
+//
+//	RateLimit-Policy: "20-per-1m";q=20;w=60, "5-per-1s";q=5;w=1
+//	RateLimit: "20-per-1m";r=0;t=37, "5-per-1s";r=4;t=1
+//	Retry-After: 37
+//
+// Each limit's Decision comes from Request.Each, into a pooled buffer, so
+// listing them costs no allocation. Limits are named after their quota
+// and window ("5-per-1s") unless [Options.PolicyNames] names them.
+//
+// [NewPlans] chooses the limiter per request among [Plan]s built at
+// start-up ("free", "pro"), each with its own policy names; a plan name
+// the plan function returns that no plan has is [ErrUnknownPlan], a 500.
+// Keys are not prefixed per plan, so a key that changes plans keeps what
+// its limits of a kind have counted; see NewPlans.
+//
 // # When no decision is made
 //
 // A request that no decision can be made for reaches
@@ -61,8 +83,10 @@
 //     Retry-After ([Options.UnavailableRetryAfter], 1 second by default)
 //     and the fields of the limiter's policy, promising nothing until
 //     then ("default";r=0;t=1);
-//   - anything else (an invalid cost, invalid options) is a fault of the
-//     server: 500, without rate-limit fields.
+//   - anything else (an invalid cost, an unknown plan, invalid options)
+//     is a fault of the server: 500, without rate-limit fields.
+//
+// [Options.OnError] sees each of them, to log or count.
 //
 // # Keys
 //
@@ -95,7 +119,9 @@
 // evenly. A request whose client goes away while it waits gives its units
 // back where the algorithm allows. [Options.Shadow] decides and reports
 // every request (fields, [Options.OnDecision]) but never denies or delays
-// one, to see what a new limit would do before enforcing it.
+// one, to see what a new limit would do before enforcing it. Nor does it
+// answer a request it cannot decide (no key, a failed store): that one is
+// reported to [Options.OnError] and served.
 //
 // The middleware needs nothing from a limiter beyond the floodgate.Limiter
 // interface, so a limiter the user wraps, or a lease.Limiter, works as

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -63,4 +64,54 @@ func ExampleKeyChain() {
 	// Output:
 	// ip:203.0.113.9 true
 	// key:pJsSh4cMEKdvH0ZVKspEMQ true
+}
+
+func ExampleNewPlans() {
+	// A stopped clock keeps the output stable; leave Now unset in real use.
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	store, err := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		panic(err)
+	}
+	// Every plan's limiter is built once, at start-up, on one store.
+	free, err := floodgate.New(store, floodgate.Limits{
+		floodgate.TokenBucket{Rate: 2, Per: time.Second, Burst: 2},
+		floodgate.SlidingLog{Limit: 20, Window: time.Minute},
+	})
+	if err != nil {
+		panic(err)
+	}
+	pro, err := floodgate.New(store, floodgate.Limits{
+		floodgate.TokenBucket{Rate: 50, Per: time.Second, Burst: 50},
+		floodgate.SlidingWindow{Limit: 1000, Window: time.Minute},
+	})
+	if err != nil {
+		panic(err)
+	}
+	mw, err := httplimit.NewPlans([]httplimit.Plan{
+		{Name: "free", Limiter: free},
+		{Name: "pro", Limiter: pro, PolicyNames: []string{"pro-burst", "pro-minute"}},
+	}, func(r *http.Request) string {
+		if strings.HasPrefix(r.Header.Get("X-API-Key"), "pro_") {
+			return "pro"
+		}
+		return "free"
+	}, &httplimit.Options{Key: httplimit.KeyByAPIKey("X-API-Key")})
+	if err != nil {
+		panic(err)
+	}
+	handler := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+
+	for _, apiKey := range []string{"k1", "k1", "k1", "pro_k2"} {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.Header.Set("X-API-Key", apiKey)
+		rec := httptest.NewRecorder()
+		handler.ServeHTTP(rec, req)
+		fmt.Println(rec.Code, rec.Header().Get("RateLimit"))
+	}
+	// Output:
+	// 200 "2-per-1s";r=1;t=1, "20-per-1m";r=19;t=60
+	// 200 "2-per-1s";r=0;t=1, "20-per-1m";r=18;t=60
+	// 429 "2-per-1s";r=0;t=1, "20-per-1m";r=17;t=60
+	// 200 "pro-burst";r=49;t=1, "pro-minute";r=999;t=120
 }

@@ -53,8 +53,9 @@ type InflightOptions struct {
 	// has Limit requests in flight. When it runs, Retry-After is already
 	// set on w.Header(). The default writes 429 Too Many Requests with a
 	// JSON body in the shape of headers.ErrorBody, code
-	// "concurrency_limit_exceeded", limit the in-flight limit, remaining 0,
-	// and reset and retry_after the Retry-After in seconds.
+	// "concurrency_limit_exceeded", policy "inflight", limit the in-flight
+	// limit, remaining 0, and reset and retry_after the Retry-After in
+	// seconds.
 	DenyHandler func(w http.ResponseWriter, r *http.Request, d inflight.Decision)
 
 	// ErrorHandler writes the response when no decision could be made,
@@ -79,16 +80,22 @@ type InflightOptions struct {
 	OnDecision func(r *http.Request, key string, d inflight.Decision)
 }
 
-// codeInflight is the code of the JSON body of a denial by NewInflight.
-const codeInflight = "concurrency_limit_exceeded"
+// codeInflight is the code of the JSON body of a denial by NewInflight, and
+// inflightPolicy the policy it names, apart from the rate middleware's.
+const (
+	codeInflight   = "concurrency_limit_exceeded"
+	inflightPolicy = "inflight"
+)
 
 // inflightMiddleware is a validated InflightOptions bound to a Limiter.
 type inflightMiddleware struct {
 	lim *inflight.Limiter
 	o   InflightOptions
 	// answers is the rate middleware configured for the answers both
-	// share: 401, 503 and 500, without rate-limit fields.
+	// share: 401, 503 and 500, without rate-limit fields; plan names the
+	// in-flight limit in the 503's body.
 	answers *middleware
+	plan    *plan
 }
 
 // NewInflight returns net/http middleware that lets at most lim.Limit()
@@ -131,19 +138,19 @@ func NewInflight(lim *inflight.Limiter, opts *InflightOptions) (func(http.Handle
 	}
 	// The answers of the rate middleware without its fields (style 0
 	// writes Retry-After alone); the 503's body names the in-flight limit.
-	m.answers = &middleware{
-		o: Options{
-			ProblemDetails:        o.ProblemDetails,
-			Challenge:             o.Challenge,
-			UnavailableRetryAfter: o.UnavailableRetryAfter,
-		},
-		policy: headers.Policy{Name: DefaultPolicyName, Quota: fieldCount(lim.Limit())},
-	}
+	m.answers = &middleware{o: Options{
+		ProblemDetails:        o.ProblemDetails,
+		Challenge:             o.Challenge,
+		UnavailableRetryAfter: o.UnavailableRetryAfter,
+	}}
+	m.plan = &plan{policies: []headers.Policy{{Name: inflightPolicy, Quota: fieldCount(lim.Limit())}}}
 	if o.DenyHandler == nil {
 		o.DenyHandler = m.deny
 	}
 	if o.ErrorHandler == nil {
-		o.ErrorHandler = m.answers.answerError
+		o.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) {
+			m.answers.answerError(w, r, m.plan, err)
+		}
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -192,7 +199,7 @@ func (m *inflightMiddleware) serve(w http.ResponseWriter, r *http.Request, next 
 // deny is the default DenyHandler.
 func (m *inflightMiddleware) deny(w http.ResponseWriter, r *http.Request, d inflight.Decision) {
 	rep := headers.Report{
-		Policy:     headers.Policy{Name: DefaultPolicyName, Quota: fieldCount(d.Limit)},
+		Policy:     headers.Policy{Name: inflightPolicy, Quota: fieldCount(d.Limit)},
 		Denied:     true,
 		RetryAfter: fieldDuration(d.RetryAfter),
 	}

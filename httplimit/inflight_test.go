@@ -93,7 +93,7 @@ func TestInflightMiddlewareDeniesAtTheLimit(t *testing.T) {
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 		assert.Equal(t, headers.ErrorDetail{
 			Code: "concurrency_limit_exceeded", Message: "Too many requests in flight; retry after 2 seconds.",
-			Limit: 2, Remaining: 0, Reset: 2, RetryAfter: 2,
+			Policy: "inflight", Limit: 2, Remaining: 0, Reset: 2, RetryAfter: 2,
 		}, body.Error)
 
 		// Another key has slots of its own.
@@ -201,9 +201,11 @@ func TestInflightMiddlewareErrors(t *testing.T) {
 	rec = do(t, newInflightMW(t, down, &httplimit.InflightOptions{UnavailableRetryAfter: 3 * time.Second})(ok), "192.0.2.1:1000")
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	assert.Equal(t, "3", rec.Header().Get(headers.FieldRetryAfter))
+	assert.Empty(t, rec.Header().Get(headers.FieldRateLimit), "RateLimit fields on an in-flight 503")
 	var body headers.ErrorBody
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 	assert.Equal(t, "rate_limit_unavailable", body.Error.Code)
+	assert.Equal(t, "inflight", body.Error.Policy)
 	assert.Equal(t, int64(1), body.Error.Limit)
 
 	closed := newInflight(t, 1, nil)

@@ -8,7 +8,9 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -67,8 +69,12 @@ type Options struct {
 	// Shadow runs the limiter without enforcing it (a dry run): every
 	// request is decided, reported to OnDecision and given the rate-limit
 	// fields of its decision, but none is denied or delayed, and no
-	// Retry-After is sent. Use it to see what a new limit would do before
-	// enforcing it. The default is false.
+	// Retry-After is sent. A request no decision can be made for (no key,
+	// a failed store, an unknown plan, an invalid cost, invalid options
+	// given to Middleware) is reported to OnError and served without
+	// fields: a dry run never blocks, so ErrorHandler and DenyHandler are
+	// not called. Use it to see what a new limit would do before enforcing
+	// it. The default is false.
 	Shadow bool
 
 	// MaxDelay turns denial into delay: requests are admitted as
@@ -99,9 +105,23 @@ type Options struct {
 	// default) or headers.ResetEpoch for Unix seconds, as GitHub does.
 	XReset headers.ResetFormat
 
-	// PolicyName is the policy name of the RateLimit fields. The default
-	// is DefaultPolicyName. It must be printable ASCII.
+	// PolicyName is the policy name of the RateLimit fields for a limiter
+	// of one algorithm (with NewPlans, of every such plan that does not
+	// name its own). The default is DefaultPolicyName. It must be
+	// printable ASCII. A floodgate.Limits has several policies: name them
+	// with PolicyNames; New refuses PolicyName for one.
 	PolicyName string
+
+	// PolicyNames names the policies of New's limiter in the RateLimit
+	// fields: one name per limit of its floodgate.Limits, in the same
+	// order, distinct, printable ASCII (for a single algorithm, one name,
+	// as PolicyName). By default a Limits' limits are named after their
+	// quota and window, "<quota>-per-<window>" with the window in the
+	// largest unit that divides it ("5-per-1s", "1000-per-1m",
+	// "20000-per-1d"; a name that repeats gets "-2", "-3"); see Plan.
+	// NewPlans takes the names of each plan in Plan.PolicyNames and
+	// refuses this field.
+	PolicyNames []string
 
 	// ProblemDetails makes the default denial body RFC 9457 problem details
 	// (application/problem+json, type quota-exceeded, violated-policies)
@@ -110,8 +130,12 @@ type Options struct {
 
 	// DenyHandler writes the response to a denied request. When it runs,
 	// the rate-limit fields and Retry-After are already set on
-	// w.Header(). The default writes 429 Too Many Requests with the JSON
-	// body described in package headers.
+	// w.Header(); for a floodgate.Limits, d is the Decision of the limit
+	// that bound (d.Binding). The default writes 429 Too Many Requests
+	// with the JSON body described in package headers, whose numbers and
+	// "policy" are the binding limit's, or, with ProblemDetails, problem
+	// details whose violated-policies lists every limit that denied, the
+	// binding one first.
 	DenyHandler func(w http.ResponseWriter, r *http.Request, d floodgate.Decision)
 
 	// ErrorHandler writes the response when no decision could be made. It
@@ -135,18 +159,24 @@ type Options struct {
 	//     context.DeadlineExceeded (the request's context ended before
 	//     the decision or during its delay): 503 Service Unavailable,
 	//     code rate_limit_unavailable, with Retry-After of
-	//     UnavailableRetryAfter and the fields of the limiter's Policy in
-	//     Style, with nothing remaining until then ("default";r=0;t=1):
-	//     the remaining quota is unknown, and none is promised. The JSON
-	//     body holds limit, remaining, reset and retry_after, as a 429's
-	//     does. An ended context is answered as a failed store: HTTP has
-	//     no status for a client that went away, and to a client whose
-	//     deadline passed the limiter did not answer in time.
+	//     UnavailableRetryAfter and the fields of the limiter's policies
+	//     in Style, with nothing remaining until then
+	//     ("default";r=0;t=1): the remaining quota is unknown, and none
+	//     is promised. For a floodgate.Limits the IETF fields list every
+	//     limit, in its order, and the trios and the body report the
+	//     first. The JSON body holds limit, remaining, reset and
+	//     retry_after, as a 429's does. An ended context is answered as a
+	//     failed store: HTTP has no status for a client that went away,
+	//     and to a client whose deadline passed the limiter did not
+	//     answer in time.
 	//   - anything else is a fault of the server: an invalid cost
 	//     (floodgate.ErrInvalidN, floodgate.ErrExceedsLimit), a key the
-	//     limiter refuses (floodgate.ErrKeyTooLong), invalid options
+	//     limiter refuses (floodgate.ErrKeyTooLong), a plan NewPlans
+	//     does not have (ErrUnknownPlan), invalid options
 	//     (floodgate.ErrInvalidConfig, see Middleware). 500 Internal
 	//     Server Error, code rate_limit_error, without rate-limit fields.
+	//
+	// In Shadow mode ErrorHandler is not called: the request is served.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 	// Challenge is the WWW-Authenticate field of the default 401 answer to
@@ -167,9 +197,18 @@ type Options struct {
 	UnavailableRetryAfter time.Duration
 
 	// OnDecision, when set, is called with every decision before the
-	// request is served or denied, in shadow mode too. It runs on the
-	// request's goroutine and must not block.
+	// request is served or denied, in shadow mode too. For a
+	// floodgate.Limits, d is the binding limit's Decision (d.Binding its
+	// index). It runs on the request's goroutine and must not block.
 	OnDecision func(r *http.Request, key string, d floodgate.Decision)
+
+	// OnError, when set, is called with every request no decision could
+	// be made for and the reason, before ErrorHandler answers it or, in
+	// shadow mode, before it is served: the errors ErrorHandler lists.
+	// key is the request's key, "" for ErrNoKey and for invalid options
+	// given to Middleware. It runs on the request's goroutine and must
+	// not block.
+	OnError func(r *http.Request, key string, err error)
 
 	// Now is the clock of epoch resets (headers.ResetEpoch). The default
 	// is time.Now.
@@ -179,14 +218,20 @@ type Options struct {
 // defaultUnavailableRetryAfter is the default of Options.UnavailableRetryAfter.
 const defaultUnavailableRetryAfter = time.Second
 
-// middleware is a validated Options bound to a floodgate.Limiter.
+// middleware is a validated Options bound to the limiters of its plans.
 type middleware struct {
-	lim      floodgate.Limiter
 	o        Options
-	policy   headers.Policy
+	single   *plan            // New's limiter; nil for NewPlans
+	plans    map[string]*plan // NewPlans' plans by name
+	choose   func(*http.Request) string
 	style    headers.Style
 	shaping  bool
 	writeOpt headers.WriteOptions
+	// each holds *[maxLimits]floodgate.Decision buffers for Request.Each.
+	// A buffer on the stack would escape through the Limiter interface
+	// and be allocated on every request; the pool allocates none once
+	// warm.
+	each sync.Pool
 }
 
 // New returns net/http middleware that limits requests with limiter,
@@ -199,18 +244,40 @@ type middleware struct {
 // calls the next handler (after the decision's delay, when shaping) or
 // answers 429 with Retry-After and a JSON body.
 //
+// A limiter running a floodgate.Limits ("5 per second and 20 per
+// minute") is decided through Limiter.Apply with Request.Each, so that
+// the IETF fields list every limit, the binding one (Decision.Binding)
+// first; the trios, Retry-After and the body report the binding one. Its
+// policies are named by Options.PolicyNames, or after their quota and
+// window. A limiter whose Apply does not fill Request.Each (a user's
+// wrapper that answers some requests from a cache of its own) gets the
+// fields of the binding limit alone.
+//
 // The middleware uses only the floodgate.Limiter interface: any Limiter
 // works, a user's wrapper included.
 func New(limiter floodgate.Limiter, opts *Options) (func(http.Handler) http.Handler, error) {
-	m, err := newMiddleware(limiter, opts)
+	m, err := newMiddleware(opts)
 	if err != nil {
 		return nil, err
 	}
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			m.serve(w, r, next)
-		})
-	}, nil
+	o := &m.o
+	if o.PolicyName != "" && o.PolicyNames != nil {
+		return nil, fmt.Errorf("%w: PolicyName and PolicyNames both set", floodgate.ErrInvalidConfig)
+	}
+	if m.single, err = m.newPlan("", limiter, o.PolicyNames); err != nil {
+		return nil, err
+	}
+	if m.single.composite && o.PolicyName != "" {
+		return nil, fmt.Errorf("%w: PolicyName names one policy, and the limiter runs %d limits: name them with PolicyNames", floodgate.ErrInvalidConfig, len(m.single.policies))
+	}
+	return m.handler, nil
+}
+
+// handler is the middleware's func(http.Handler) http.Handler.
+func (m *middleware) handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		m.serve(w, r, next)
+	})
 }
 
 // Middleware is New without the error: it returns the same middleware when
@@ -219,37 +286,57 @@ func New(limiter floodgate.Limiter, opts *Options) (func(http.Handler) http.Hand
 // Middleware never panics: when the limiter is nil or the options are
 // invalid it returns middleware that hands every request to the
 // ErrorHandler with an error matching floodgate.ErrInvalidConfig (500 by
-// default), failing closed. Use New to catch such errors at start-up.
+// default), failing closed; in Shadow mode, to OnError, and the request is
+// served. Use New to catch such errors at start-up.
 func Middleware(limiter floodgate.Limiter, opts *Options) func(http.Handler) http.Handler {
 	mw, err := New(limiter, opts)
 	if err == nil {
 		return mw
 	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Shadow {
+		// A dry run never blocks, even on a configuration it cannot run.
+		return func(next http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if o.OnError != nil {
+					o.OnError(r, "", err)
+				}
+				next.ServeHTTP(w, r)
+			})
+		}
+	}
 	// The answer of invalid options is a 500, in the body style asked for.
 	fallback := &middleware{}
-	if opts != nil {
-		fallback.o.ProblemDetails = opts.ProblemDetails
-	}
-	onError := fallback.answerError
-	if opts != nil && opts.ErrorHandler != nil {
-		onError = opts.ErrorHandler
-	}
+	fallback.o.ProblemDetails = o.ProblemDetails
 	return func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			onError(w, r, err)
+			if o.OnError != nil {
+				o.OnError(r, "", err)
+			}
+			if o.ErrorHandler != nil {
+				o.ErrorHandler(w, r, err)
+				return
+			}
+			fallback.answerError(w, r, nil, err)
 		})
 	}
 }
 
-func newMiddleware(lim floodgate.Limiter, opts *Options) (*middleware, error) {
-	if lim == nil {
-		return nil, fmt.Errorf("%w: nil limiter", floodgate.ErrInvalidConfig)
-	}
-	m := &middleware{lim: lim}
+// newMiddleware validates the options every middleware shares; the
+// constructors add the plans.
+func newMiddleware(opts *Options) (*middleware, error) {
+	m := &middleware{}
+	m.each.New = func() any { return new([maxLimits]floodgate.Decision) }
 	if opts != nil {
 		m.o = *opts
 	}
 	o := &m.o
+	if o.PolicyNames != nil {
+		o.PolicyNames = slices.Clone(o.PolicyNames) // later changes to the caller's slice do not leak in
+	}
 	ipOpts := IPKeyOptions{
 		TrustedProxies: o.TrustedProxies, ForwardedHeader: o.ForwardedHeader,
 		IPv4Prefix: o.IPv4Prefix, IPv6Prefix: o.IPv6Prefix,
@@ -259,19 +346,6 @@ func newMiddleware(lim floodgate.Limiter, opts *Options) (*middleware, error) {
 		o.Key = KeyByIP(&ipOpts)
 	case ipOpts.TrustedProxies != nil || ipOpts.ForwardedHeader != "" || ipOpts.IPv4Prefix != 0 || ipOpts.IPv6Prefix != 0:
 		return nil, fmt.Errorf("%w: TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure the default key; with Key set, pass them to KeyByIP", floodgate.ErrInvalidConfig)
-	}
-	if o.PolicyName == "" {
-		o.PolicyName = DefaultPolicyName
-	}
-	if o.DenyHandler == nil {
-		if o.ProblemDetails {
-			o.DenyHandler = m.denyProblem
-		} else {
-			o.DenyHandler = m.denyJSON
-		}
-	}
-	if o.ErrorHandler == nil {
-		o.ErrorHandler = m.answerError
 	}
 	if !printableASCII(o.Challenge) {
 		return nil, fmt.Errorf("%w: Challenge %q is not printable ASCII", floodgate.ErrInvalidConfig, o.Challenge)
@@ -303,16 +377,6 @@ func newMiddleware(lim floodgate.Limiter, opts *Options) (*middleware, error) {
 		return nil, fmt.Errorf("%w: unknown reset format %d", floodgate.ErrInvalidConfig, o.XReset)
 	}
 	m.writeOpt.XReset = o.XReset
-	p := lim.Policy()
-	m.policy = headers.Policy{Name: o.PolicyName, Quota: fieldCount(p.Quota), Window: fieldDuration(p.Window)}
-	if p.Quota < 0 || p.Window < 0 {
-		// No Limiter of this module reports one; a wrapper that does is
-		// broken.
-		return nil, fmt.Errorf("%w: negative policy %+v", floodgate.ErrInvalidConfig, p)
-	}
-	if _, err := headers.FormatPolicy(m.policy); err != nil {
-		return nil, fmt.Errorf("%w: policy cannot be advertised: %w", floodgate.ErrInvalidConfig, err)
-	}
 	return m, nil
 }
 
@@ -324,55 +388,60 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	}
 	key, ok := o.Key(r)
 	if !ok || key == "" {
-		o.ErrorHandler(w, r, ErrNoKey)
+		m.fail(w, r, next, nil, "", ErrNoKey)
 		return
 	}
 	key = o.KeyPrefix + key
+	p := m.single
+	if p == nil {
+		name := m.choose(r)
+		if p = m.plans[name]; p == nil {
+			m.fail(w, r, next, nil, key, &unknownPlanError{name: name})
+			return
+		}
+	}
 	n := int64(1)
 	if o.Cost != nil {
 		n = o.Cost(r)
 	}
 
 	ctx := r.Context()
-	var d floodgate.Decision
-	var err error
-	var refund func() // gives back a delayed admission that is not served
-	if m.shaping {
-		maxDelay := o.MaxDelay
-		if deadline, ok := ctx.Deadline(); ok {
-			maxDelay = max(0, min(maxDelay, time.Until(deadline)))
-		}
-		// Apply rather than Reserve: its Result tells the instant of the
-		// admission, which a refund needs.
-		var res floodgate.Result
-		res, err = m.lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n, MaxDelay: maxDelay})
-		d = res.Decision
-		if err == nil && res.Allowed && res.Delay > 0 {
-			refund = func() {
-				// On a context that outlives the request's; a failed refund
-				// only leaves the units spent.
-				req := floodgate.Request{Op: floodgate.OpSettle, N: -n, At: res.At.Add(res.Delay)}
-				_, _ = m.lim.Apply(context.WithoutCancel(ctx), key, req)
-			}
-		}
-	} else {
-		d, err = m.lim.AllowN(ctx, key, n)
+	// each receives the Decision of every limit of a Limits.
+	var buf *[maxLimits]floodgate.Decision
+	var each []floodgate.Decision
+	if p.composite {
+		buf = m.each.Get().(*[maxLimits]floodgate.Decision)
+		each = buf[:len(p.policies)]
+		clear(each) // a limiter that does not fill it leaves zeros, not another request's decisions
 	}
+	d, refund, err := m.decide(ctx, p, key, n, each)
 	if err != nil {
-		o.ErrorHandler(w, r, err)
+		if buf != nil {
+			m.each.Put(buf)
+		}
+		m.fail(w, r, next, p, key, err)
 		return
 	}
 	if o.OnDecision != nil {
 		o.OnDecision(r, key, d)
 	}
 
-	m.writeFields(w.Header(), d)
+	var reps [maxLimits]headers.Report
+	nrep := m.reports(&reps, p, d, each)
+	if buf != nil {
+		m.each.Put(buf)
+	}
+	m.writeFields(w.Header(), reps[:nrep])
 	if o.Shadow {
 		next.ServeHTTP(w, r)
 		return
 	}
 	if !d.Allowed {
-		o.DenyHandler(w, r, d)
+		if o.DenyHandler != nil {
+			o.DenyHandler(w, r, d)
+		} else {
+			m.deny(w, reps[:nrep])
+		}
 		return
 	}
 	if d.Delay > 0 {
@@ -383,11 +452,58 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			for _, f := range rateLimitFields {
 				w.Header().Del(f)
 			}
-			o.ErrorHandler(w, r, err)
+			m.fail(w, r, next, p, key, err)
 			return
 		}
 	}
 	next.ServeHTTP(w, r)
+}
+
+// decide asks p's limiter for n units of key: AllowN, or Apply when the
+// middleware shapes (for the instant of the admission, which a refund
+// needs) or p runs a Limits (for each limit's Decision, into each). refund,
+// when not nil, gives back a delayed admission that is not served.
+func (m *middleware) decide(ctx context.Context, p *plan, key string, n int64, each []floodgate.Decision) (d floodgate.Decision, refund func(), err error) {
+	if !m.shaping && !p.composite {
+		d, err = p.lim.AllowN(ctx, key, n)
+		return d, nil, err
+	}
+	var maxDelay time.Duration
+	if m.shaping {
+		maxDelay = m.o.MaxDelay
+		if deadline, ok := ctx.Deadline(); ok {
+			maxDelay = max(0, min(maxDelay, time.Until(deadline)))
+		}
+	}
+	res, err := p.lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n, MaxDelay: maxDelay, Each: each})
+	if err == nil && res.Allowed && res.Delay > 0 {
+		refund = func() {
+			// On a context that outlives the request's; a failed refund
+			// only leaves the units spent.
+			req := floodgate.Request{Op: floodgate.OpSettle, N: -n, At: res.At.Add(res.Delay)}
+			_, _ = p.lim.Apply(context.WithoutCancel(ctx), key, req)
+		}
+	}
+	return res.Decision, refund, err
+}
+
+// fail handles a request no decision could be made for: OnError, then
+// ErrorHandler, or, in shadow mode, the next handler. p is the request's
+// plan, nil when it has none (yet).
+func (m *middleware) fail(w http.ResponseWriter, r *http.Request, next http.Handler, p *plan, key string, err error) {
+	o := &m.o
+	if o.OnError != nil {
+		o.OnError(r, key, err)
+	}
+	if o.Shadow {
+		next.ServeHTTP(w, r)
+		return
+	}
+	if o.ErrorHandler != nil {
+		o.ErrorHandler(w, r, err)
+		return
+	}
+	m.answerError(w, r, p, err)
 }
 
 // rateLimitFields are every field writeFields may set.
@@ -398,11 +514,11 @@ var rateLimitFields = []string{
 	headers.FieldRetryAfter,
 }
 
-// report converts a decision into the terms of package headers, in the
-// range the fields carry (see fieldCount and fieldDuration), so that every
-// decision can be written and the body agrees with the fields.
-func (m *middleware) report(d floodgate.Decision) headers.Report {
-	pol := m.policy
+// report converts a decision of the limit whose policy is pol into the
+// terms of package headers, in the range the fields carry (see fieldCount
+// and fieldDuration), so that every decision can be written and the body
+// agrees with the fields.
+func report(pol headers.Policy, d floodgate.Decision) headers.Report {
 	if d.Limit > 0 {
 		pol.Quota = fieldCount(d.Limit)
 	}
@@ -413,6 +529,39 @@ func (m *middleware) report(d floodgate.Decision) headers.Report {
 		Denied:     !d.Allowed,
 		RetryAfter: fieldDuration(d.RetryAfter),
 	}
+}
+
+// reports fills reps with the reports of d, p's decision, and returns how
+// many it filled: for a Limits, the binding limit's (d) first, then every
+// other limit's from each in the order of the Limits; the binding one
+// alone when each was not filled (see New).
+//
+// On a denial, the limits that would have admitted the request report
+// what they would have left after it (floodgate's Request.Each on a
+// denial: nothing was taken), which tells the client less than it may
+// use, never more.
+func (m *middleware) reports(reps *[maxLimits]headers.Report, p *plan, d floodgate.Decision, each []floodgate.Decision) int {
+	b := d.Binding
+	if !p.composite || b < 0 || b >= len(p.policies) {
+		b = 0
+	}
+	reps[0] = report(p.policies[b], d)
+	if !p.composite {
+		return 1
+	}
+	for i := range each {
+		if each[i].Limit <= 0 {
+			return 1 // not filled: every limit's quota is at least 1
+		}
+	}
+	n := 1
+	for i := range each {
+		if i != b {
+			reps[n] = report(p.policies[i], each[i])
+			n++
+		}
+	}
+	return n
 }
 
 // fieldCount returns n in the range of the fields' integers. A count above
@@ -436,21 +585,22 @@ func fieldDuration(d time.Duration) time.Duration {
 	return min(max(d, 0), maxFieldDuration)
 }
 
-// writeReport sets the rate-limit fields of rep in the middleware's style,
-// and Retry-After when rep is a denial. The report is in range, so Write
-// cannot fail on it; the policy name was checked by New.
-func (m *middleware) writeReport(h http.Header, rep headers.Report) {
+// writeReports sets the rate-limit fields of reps in the middleware's
+// style, and Retry-After when reps[0] is a denial. The reports are in
+// range, so WriteReports cannot fail on them; the policy names were
+// checked when the plan was made.
+func (m *middleware) writeReports(h http.Header, reps []headers.Report) {
 	opts := m.writeOpt
 	if m.o.XReset == headers.ResetEpoch {
 		opts.Now = m.o.Now()
 	}
-	_ = headers.Write(h, m.style, rep, &opts)
+	_ = headers.WriteReports(h, m.style, reps, &opts)
 }
 
-// writeFields sets the rate-limit fields of d, and Retry-After on an
-// enforced denial.
-func (m *middleware) writeFields(h http.Header, d floodgate.Decision) {
-	m.writeReport(h, m.report(d))
+// writeFields sets the rate-limit fields of a decision's reports, and
+// Retry-After on an enforced denial.
+func (m *middleware) writeFields(h http.Header, reps []headers.Report) {
+	m.writeReports(h, reps)
 	if m.o.Shadow {
 		// Nothing is denied in a dry run; t still tells when the
 		// request would have been admitted.
@@ -458,12 +608,21 @@ func (m *middleware) writeFields(h http.Header, d floodgate.Decision) {
 	}
 }
 
-func (m *middleware) denyJSON(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
-	writeJSON(w, headers.ContentTypeJSON, http.StatusTooManyRequests, headers.NewErrorBody(m.report(d)))
-}
-
-func (m *middleware) denyProblem(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
-	writeJSON(w, headers.ContentTypeProblem, http.StatusTooManyRequests, headers.NewProblem(m.report(d)))
+// deny is the default DenyHandler, given the decision's reports: 429 with
+// the JSON error body of the binding limit (reps[0]), or problem details
+// naming every limit that denied, the binding one first.
+func (m *middleware) deny(w http.ResponseWriter, reps []headers.Report) {
+	if !m.o.ProblemDetails {
+		writeJSON(w, headers.ContentTypeJSON, http.StatusTooManyRequests, headers.NewErrorBody(reps[0]))
+		return
+	}
+	prob := headers.NewProblem(reps[0])
+	for _, rep := range reps[1:] {
+		if rep.Denied {
+			prob.ViolatedPolicies = append(prob.ViolatedPolicies, rep.Policy.Name)
+		}
+	}
+	writeJSON(w, headers.ContentTypeProblem, http.StatusTooManyRequests, prob)
 }
 
 func writeJSON(w http.ResponseWriter, contentType string, status int, v any) {
@@ -503,8 +662,9 @@ type errorDetail struct {
 	Message string `json:"message"`
 }
 
-// answerError is the default ErrorHandler; see Options.ErrorHandler.
-func (m *middleware) answerError(w http.ResponseWriter, r *http.Request, err error) {
+// answerError is the default ErrorHandler, for a request of plan p (nil
+// when it has none); see Options.ErrorHandler.
+func (m *middleware) answerError(w http.ResponseWriter, r *http.Request, p *plan, err error) {
 	switch {
 	case errors.Is(err, ErrNoKey):
 		if m.o.Challenge != "" {
@@ -512,18 +672,29 @@ func (m *middleware) answerError(w http.ResponseWriter, r *http.Request, err err
 		}
 		m.writeError(w, http.StatusUnauthorized, codeKeyMissing, "The request carries no credential to rate-limit it by.")
 	case errors.Is(err, floodgate.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		m.answerUnavailable(w)
+		m.answerUnavailable(w, p)
 	default:
 		m.writeError(w, http.StatusInternalServerError, codeError, "The rate limit could not be applied.")
 	}
 }
 
 // answerUnavailable writes the 503 of a decision that could not be made:
-// the limiter's policy, nothing remaining until Retry-After, and a body
-// that says the same.
-func (m *middleware) answerUnavailable(w http.ResponseWriter) {
-	rep := headers.Report{Policy: m.policy, Denied: true, RetryAfter: m.o.UnavailableRetryAfter}
-	m.writeReport(w.Header(), rep)
+// every policy of p, nothing remaining until Retry-After, and a body that
+// says the same.
+func (m *middleware) answerUnavailable(w http.ResponseWriter, p *plan) {
+	var reps [maxLimits]headers.Report
+	if p != nil {
+		for i, pol := range p.policies {
+			reps[i] = headers.Report{Policy: pol, Denied: true, RetryAfter: m.o.UnavailableRetryAfter}
+		}
+		m.writeReports(w.Header(), reps[:len(p.policies)])
+	} else {
+		// No plan to report, which serve never asks for (ErrNoKey and
+		// ErrUnknownPlan are not unavailability): Retry-After alone.
+		reps[0] = headers.Report{Denied: true, RetryAfter: m.o.UnavailableRetryAfter}
+		_ = headers.WriteReports(w.Header(), 0, reps[:1], nil)
+	}
+	rep := reps[0]
 	s := rep.RetryAfterSeconds()
 	unit := " seconds."
 	if s == 1 {

@@ -169,7 +169,7 @@ func TestMiddlewareDenial(t *testing.T) {
 	var body headers.ErrorBody
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), "body %q", rec.Body.String())
 	assert.Equal(t, headers.ErrorDetail{
-		Code: "rate_limit_exceeded", Message: "Rate limit exceeded; retry after 3 seconds.",
+		Code: "rate_limit_exceeded", Message: "Rate limit exceeded; retry after 3 seconds.", Policy: "default",
 		Limit: 100, Remaining: 0, Reset: 3, RetryAfter: 3,
 	}, body.Error)
 }
@@ -357,7 +357,7 @@ func TestMiddlewareCostErrors(t *testing.T) {
 
 // newStore returns a memstore on the real (or, inside a synctest bubble,
 // the virtual) clock.
-func newStore(t *testing.T) *memstore.Store {
+func newStore(t testing.TB) *memstore.Store {
 	t.Helper()
 	s, err := memstore.New(nil)
 	require.NoError(t, err)

@@ -14,10 +14,11 @@ import (
 )
 
 // algo is one of the five algorithm configurations, validated, with the
-// numbers its script takes (see scripts.Args).
+// numbers its script takes (see scripts.Args); or a Limits of them, whose
+// limits are its members.
 type algo struct {
-	kind  step.Kind
-	quota int64
+	kind  step.Kind // 0 for a Limits
+	quota int64     // for a Limits, its Policy's: the smallest
 	tb    floodgate.TokenBucket
 	lb    floodgate.LeakyBucket
 	fw    floodgate.FixedWindow
@@ -26,11 +27,53 @@ type algo struct {
 
 	period int64 // emission interval (buckets) or window (windows), in ns
 	tau    int64 // the time to restore the full quota (buckets), in ns
+
+	ls      floodgate.Limits
+	members []algo          // ls's limits, resolved
+	limits  []scripts.Limit // their numbers, as limits.lua takes them
+	keys    []string        // the suffixes of their Redis keys (see Store.LimitKey)
 }
 
-// resolve validates alg, one of the five configurations as a value
-// (floodgate.New dereferences pointers), and returns its algo.
+// resolve validates alg, one of the five configurations or a Limits of
+// them, as a value (floodgate.New dereferences pointers), and returns its
+// algo.
 func resolve(alg floodgate.Algorithm) (algo, error) {
+	if ls, ok := alg.(floodgate.Limits); ok {
+		return resolveLimits(ls)
+	}
+	return resolveOne(alg)
+}
+
+// resolveLimits validates ls and resolves its limits. A limit's key is its
+// kind and its ordinal among the limits of its kind (see Store.LimitKey).
+func resolveLimits(ls floodgate.Limits) (algo, error) {
+	if err := ls.Validate(); err != nil {
+		return algo{}, err
+	}
+	a := algo{quota: ls.Policy().Quota, ls: ls, members: make([]algo, len(ls)), limits: make([]scripts.Limit, len(ls)), keys: make([]string, len(ls))}
+	var ords [step.KindSlidingLog + 1]int
+	for i, l := range ls {
+		m, err := resolveOne(l)
+		if err != nil {
+			return algo{}, fmt.Errorf("redisstore: Limits[%d]: %w", i, err)
+		}
+		a.members[i] = m
+		a.limits[i] = scripts.Limit{Kind: m.kind, Quota: m.quota, Period: m.period, Tau: m.tau}
+		a.keys[i] = limitSuffix(m.kind, ords[m.kind])
+		ords[m.kind]++
+	}
+	return a, nil
+}
+
+// limitSuffix returns what follows the hash tag in the Redis key of the
+// ord-th limit of kind in a Limits.
+func limitSuffix(kind step.Kind, ord int) string {
+	return ":L:" + kind.String() + strconv.Itoa(ord)
+}
+
+// resolveOne validates alg, one of the five configurations as a value,
+// and returns its algo.
+func resolveOne(alg floodgate.Algorithm) (algo, error) {
 	var a algo
 	kind, err := step.KindOf(alg)
 	if err != nil {
@@ -70,8 +113,16 @@ func resolve(alg floodgate.Algorithm) (algo, error) {
 
 // scale returns the configuration holding share of a's quota, for the
 // local fallback: the buckets keep their rate per unit of quota (Per grows
-// as the burst shrinks), the windows keep their window.
+// as the burst shrinks), the windows keep their window; a Limits scales
+// each of its limits.
 func (a algo) scale(share float64) floodgate.Algorithm {
+	if a.members != nil {
+		ls := make(floodgate.Limits, len(a.members))
+		for i, m := range a.members {
+			ls[i] = m.scale(share)
+		}
+		return ls
+	}
 	part := func(q int64) int64 { return max(int64(math.Floor(float64(q)*share)), 1) }
 	per := func(d time.Duration) time.Duration {
 		return time.Duration(min(math.Ceil(float64(d)/share), float64(math.MaxInt64/2)))
@@ -101,6 +152,7 @@ func (a algo) scale(share float64) floodgate.Algorithm {
 func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
 	args := scripts.Args{
 		Op:       req.Op,
+		Check:    req.Check,
 		N:        req.N,
 		MaxDelay: int64(min(req.MaxDelay, floodgate.MaxDelay)),
 		MarginMs: marginMs,
@@ -112,7 +164,18 @@ func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
 	if req.Op == floodgate.OpSettle {
 		args.At = strconv.FormatInt(req.At.UnixNano(), 10)
 	}
+	if a.members != nil {
+		return args.LimitsARGV(a.limits)
+	}
 	return args.ARGV()
+}
+
+// prog returns the script of a's decisions.
+func (a algo) prog() prog {
+	if a.members != nil {
+		return progLimits
+	}
+	return prog(a.kind)
 }
 
 // argsCache remembers the ARGV of a bound algorithm's last take on Redis
@@ -126,6 +189,7 @@ type argsCache struct {
 
 type cachedArgs struct {
 	op          floodgate.Op
+	check       bool
 	n, maxDelay int64
 	args        []any
 }
@@ -136,11 +200,11 @@ func (c *argsCache) args(a algo, now string, req floodgate.Request, marginMs int
 		return a.args(now, req, marginMs)
 	}
 	maxDelay := int64(min(req.MaxDelay, floodgate.MaxDelay))
-	if l := c.last.Load(); l != nil && l.op == req.Op && l.n == req.N && l.maxDelay == maxDelay {
+	if l := c.last.Load(); l != nil && l.op == req.Op && l.check == req.Check && l.n == req.N && l.maxDelay == maxDelay {
 		return l.args
 	}
 	args := a.args(now, req, marginMs)
-	c.last.Store(&cachedArgs{op: req.Op, n: req.N, maxDelay: maxDelay, args: args})
+	c.last.Store(&cachedArgs{op: req.Op, check: req.Check, n: req.N, maxDelay: maxDelay, args: args})
 	return args
 }
 
@@ -148,6 +212,9 @@ func (c *argsCache) args(a algo, now string, req floodgate.Request, marginMs int
 // Step on the state and instant the script used and checking that both
 // agree.
 func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error) {
+	if a.members != nil {
+		return a.decodeLimits(reply, req)
+	}
 	r, err := newReplyReader(reply)
 	if err != nil {
 		return floodgate.Result{}, err
@@ -310,14 +377,30 @@ func (a algo) decodeLog(r *replyReader, req floodgate.Request) (floodgate.Result
 		res.ResetAfter = resetAfter()
 		return res, nil
 	default: // OpSettle
-		if granted < 0 || granted > -req.N || after != before-granted || allowed != (granted > 0) {
-			return mismatch("the refund disagrees with the units given back")
+		if req.N > 0 {
+			// A charge finds the entry and adds what the log has room
+			// for (up to 2·Limit units), or finds none.
+			room := max(limit-(before-limit), 0)
+			if (granted != 0 && granted != min(req.N, room)) || after != before+granted || allowed != (granted > 0) {
+				return mismatch("the charge disagrees with the units charged")
+			}
+		} else if granted < 0 || granted > settleBack(req.N) || after != before-granted || allowed != (granted > 0) {
+			return mismatch("the give-back disagrees with the units given back")
 		}
 		res.Allowed, res.Granted = allowed, granted
 		res.Remaining = remaining(from, after)
 		res.ResetAfter = resetAfter()
 		return res, nil
 	}
+}
+
+// settleBack returns the units a settlement of n < 0 asks back, -n, as
+// the largest count when -n overflows (as package step does).
+func settleBack(n int64) int64 {
+	if n == math.MinInt64 {
+		return math.MaxInt64
+	}
+	return -n
 }
 
 // parseFixed parses "start:count".

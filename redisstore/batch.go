@@ -9,17 +9,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/floodgate-go/floodgate/step"
 )
 
 // batcher sends a node's concurrent decisions to Redis in pipelines: each
 // of its goroutines takes the decisions queued (waiting up to linger for
 // more, at most size), sends them as one pipeline of EVALSHAs to the node
 // (one per algorithm, and per hash slot on a Cluster, each making all its
-// decisions with batch.lua), re-sends those that met NOSCRIPT as EVALs,
-// re-runs alone those that a Cluster redirected, and hands each reply to
-// its caller.
+// decisions with batch.lua; one per Limits decision, with its own script),
+// re-sends those that met NOSCRIPT as EVALs, re-runs alone those that a
+// Cluster redirected, and hands each reply to its caller.
 type batcher struct {
 	s       *Store
 	n       *node
@@ -39,8 +37,9 @@ type batcher struct {
 // and the GC.
 type pending struct {
 	ctx    context.Context
-	kind   step.Kind
-	key    [1]string // KEYS
+	prog   prog
+	key    [1]string // KEYS of one of the five algorithms
+	keys   []string  // KEYS of a Limits, or nil
 	args   []any
 	sendBy time.Time // a batch taking it later fails it unsent
 	reply  any
@@ -83,9 +82,9 @@ var errLate = errors.New("redisstore: no reply before the deadline")
 // that no batch has taken within T fails unsent, and the batch that takes
 // it ends within T: the caller waits at most 2T, and stops waiting then
 // whatever the client does. With NoTimeout only ctx bounds the wait.
-func (b *batcher) do(ctx context.Context, kind step.Kind, rkey string, args []any) (any, error, bool) {
+func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, error, bool) {
 	p := pendings.Get().(*pending)
-	p.ctx, p.kind, p.key[0], p.args = ctx, kind, rkey, args
+	p.ctx, p.prog, p.key[0], p.keys, p.args = ctx, id, rkey, keys, args
 	timeout := b.s.timeout
 	if timeout == NoTimeout {
 		select {
@@ -248,10 +247,19 @@ const (
 	groupSlot                 // a Cluster: a call per algorithm and hash slot
 )
 
+// targets returns p's KEYS.
+func (p *pending) targets() []string {
+	if p.keys != nil {
+		return p.keys
+	}
+	return p.key[:]
+}
+
 // group is the decisions of a batch sent as one script call: the single
-// script for one decision, batch.lua's for more.
+// script for one decision, batch.lua's for more. A Limits decision and an
+// in-flight call are groups of their own.
 type group struct {
-	kind    step.Kind
+	prog    prog
 	slot    uint16
 	members []*pending
 	cmd     *redis.Cmd
@@ -275,20 +283,21 @@ next:
 			continue
 		}
 		var slot uint16
-		switch b.grouping {
-		case groupNone:
-			gs = append(gs, group{kind: p.kind, members: []*pending{p}})
+		switch {
+		case b.grouping == groupNone || p.prog >= progLimits:
+			// No batch script: a Limits decision, an in-flight call.
+			gs = append(gs, group{prog: p.prog, members: []*pending{p}})
 			continue next
-		case groupSlot:
+		case b.grouping == groupSlot:
 			slot = slotOf(p.key[0])
 		}
 		for i := range gs {
-			if g := &gs[i]; g.kind == p.kind && g.slot == slot {
+			if g := &gs[i]; g.prog == p.prog && g.slot == slot {
 				g.members = append(g.members, p)
 				continue next
 			}
 		}
-		gs = append(gs, group{kind: p.kind, slot: slot, members: []*pending{p}})
+		gs = append(gs, group{prog: p.prog, slot: slot, members: []*pending{p}})
 	}
 	return gs
 }
@@ -296,14 +305,14 @@ next:
 // send adds g's script call to pipe, as EVALSHA or (after NOSCRIPT) as
 // EVAL, marked so that go-redis never sends it twice (see once).
 func (g *group) send(ctx context.Context, pipe redis.Pipeliner, eval bool) {
-	keys, args := g.members[0].key[:], g.members[0].args
+	keys, args := g.members[0].targets(), g.members[0].args
 	if len(g.members) > 1 {
 		keys, args = make([]string, len(g.members)), batchArgs(g.members)
 		for i, p := range g.members {
 			keys[i] = p.key[0]
 		}
 	}
-	g.cmd = evalCmd(ctx, g.kind, len(g.members) > 1, eval, keys, args)
+	g.cmd = evalCmd(ctx, g.prog, len(g.members) > 1, eval, keys, args)
 	_ = pipe.Process(ctx, once{g.cmd})
 }
 
@@ -313,7 +322,7 @@ func (g *group) send(ctx context.Context, pipe redis.Pipeliner, eval bool) {
 func (g *group) runAlone(ctx context.Context, c redis.UniversalClient) {
 	g.alone = true
 	for _, p := range g.members {
-		p.reply, p.err = run(ctx, c, p.kind, false, p.key[:], p.args)
+		p.reply, p.err = run(ctx, c, p.prog, false, p.targets(), p.args)
 	}
 }
 

@@ -18,10 +18,12 @@ import (
 // TestBatchScript sends one hand-made batch through the batcher and checks
 // that every decision in it gets the outcome it gets alone, made in the
 // batch's order: one key several times, every algorithm, takes up to n,
-// refunds, a key holding another type and a corrupt state (only their own
-// decisions fail), on Redis TIME and on the client's clock. On a Cluster
-// the batch splits by hash slot, and the decisions on one key still share
-// a call.
+// give-backs and charges, checks (which leave the decisions after them in
+// the call writing), a key holding another type and a corrupt state (only
+// their own decisions fail), and Limits decisions (a call each, in the same
+// pipeline), on Redis TIME and on the client's clock. On a Cluster the
+// batch splits by hash slot, and the decisions on one key still share a
+// call.
 func TestBatchScript(t *testing.T) {
 	clients := map[string]redis.UniversalClient{"standalone": newServer(t).client(t)}
 	if addrs := os.Getenv("REDIS_CLUSTER_ADDRS"); addrs != "" {
@@ -40,8 +42,13 @@ func TestBatchScript(t *testing.T) {
 	refund := func(n int64) floodgate.Request {
 		return floodgate.Request{Op: floodgate.OpSettle, N: -n, At: start}
 	}
+	check := func(r floodgate.Request) floodgate.Request {
+		r.Check = true
+		return r
+	}
+	ls := floodgate.Limits{floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 2}, sl}
 	steps := []batchStep{
-		{"a", tb, take(1)}, {"b", fw, take(3)}, {"a", tb, take(1)},
+		{"a", tb, take(1)}, {"b", fw, take(3)}, {"a", tb, check(take(2))}, {"a", tb, take(1)},
 		{"wrongtype", tb, take(1)},
 		{"a", tb, take(2)}, // one token left: denied
 		{"a", tb, upTo(5)}, // grants the last one
@@ -51,7 +58,8 @@ func TestBatchScript(t *testing.T) {
 		{"a", tb, take(2)}, // the refunded tokens
 		{"c", lb, take(1)}, {"c", lb, take(1)}, {"c", lb, take(1)},
 		{"d", sw, take(1)}, {"d", sw, upTo(3)}, {"d", sw, take(1)},
-		{"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, refund(1)}, {"e", sl, take(1)},
+		{"e", sl, take(1)}, {"e", sl, check(take(1))}, {"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, refund(1)}, {"e", sl, take(1)},
+		{"l", ls, take(1)}, {"l", ls, check(take(1))}, {"l", ls, take(1)}, {"l", ls, take(1)}, // denied
 		{"b", fw, upTo(9)},
 	}
 	for _, clock := range []string{"redis", "client"} {
@@ -84,7 +92,13 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 		a, err := resolve(st.alg)
 		require.NoError(t, err)
 		algos[i] = a
-		batch[i] = &pending{ctx: ctx, kind: a.kind, key: [1]string{batched.Key(st.key, a.kind)}, args: a.args(now, st.req, batched.marginMs), done: make(chan struct{}, 1)}
+		batch[i] = &pending{ctx: ctx, prog: a.prog(), args: a.args(now, st.req, batched.marginMs), done: make(chan struct{}, 1)}
+		if ls, ok := st.alg.(floodgate.Limits); ok {
+			batch[i].keys = limitKeys(batched, st.key, ls)
+			batch[i].key[0] = batch[i].keys[0]
+		} else {
+			batch[i].key[0] = batched.Key(st.key, a.kind)
+		}
 	}
 	// Every algorithm shares a call on one server; on a Cluster,
 	// each key's decisions do. Each node's batcher takes the decisions
@@ -107,7 +121,7 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 		}
 	}
 	if !cluster {
-		require.Equal(t, []int{5, 8}, []int{calls, largest}, "a call per algorithm, 8 token bucket decisions")
+		require.Equal(t, []int{9, 9}, []int{calls, largest}, "a call per algorithm and per Limits decision, 9 token bucket decisions")
 	} else {
 		require.GreaterOrEqual(t, largest, 6, "the decisions on key a")
 	}
@@ -129,6 +143,7 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 			continue
 		}
 		require.NoError(t, err, "step %d (%s)", i, st.key)
+		t.Logf("DEBUG step %d %s: batch %+v alone %+v", i, st.key, got, want)
 		require.WithinDuration(t, time.Now(), got.At, time.Minute, "step %d: the server's TIME", i)
 		require.Equal(t, []any{want.Allowed, want.Granted, want.Remaining}, []any{got.Allowed, got.Granted, got.Remaining}, "step %d (%s %v %+v)", i, st.key, st.alg, st.req)
 		if clientClock {
@@ -153,14 +168,14 @@ func TestBatchReplyOfWrongForm(t *testing.T) {
 	alg := floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 5}
 	a, err := resolve(alg)
 	require.NoError(t, err)
-	saved := batchPrograms[a.kind]
-	defer func() { batchPrograms[a.kind] = saved }()
+	saved := batchPrograms[a.prog()]
+	defer func() { batchPrograms[a.prog()] = saved }()
 	ctx := context.Background()
 	for _, reply := range []string{"return {'1 2 0 3 1 1'}", "return 'x'"} {
-		batchPrograms[a.kind] = newProgram(reply)
+		batchPrograms[a.prog()] = newProgram(reply)
 		batch := make([]*pending, 2)
 		for i := range batch {
-			batch[i] = &pending{ctx: ctx, kind: a.kind, key: [1]string{s.Key("k", a.kind)}, args: a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
+			batch[i] = &pending{ctx: ctx, prog: a.prog(), key: [1]string{s.Key("k", a.kind)}, args: a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
 		}
 		s.single.batch.exec(batch)
 		for _, p := range batch {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -101,6 +102,76 @@ func BenchmarkStoreApply(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkStoreLimits compares, on a real Redis and in one run, serial
+// decisions of a Limits of two limits (a token bucket and a fixed window,
+// neither binding) with decisions of each limit alone, through stores
+// bound as floodgate.New binds them: each decision is one round trip.
+// Keys are spread over 10,000. It reports Redis' time per script call
+// (INFO commandstats, usec_per_call of EVALSHA) beside the latency.
+func BenchmarkStoreLimits(b *testing.B) {
+	const keys = 10_000
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "bench:" + strconv.Itoa(i)
+	}
+	tb := floodgate.TokenBucket{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}
+	fw := floodgate.FixedWindow{Limit: 1_000_000, Window: time.Second}
+	for _, bc := range []struct {
+		name string
+		alg  floodgate.Algorithm
+	}{{"One/tb", tb}, {"One/fw", fw}, {"Limits/tb+fw", floodgate.Limits{tb, fw}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			c := benchClient(b, 8)
+			s, err := New(c, &Options{Prefix: "fgbench:limits:", Timeout: time.Second})
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, "fgbench:limits:") })
+			bnd, err := s.Bind(bc.alg)
+			require.NoError(b, err)
+			req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+			ctx := context.Background()
+			_, err = bnd.Apply(ctx, names[0], req) // loads the script
+			require.NoError(b, err)
+			before := evalshaStats(b, c)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				res, err := bnd.Apply(ctx, names[i%keys], req)
+				if err != nil || !res.Allowed {
+					b.Fatalf("Apply: %+v, %v", res, err)
+				}
+				i++
+			}
+			after := evalshaStats(b, c)
+			if calls := after[0] - before[0]; calls > 0 {
+				b.ReportMetric((after[1]-before[1])/calls, "redis-µs/call")
+			}
+		})
+	}
+}
+
+// evalshaStats returns EVALSHA's calls and the microseconds Redis spent in
+// them, from INFO commandstats.
+func evalshaStats(b *testing.B, c *redis.Client) [2]float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	require.NoError(b, err)
+	var calls, usec float64
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				k, v, _ := strings.Cut(f, "=")
+				switch k {
+				case "calls":
+					calls, _ = strconv.ParseFloat(v, 64)
+				case "usec":
+					usec, _ = strconv.ParseFloat(v, 64)
+				}
+			}
+		}
+	}
+	return [2]float64{calls, usec}
 }
 
 // TestMemoryUsage reports the bytes Redis spends per key and algorithm

@@ -11,22 +11,22 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/step"
 )
 
 // errStarved reports a decision that found none of its node's MaxInFlight
 // slots free before its deadline (batched: that no batch took in time).
 var errStarved = errors.New("redisstore: no free slot before the deadline")
 
-// call runs the script of kind on rkey at node n. Options.Timeout bounds
+// call runs the script id at node n on rkey, or on keys when they are
+// not nil (a Limits'; rkey is then the first). Options.Timeout bounds
 // the whole call, from the wait for one of n's MaxInFlight slots (at most
 // half of it; see waitSlot) to the reply; batched, n's batcher bounds it
 // (see batcher.do). probe is the half-open breaker's probe, which never
 // waits for a slot. It also reports whether the call was one of the
 // store's first, cold ones.
-func (s *Store) call(ctx context.Context, n *node, probe bool, kind step.Kind, rkey string, args []any) (reply any, err error, cold bool) {
-	if n.batch != nil && kind != kindInflight {
-		return n.batch.do(ctx, kind, rkey, args)
+func (s *Store) call(ctx context.Context, n *node, probe bool, id prog, rkey string, keys []string, args []any) (reply any, err error, cold bool) {
+	if n.batch != nil {
+		return n.batch.do(ctx, id, rkey, keys, args)
 	}
 	timeout := s.timeout
 	if s.started.Load() < s.cold && s.started.Add(1) <= s.cold {
@@ -49,11 +49,13 @@ func (s *Store) call(ctx context.Context, n *node, probe bool, kind step.Kind, r
 			}
 		}
 	}
-	keys := []string{rkey}
+	if keys == nil {
+		keys = []string{rkey}
+	}
 	if !s.guard || timeout == NoTimeout {
 		// The client bounds the call by ctx (see derive); with NoTimeout
 		// the caller's context and go-redis' timeouts do.
-		reply, err = s.runAt(ctx, n, kind, keys, args)
+		reply, err = s.runAt(ctx, n, id, keys, args)
 		if !probe {
 			<-n.gate
 		}
@@ -82,7 +84,7 @@ func (s *Store) call(ctx context.Context, n *node, probe bool, kind step.Kind, r
 	ch := make(chan result, 1)
 	go func() {
 		defer s.inflight.Done()
-		v, err := s.runAt(ctx, n, kind, keys, args)
+		v, err := s.runAt(ctx, n, id, keys, args)
 		if !probe {
 			<-n.gate
 		}
@@ -120,19 +122,19 @@ func (s *Store) waitSlot(ctx context.Context, n *node, timeout time.Duration) er
 	}
 }
 
-// runAt runs the script of kind on keys at node n: on a Cluster or a
+// runAt runs the script id on keys at node n: on a Cluster or a
 // Ring, straight to the node's client, which the store already asked for
 // n; when a Cluster refuses it there (MOVED, ASK: the slot has moved or
 // is migrating), through the ClusterClient, which follows the
 // redirection. Neither sends a script twice (see once).
-func (s *Store) runAt(ctx context.Context, n *node, kind step.Kind, keys []string, args []any) (any, error) {
+func (s *Store) runAt(ctx context.Context, n *node, id prog, keys []string, args []any) (any, error) {
 	c := n.client.Load()
 	if c == nil || s.single != nil {
-		return run(ctx, s.client, kind, false, keys, args)
+		return run(ctx, s.client, id, false, keys, args)
 	}
-	reply, err := run(ctx, c, kind, false, keys, args)
+	reply, err := run(ctx, c, id, false, keys, args)
 	if s.cluster != nil && isRedirect(err) {
-		return run(ctx, s.cluster, kind, false, keys, args)
+		return run(ctx, s.cluster, id, false, keys, args)
 	}
 	return reply, err
 }
@@ -222,26 +224,21 @@ func (s *Store) fallback(ctx context.Context, key string, a algo, req floodgate.
 	var res floodgate.Result
 	switch s.policy {
 	case FailOpen:
-		res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: a.quota}}
-		if req.Op != floodgate.OpSettle {
-			res.Allowed, res.Granted = true, min(req.N, a.quota)
-			res.Remaining = a.quota - res.Granted
-		}
+		res = a.failed(req, s.clock(), true, 0)
 	case FailClosed:
-		res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: a.quota}}
-		if req.Op != floodgate.OpSettle {
-			res.RetryAfter = s.cooldown
-		}
+		res = a.failed(req, s.clock(), false, s.cooldown)
 	case FailLocal:
 		alg := a.scale(s.share)
 		var err error
 		res, err = s.local.Apply(ctx, key, alg, req)
-		switch {
-		case errors.Is(err, floodgate.ErrExceedsLimit):
+		if errors.Is(err, floodgate.ErrExceedsLimit) {
 			// More than the local share can ever admit: deny until Redis
-			// can be asked again.
-			res = floodgate.Result{At: s.clock(), Decision: floodgate.Decision{Limit: alg.Policy().Quota, RetryAfter: s.cooldown}}
-		case err != nil:
+			// can be asked again. (resolve validated the share at Bind.)
+			if local, lerr := resolve(alg); lerr == nil {
+				res, err = local.failed(req, s.clock(), false, s.cooldown), nil
+			}
+		}
+		if err != nil {
 			err = unavailable(ErrRedis, errors.Join(cause, err))
 			s.observe(Event{Kind: EventError, Key: key, Err: err})
 			return floodgate.Result{}, err

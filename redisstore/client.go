@@ -18,8 +18,10 @@ import (
 // given client does not honour contexts:
 //
 //   - a *redis.Client (a failover client too) is cloned with WithTimeout,
-//     which shares its connection pool and the hooks added so far, and the
-//     clone's options set ContextTimeoutEnabled; nothing else changes.
+//     which shares its connection pool, and the clone's options set
+//     ContextTimeoutEnabled. go-redis (v9.22) gives the clone none of the
+//     hooks added to the client: build the client with
+//     ContextTimeoutEnabled for its hooks to see the store's calls.
 //   - a *redis.ClusterClient or *redis.Ring is rebuilt from the same
 //     options with ContextTimeoutEnabled set: the store's own client, with
 //     its own connection pools, and without the given client's hooks
@@ -85,22 +87,25 @@ type processor interface {
 // program is a script: its source and its SHA-1, as EVALSHA takes it.
 type program struct{ hash, src string }
 
+// prog names a script of the store: that of one of the five algorithms,
+// as its step.Kind, or progLimits.
+type prog uint8
+
+// progLimits is the script of a floodgate.Limits decision
+// (scripts.LimitsSource).
+const progLimits = prog(step.KindSlidingLog + 1)
+
 func newProgram(src string) program {
 	sum := sha1.Sum([]byte(src))
 	return program{hash: hex.EncodeToString(sum[:]), src: src}
 }
 
-// evalCmd returns the EVALSHA (or, with eval, EVAL) of script on keys and
-// args.
-func evalCmd(ctx context.Context, kind step.Kind, batch, eval bool, keys []string, args []any) *redis.Cmd {
-	var p program
-	switch {
-	case kind == kindInflight:
-		p = inflightProgram
-	case batch:
-		p = batchPrograms[kind]
-	default:
-		p = programs[kind]
+// evalCmd returns the EVALSHA (or, with eval, EVAL) of script id (its
+// batch script, with batch) on keys and args.
+func evalCmd(ctx context.Context, id prog, batch, eval bool, keys []string, args []any) *redis.Cmd {
+	p := programs[id]
+	if batch {
+		p = batchPrograms[id]
 	}
 	a := make([]any, 3, 3+len(keys)+len(args))
 	a[0], a[1], a[2] = "evalsha", p.hash, len(keys)
@@ -116,11 +121,11 @@ func evalCmd(ctx context.Context, kind step.Kind, batch, eval bool, keys []strin
 
 // run makes one script call on c, once: EVALSHA and, when the server
 // lacks the script, EVAL.
-func run(ctx context.Context, p processor, kind step.Kind, batch bool, keys []string, args []any) (any, error) {
-	cmd := evalCmd(ctx, kind, batch, false, keys, args)
+func run(ctx context.Context, p processor, id prog, batch bool, keys []string, args []any) (any, error) {
+	cmd := evalCmd(ctx, id, batch, false, keys, args)
 	_ = p.Process(ctx, once{cmd})
 	if isNoScript(cmd.Err()) {
-		cmd = evalCmd(ctx, kind, batch, true, keys, args)
+		cmd = evalCmd(ctx, id, batch, true, keys, args)
 		_ = p.Process(ctx, once{cmd})
 	}
 	return cmd.Result()

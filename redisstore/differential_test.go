@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -79,37 +80,49 @@ func drawAdvance(t *rapid.T, w time.Duration, margin time.Duration) time.Duratio
 	}
 }
 
+// drawRequest draws a step: a take (sometimes with a delay), a take up to
+// n, a give-back or a charge (mostly of units admitted earlier, sometimes
+// of more units than any algorithm holds); a sixth of them check-only.
 func drawRequest(t *rapid.T, quota int64, w time.Duration, now time.Time, admitted []time.Time) floodgate.Request {
-	switch rapid.IntRange(0, 7).Draw(t, "op") {
+	var req floodgate.Request
+	switch rapid.IntRange(0, 9).Draw(t, "op") {
 	case 0, 1, 2, 3:
-		req := floodgate.Request{Op: floodgate.OpTake, N: rapid.Int64Range(1, quota).Draw(t, "n")}
+		req = floodgate.Request{Op: floodgate.OpTake, N: rapid.Int64Range(1, quota).Draw(t, "n")}
 		if rapid.Bool().Draw(t, "reserve") {
 			req.MaxDelay = time.Duration(rapid.Int64Range(0, 3*int64(min(w, floodgate.MaxDelay/3))).Draw(t, "maxDelay"))
 		}
-		return req
 	case 4, 5:
-		return floodgate.Request{Op: floodgate.OpTakeUpTo, N: rapid.Int64Range(1, 2*quota).Draw(t, "n")}
+		req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: rapid.Int64Range(1, 2*quota).Draw(t, "n")}
 	default:
-		at := now.Add(time.Duration(rapid.Int64Range(-int64(w), int64(w)).Draw(t, "refundAt")))
-		if len(admitted) > 0 && rapid.IntRange(0, 3).Draw(t, "refundAdmitted") > 0 {
+		at := now.Add(time.Duration(rapid.Int64Range(-int64(w), int64(w)).Draw(t, "settleAt")))
+		if len(admitted) > 0 && rapid.IntRange(0, 3).Draw(t, "settleAdmitted") > 0 {
 			at = admitted[rapid.IntRange(0, len(admitted)-1).Draw(t, "which")]
 		}
-		return floodgate.Request{Op: floodgate.OpSettle, N: -rapid.Int64Range(1, quota).Draw(t, "n"), At: at}
+		// Up to a quota back, up to two quotas charged (the debt bound is
+		// one more quota), or the extremes of int64.
+		n := rapid.OneOf(rapid.Int64Range(-quota, -1), rapid.Int64Range(1, 2*quota),
+			rapid.SampledFrom([]int64{math.MinInt64, math.MaxInt64})).Draw(t, "settleN")
+		req = floodgate.Request{Op: floodgate.OpSettle, N: n, At: at}
 	}
+	req.Check = rapid.IntRange(0, 5).Draw(t, "check") == 0
+	return req
 }
 
 // TestDifferential runs random traces through redisstore (on the test's
 // clock), through the algorithms' reference transitions and through memstore:
 // every Result must be identical, and after every step the key must hold
 // exactly the reference state with a TTL within the restore time plus the
-// margin (or be gone because the state is equivalent to a missing key).
+// margin (or be gone because the state is equivalent to a missing key). The
+// traces take, take up to n, charge and give back, and check each of
+// these: a check leaves the key as it was, its TTL too.
 func TestDifferential(t *testing.T) {
 	parallelOnMiniredis(t)
 	srv := newServer(t)
 	c := srv.client(t)
 	clock := floodgatetest.NewClock(t0)
 	margin := time.Minute
-	store := newStore(t, c, &Options{Now: srv.clock(clock), ExpiryMargin: margin})
+	sync := srv.clock(clock) // moves miniredis' clock (TTLs) to the test's
+	store := newStore(t, c, &Options{Now: sync, ExpiryMargin: margin})
 	ctx := context.Background()
 	cases := 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -135,6 +148,10 @@ func TestDifferential(t *testing.T) {
 			clock.Advance(d)
 			now := clock.Now()
 			req := drawRequest(rt, p.Quota, p.Window, now, admitted)
+			rkey := store.Key(key, kindOf(alg))
+			sync()
+			raw, ttl := rawKey(rt, c, rkey)
+			was := m.stored()
 			want, err := m.step(now, req)
 			require.NoError(rt, err)
 			got, err := store.Apply(ctx, key, alg, req)
@@ -143,8 +160,12 @@ func TestDifferential(t *testing.T) {
 			fromMem, err := mem.Apply(ctx, key, alg, req)
 			require.NoError(rt, err)
 			require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, alg, req)
-			checkStored(rt, c, store.Key(key, kindOf(alg)), m, now, margin, !srv.real(), got.Allowed)
-			if got.Allowed && req.Op != floodgate.OpSettle {
+			if req.Check {
+				require.Equal(rt, was, m.stored(), "step %d: the reference's check changed the state", i)
+				unchanged(rt, c, rkey, raw, ttl, "step %d: %v Apply(%+v)", i, alg, req)
+			}
+			checkStored(rt, c, rkey, m, now, margin, !srv.real(), got.Allowed && !req.Check)
+			if got.Allowed && req.Op != floodgate.OpSettle && !req.Check {
 				admitted = append(admitted, got.At.Add(got.Delay))
 			}
 		}
@@ -211,13 +232,17 @@ func TestSeededStates(t *testing.T) {
 		var admitted []time.Time
 		for i := range rapid.IntRange(1, 3).Draw(rt, "steps") {
 			req := drawRequest(rt, min(quota, m.alg.Policy().Quota), w, now, admitted)
+			raw, ttl := rawKey(rt, c, rkey)
 			want, err := m.step(now, req)
 			require.NoError(rt, err)
 			got, err := store.Apply(ctx, key, m.alg, req)
 			require.NoError(rt, err, "step %d: Apply(%+v)", i, req)
 			require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, m.alg, req)
-			checkStored(rt, c, rkey, m, now, margin, !srv.real(), got.Allowed)
-			if got.Allowed && req.Op != floodgate.OpSettle {
+			if req.Check {
+				unchanged(rt, c, rkey, raw, ttl, "step %d: %v Apply(%+v)", i, m.alg, req)
+			}
+			checkStored(rt, c, rkey, m, now, margin, !srv.real(), got.Allowed && !req.Check)
+			if got.Allowed && req.Op != floodgate.OpSettle && !req.Check {
 				admitted = append(admitted, got.At.Add(got.Delay))
 			}
 		}
@@ -325,7 +350,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 		req := floodgate.Request{Op: floodgate.OpTake, N: limit, MaxDelay: time.Duration(tc.maxDelay)}
 		args := a.args(strconv.FormatInt(ws, 10), req, 1000)
 		call, cancel := context.WithTimeout(ctx, 10*time.Second)
-		reply, err := run(call, c, step.KindSlidingWindow, false, []string{key}, args)
+		reply, err := run(call, c, prog(step.KindSlidingWindow), false, []string{key}, args)
 		cancel()
 		require.NoError(t, err)
 		r, err := newReplyReader(reply)

@@ -24,6 +24,12 @@
 // [scripts.MaxQuota] here, and instants to before [scripts.MaxUnix]. The
 // scripts take their arguments as [scripts.Args] lays them out.
 //
+// Every Op runs in the script, and so does a check-only step
+// (Request.Check): the script takes the step without writing anything (as
+// step's transitions, a sliding log's check drops nothing either) and
+// replies what it would have done, which Go checks as any reply. A settlement with a positive N charges the
+// units into the bounded debt of package step's transitions.
+//
 // # Time
 //
 // By default the instant of a decision is the Redis server's TIME (in
@@ -46,6 +52,31 @@
 // state would be that of a new key; idle keys therefore vanish on their
 // own. A denial writes nothing (the sliding log drops entries that have
 // left the window, as its reference does).
+//
+// The limits of a floodgate.Limits keep their states apart from the single
+// algorithms', under the kind and the ordinal of each among the limits of
+// its kind: Prefix + "{k}:L:" + kind + ordinal, such as "fg:{k}:L:tb0" and
+// "fg:{k}:L:fw1" (Store.LimitKey). Every Limits bound to the store shares
+// them, as floodgate.Limits says, and they share k's hash tag.
+//
+// # Several limits
+//
+// A Limits decision is one script call too (scripts.LimitsSource), on the
+// keys of all its limits, which share a Cluster slot. The script takes the
+// steps of the reference, step.Limits: each limit's step runs dry, as a
+// check, recording its writes; a take admitted by every limit at once runs
+// them, one denied by any writes nothing, not even a TTL; a take that some
+// limit admits only after a delay takes the units again in every limit at
+// the instant they proceed (whose states' TTLs still count from now). Its
+// reply holds every step's reply, and Go runs step.Limits on them, checking
+// each against its limit's reference transition and the steps and the
+// writes against step.Limits', so that a Limits decision fails with
+// ErrMismatch as a single one does. The common case, a take on Redis TIME
+// of limits that all have a fast path, runs the fast paths (as probes that
+// write nothing) and writes once all have admitted: a Limits of a token
+// bucket and a fixed window costs Redis what the two cost alone plus about
+// 1.5 µs (15.3 µs a call against 6.4 and 6.8, the least of twelve
+// redis-benchmark runs with INFO commandstats).
 //
 // # Failures
 //
@@ -72,7 +103,11 @@
 // floodgate.ErrUnavailable (and ErrTimeout, ErrRedis or ErrBreakerOpen),
 // FailOpen admits, FailClosed denies, FailLocal decides on an in-process
 // memstore with Options.LocalShare of each quota (a configuration whose
-// share is not a valid one is refused when the limiter is made).
+// share is not a valid one is refused when the limiter is made). A Limits
+// goes through the same: FailOpen and FailClosed report each limit's
+// Decision (Request.Each) and the binding one, FailLocal keeps the local
+// share of every limit and refuses a Limits any of whose limits it cannot
+// scale.
 // Options.Observer is told of every failed decision and every breaker
 // change. Errors that Redis answered (ErrReply, ErrMismatch) are returned
 // whatever the policy.
@@ -125,6 +160,9 @@
 // Options.Timeout for a batch to take it (then fails unsent, with
 // ErrTimeout) and its batch at most Options.Timeout for the reply. On a
 // UniversalClient other than *redis.Client, *redis.ClusterClient and
-// *redis.Ring, each decision is its own call in the pipeline. Close stops
-// the goroutines; a decision racing it returns its reply or ErrClosed.
+// *redis.Ring, each decision is its own call in the pipeline. A Limits
+// decision is always a call of its own (its script, on its keys) in the
+// pipeline: it shares the round trip, not the call, and is made again alone
+// after a redirection as any call is. Close stops the goroutines; a
+// decision racing it returns its reply or ErrClosed.
 package redisstore

@@ -215,3 +215,100 @@ func TestClusterExactness(t *testing.T) {
 		require.Equal(t, int64(quota), got["hot"], "admitted")
 	})
 }
+
+// limitsPairs are the composites of the Limits exactness tests and the
+// units each admits in a burst: a token bucket of 100 refilled one unit an
+// hour and a fixed window of 60 a minute, where the window is the smaller;
+// and the same window with a bucket of 40, the smaller.
+var limitsPairs = []struct {
+	ls   floodgate.Limits
+	want int64
+}{
+	{floodgate.Limits{floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 100}, floodgate.FixedWindow{Limit: 60, Window: time.Minute}}, 60},
+	{floodgate.Limits{floodgate.FixedWindow{Limit: 60, Window: time.Minute}, floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 40}}, 40},
+}
+
+// hammerLimits runs hammer on one key of the stores newStores returns for
+// ls and checks that exactly want units were admitted. A burst that crossed
+// into another minute of the server's clock, where a window's quota
+// renewed, is run again on new stores (it then starts early in a minute);
+// a second crossing skips.
+func hammerLimits(t *testing.T, newStores func() []*Store, probe redis.UniversalClient, ls floodgate.Limits, want int64, goroutines int) {
+	t.Helper()
+	for range 2 {
+		stores := newStores()
+		var got map[string]int64
+		if sameWindow(t, probe, time.Minute, func() { got = hammer(t, stores, []string{"hot"}, ls, goroutines, 6) }) {
+			require.Equal(t, want, got["hot"], "admitted by %v", ls)
+			return
+		}
+	}
+	t.Skip("the server's clock crossed a minute twice; the window's quota renewed")
+}
+
+// TestDistributedLimitsExactness is the distributed contract for a Limits:
+// 8 independent clients (built with go-redis' default options) × 64
+// goroutines hammer one key on the server's clock; exactly the smaller
+// limit's quota is admitted, whichever limit it is.
+func TestDistributedLimitsExactness(t *testing.T) {
+	parallelOnMiniredis(t)
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	loadTest(t)
+	const clients = 8
+	goroutines := 64
+	srv := newServer(t)
+	if !srv.real() {
+		goroutines = 8 // see TestDistributedExactness
+	}
+	for _, batch := range []int{0, 32} {
+		for _, p := range limitsPairs {
+			t.Run(fmt.Sprintf("%v/batch=%d", p.ls, batch), func(t *testing.T) {
+				newStores := func() []*Store {
+					return gateways(t, clients, func() redis.UniversalClient {
+						return redis.NewClient(&redis.Options{Addr: srv.addr})
+					}, Options{BatchSize: batch})
+				}
+				hammerLimits(t, newStores, srv.client(t), p.ls, p.want, goroutines)
+			})
+		}
+	}
+}
+
+// TestClusterLimitsExactness is TestDistributedLimitsExactness on the Redis
+// Cluster at REDIS_CLUSTER_ADDRS: the limits' keys share the user key's
+// hash slot, so one script decides them on its master.
+func TestClusterLimitsExactness(t *testing.T) {
+	addrs := clusterAddrs(t)
+	const (
+		clients    = 8
+		goroutines = 64
+	)
+	newClient := func() redis.UniversalClient { return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}) }
+	probe := newClient()
+	t.Cleanup(func() { _ = probe.Close() })
+	for _, batch := range []int{0, 32} {
+		for _, p := range limitsPairs {
+			t.Run(fmt.Sprintf("%v/batch=%d", p.ls, batch), func(t *testing.T) {
+				var stores []*Store
+				newStores := func() []*Store {
+					stores = gateways(t, clients, newClient, Options{BatchSize: batch, Prefix: testPrefix(t, probe)})
+					return stores
+				}
+				hammerLimits(t, newStores, probe, p.ls, p.want, goroutines)
+				// Every limit's key is on the hot key's slot.
+				cc := probe.(*redis.ClusterClient)
+				keys := limitKeys(stores[0], "hot", p.ls)
+				for _, k := range keys {
+					slot, err := cc.ClusterKeySlot(context.Background(), k).Result()
+					require.NoError(t, err)
+					require.Equal(t, int64(slotOf(keys[0])), slot, "%s", k)
+					n, err := cc.Exists(context.Background(), k).Result()
+					require.NoError(t, err)
+					require.Equal(t, int64(1), n, "%s holds the limit's state", k)
+				}
+			})
+		}
+	}
+}

@@ -158,7 +158,9 @@ func (w *virtualWall) advance(d time.Duration) {
 // resets every connection) and checks what each policy decides, that the
 // breaker trips after BreakerThreshold failures and stops calling Redis,
 // and that it probes Redis back after the cooldown, after which decisions
-// come from Redis again, on the state Redis kept.
+// come from Redis again, on the state Redis kept. A Limits whose fixed
+// window binds goes through the same: FailLocal keeps the local share of
+// each limit, and every policy reports each limit's Decision.
 func TestFailurePolicies(t *testing.T) {
 	const (
 		limit     = 100
@@ -166,120 +168,138 @@ func TestFailurePolicies(t *testing.T) {
 		threshold = 3
 		cooldown  = time.Minute
 	)
-	alg := floodgate.FixedWindow{Limit: limit, Window: time.Hour}
-	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	fw := floodgate.FixedWindow{Limit: limit, Window: time.Hour}
 	for _, policy := range []FailurePolicy{FailError, FailOpen, FailClosed, FailLocal} {
-		t.Run(policy.String(), func(t *testing.T) {
-			srv := newServer(t)
-			px := newProxy(t, srv.addr)
-			c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-			t.Cleanup(func() { _ = c.Close() })
-			clock := floodgatetest.NewClock(t0)
-			rec := &recorder{}
-			s := newStore(t, c, &Options{
-				Prefix:           testPrefix(t, srv.client(t)),
-				Now:              srv.clock(clock),
-				OnFailure:        policy,
-				LocalShare:       share,
-				BreakerThreshold: threshold,
-				BreakerCooldown:  cooldown,
-				Observer:         rec,
-				Timeout:          time.Second,
-			})
-			wall := &virtualWall{t: t0}
-			s.wall = wall.now
-			ctx := context.Background()
+		for _, alg := range []floodgate.Algorithm{fw, floodgate.Limits{floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 10 * limit}, fw}} {
+			testFailurePolicy(t, policy, alg, limit, share, threshold, cooldown)
+		}
+	}
+}
 
-			for i := range 10 {
-				res, err := s.Apply(ctx, "k", alg, take)
-				require.NoError(t, err)
-				require.True(t, res.Allowed)
-				require.Equal(t, int64(limit-1-i), res.Remaining)
-			}
-			require.Empty(t, rec.take())
-			wall.advance(2 * time.Second) // the successes roll out of the breaker's window
+func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorithm, limit int, share float64, threshold int, cooldown time.Duration) {
+	ls, isLimits := alg.(floodgate.Limits)
+	name := policy.String()
+	if isLimits {
+		name += "/Limits"
+	}
+	each := make([]floodgate.Decision, len(ls))
+	take := floodgate.Request{Op: floodgate.OpTake, N: 1, Each: each}
+	t.Run(name, func(t *testing.T) {
+		srv := newServer(t)
+		px := newProxy(t, srv.addr)
+		c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		clock := floodgatetest.NewClock(t0)
+		rec := &recorder{}
+		s := newStore(t, c, &Options{
+			Prefix:           testPrefix(t, srv.client(t)),
+			Now:              srv.clock(clock),
+			OnFailure:        policy,
+			LocalShare:       share,
+			BreakerThreshold: threshold,
+			BreakerCooldown:  cooldown,
+			Observer:         rec,
+			Timeout:          time.Second,
+		})
+		wall := &virtualWall{t: t0}
+		s.wall = wall.now
+		ctx := context.Background()
 
-			px.setDown(true)
-			admitted := 0
-			const calls = 40
-			for i := range calls {
-				res, err := s.Apply(ctx, "k", alg, take)
-				require.Equal(t, i >= threshold-1, s.BreakerState("k") == BreakerOpen, "call %d: %v", i, err)
-				if policy == FailError {
-					require.ErrorIs(t, err, floodgate.ErrUnavailable)
-					if i < threshold {
-						require.True(t, errors.Is(err, ErrRedis) || errors.Is(err, ErrTimeout), "call %d: %v", i, err)
-					} else {
-						require.ErrorIs(t, err, ErrBreakerOpen, "call %d", i)
-					}
-					continue
-				}
-				require.NoError(t, err)
-				if res.Allowed {
-					admitted++
-				} else {
-					require.Positive(t, res.RetryAfter)
-				}
-				if policy == FailClosed {
-					require.Equal(t, cooldown, res.RetryAfter)
-				}
-			}
-			switch policy {
-			case FailOpen:
-				require.Equal(t, calls, admitted, "FailOpen admits everything")
-			case FailClosed:
-				require.Zero(t, admitted, "FailClosed admits nothing")
-			case FailLocal:
-				require.Equal(t, int(limit*share), admitted, "FailLocal admits the local share of the quota")
-			}
-			events := rec.take()
-			require.Len(t, events, calls+1)
-			wantKind := EventFallback
-			if policy == FailError {
-				wantKind = EventError
-			}
-			// The trip is reported by the call that trips the breaker,
-			// before that call's own failure.
-			for i, e := range events {
-				switch {
-				case i == threshold-1:
-					require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerClosed, To: BreakerOpen}, e, "the trip is reported")
-				default:
-					require.Equal(t, wantKind, e.Kind, "event %d", i)
-					require.Equal(t, "k", e.Key)
-					require.ErrorIs(t, e.Err, floodgate.ErrUnavailable)
-					require.Equal(t, i > threshold, errors.Is(e.Err, ErrBreakerOpen), "event %d: %v", i, e.Err)
-					if policy != FailError {
-						require.Equal(t, policy, e.Policy)
-					}
-				}
-			}
-
-			// Still down after the cooldown: the probe fails and the
-			// breaker opens again.
-			wall.advance(cooldown)
-			_, _ = s.Apply(ctx, "k", alg, take)
-			require.Equal(t, BreakerOpen, s.BreakerState("k"))
-			events = rec.take()
-			require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerOpen, To: BreakerHalfOpen}, events[0])
-			require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerHalfOpen, To: BreakerOpen}, events[1])
-
-			// Redis is back: after the cooldown the probe succeeds, and the
-			// decision comes from Redis, which still holds the 10 units
-			// admitted before the outage.
-			px.setDown(false)
-			wall.advance(cooldown)
+		for i := range 10 {
 			res, err := s.Apply(ctx, "k", alg, take)
 			require.NoError(t, err)
-			require.Equal(t, BreakerClosed, s.BreakerState("k"))
 			require.True(t, res.Allowed)
-			require.Equal(t, int64(limit-11), res.Remaining)
-			require.Equal(t, []Event{
-				{Kind: EventBreaker, Node: px.addr(), From: BreakerOpen, To: BreakerHalfOpen},
-				{Kind: EventBreaker, Node: px.addr(), From: BreakerHalfOpen, To: BreakerClosed},
-			}, rec.take())
-		})
-	}
+			require.Equal(t, int64(limit-1-i), res.Remaining)
+		}
+		require.Empty(t, rec.take())
+		wall.advance(2 * time.Second) // the successes roll out of the breaker's window
+
+		px.setDown(true)
+		admitted := 0
+		const calls = 40
+		for i := range calls {
+			res, err := s.Apply(ctx, "k", alg, take)
+			require.Equal(t, i >= threshold-1, s.BreakerState("k") == BreakerOpen, "call %d: %v", i, err)
+			if policy == FailError {
+				require.ErrorIs(t, err, floodgate.ErrUnavailable)
+				if i < threshold {
+					require.True(t, errors.Is(err, ErrRedis) || errors.Is(err, ErrTimeout), "call %d: %v", i, err)
+				} else {
+					require.ErrorIs(t, err, ErrBreakerOpen, "call %d", i)
+				}
+				continue
+			}
+			require.NoError(t, err)
+			if res.Allowed {
+				admitted++
+			} else {
+				require.Positive(t, res.RetryAfter)
+			}
+			if policy == FailClosed {
+				require.Equal(t, cooldown, res.RetryAfter)
+			}
+			for j, d := range each {
+				require.Equal(t, res.Allowed || policy == FailLocal && d.Allowed, d.Allowed, "call %d: Each[%d] %+v of %+v", i, j, d, res)
+			}
+			if isLimits && res.Allowed {
+				require.Equal(t, 1, res.Binding, "call %d: the window binds", i)
+			}
+		}
+		switch policy {
+		case FailOpen:
+			require.Equal(t, calls, admitted, "FailOpen admits everything")
+		case FailClosed:
+			require.Zero(t, admitted, "FailClosed admits nothing")
+		case FailLocal:
+			require.Equal(t, int(float64(limit)*share), admitted, "FailLocal admits the local share of the quota")
+		}
+		events := rec.take()
+		require.Len(t, events, calls+1)
+		wantKind := EventFallback
+		if policy == FailError {
+			wantKind = EventError
+		}
+		// The trip is reported by the call that trips the breaker,
+		// before that call's own failure.
+		for i, e := range events {
+			switch {
+			case i == threshold-1:
+				require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerClosed, To: BreakerOpen}, e, "the trip is reported")
+			default:
+				require.Equal(t, wantKind, e.Kind, "event %d", i)
+				require.Equal(t, "k", e.Key)
+				require.ErrorIs(t, e.Err, floodgate.ErrUnavailable)
+				require.Equal(t, i > threshold, errors.Is(e.Err, ErrBreakerOpen), "event %d: %v", i, e.Err)
+				if policy != FailError {
+					require.Equal(t, policy, e.Policy)
+				}
+			}
+		}
+
+		// Still down after the cooldown: the probe fails and the
+		// breaker opens again.
+		wall.advance(cooldown)
+		_, _ = s.Apply(ctx, "k", alg, take)
+		require.Equal(t, BreakerOpen, s.BreakerState("k"))
+		events = rec.take()
+		require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerOpen, To: BreakerHalfOpen}, events[0])
+		require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerHalfOpen, To: BreakerOpen}, events[1])
+
+		// Redis is back: after the cooldown the probe succeeds, and the
+		// decision comes from Redis, which still holds the 10 units
+		// admitted before the outage.
+		px.setDown(false)
+		wall.advance(cooldown)
+		res, err := s.Apply(ctx, "k", alg, take)
+		require.NoError(t, err)
+		require.Equal(t, BreakerClosed, s.BreakerState("k"))
+		require.True(t, res.Allowed)
+		require.Equal(t, int64(limit-11), res.Remaining)
+		require.Equal(t, []Event{
+			{Kind: EventBreaker, Node: px.addr(), From: BreakerOpen, To: BreakerHalfOpen},
+			{Kind: EventBreaker, Node: px.addr(), From: BreakerHalfOpen, To: BreakerClosed},
+		}, rec.take())
+	})
 }
 
 // TestFailLocalScales checks the local configurations FailLocal uses.
@@ -293,6 +313,10 @@ func TestFailLocalScales(t *testing.T) {
 		{floodgate.FixedWindow{Limit: 10, Window: time.Minute}, floodgate.FixedWindow{Limit: 2, Window: time.Minute}},
 		{floodgate.SlidingWindow{Limit: 1, Window: time.Minute}, floodgate.SlidingWindow{Limit: 1, Window: time.Minute}},
 		{floodgate.SlidingLog{Limit: 7, Window: time.Second}, floodgate.SlidingLog{Limit: 1, Window: time.Second}},
+		{
+			floodgate.Limits{floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 100}, floodgate.FixedWindow{Limit: 10, Window: time.Minute}},
+			floodgate.Limits{floodgate.TokenBucket{Rate: 10, Per: 4 * time.Second, Burst: 25}, floodgate.FixedWindow{Limit: 2, Window: time.Minute}},
+		},
 	} {
 		a, err := resolve(tc.alg)
 		require.NoError(t, err)
@@ -520,6 +544,8 @@ func TestFailLocalRefusesUnscalable(t *testing.T) {
 		{floodgate.TokenBucket{Rate: 1, Per: 30 * day, Burst: 2}, 0.5},
 		{floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 1000}, 0.0007},
 		{floodgate.LeakyBucket{Rate: 1, Per: 40 * day, Capacity: 4}, 0.25},
+		// A Limits is refused for any limit that cannot be scaled.
+		{floodgate.Limits{floodgate.FixedWindow{Limit: 10, Window: day}, floodgate.TokenBucket{Rate: 1, Per: 30 * day, Burst: 2}}, 0.5},
 	} {
 		s, err := New(c, &Options{OnFailure: FailLocal, LocalShare: tc.share})
 		require.NoError(t, err)

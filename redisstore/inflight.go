@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -23,13 +22,10 @@ import (
 // set per key (see the package doc's "In flight").
 var _ inflight.Store = (*Store)(nil)
 
-// kindInflight names inflight.lua where the call path names a script by
-// its step.Kind: it is no algorithm's, and it is never batched (a batch
-// script serves one algorithm's decisions).
-const kindInflight = step.KindSlidingLog + 1
-
-// inflightProgram is inflight.lua (scripts.InflightSource).
-var inflightProgram = newProgram(scripts.InflightSource())
+// progInflight is the script of package inflight's calls
+// (scripts.InflightSource). It has no batch script: batched, each call is
+// a script call of its own in a batch's pipeline.
+const progInflight = progLimits + 1
 
 // holdIDs names the holds of one Store: a random id, which tells its holds
 // from those of every other Store (another process, another client), and
@@ -64,12 +60,7 @@ func (s *Store) holder(id uint64) string {
 // sorted set, for operators and tests: Prefix + "{" + key + "}:if", with
 // the key hashed under Options.HashKeys, as Key names the algorithms'.
 func (s *Store) InflightKey(key string) string {
-	if s.hashKeys {
-		// As Key hashes it.
-		sum := sha256.Sum256([]byte(key))
-		key = base64.RawURLEncoding.EncodeToString(sum[:16])
-	}
-	return s.prefix + "{" + key + "}:if"
+	return s.prefix + "{" + s.hashed(key) + "}:if"
 }
 
 // openHold is the Ref of a hold that FailOpen granted: Redis has no
@@ -99,7 +90,7 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.D
 	if err != nil {
 		return inflight.Result{}, err
 	}
-	reply, o, err := s.exec(ctx, s.InflightKey(key), args)
+	reply, o, err := s.callInflight(ctx, s.InflightKey(key), args)
 	if err == nil {
 		var ok bool
 		var n int64
@@ -188,7 +179,7 @@ func (s *Store) Renew(ctx context.Context, key string, h inflight.Hold, ttl time
 	if err != nil {
 		return false, err
 	}
-	reply, _, err := s.exec(ctx, s.InflightKey(key), args)
+	reply, _, err := s.callInflight(ctx, s.InflightKey(key), args)
 	if err != nil {
 		return false, err
 	}
@@ -209,7 +200,7 @@ func (s *Store) Release(ctx context.Context, key string, h inflight.Hold) error 
 		return err
 	}
 	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: s.holder(h.ID)}.ARGV()
-	reply, _, err := s.exec(context.WithoutCancel(ctx), s.InflightKey(key), args)
+	reply, _, err := s.callInflight(context.WithoutCancel(ctx), s.InflightKey(key), args)
 	if err == nil {
 		_, _, err = decodeInflight(reply)
 	}
@@ -246,52 +237,15 @@ func decodeInflight(reply any) (ok bool, n int64, err error) {
 	return flag == 1, n, nil
 }
 
-// exec runs inflight.lua with args on rkey through the call path of every
-// decision: the node that serves rkey, its breaker and MaxInFlight slots,
-// Options.Timeout, the classification of errors. It returns the reply, or
-// the error and what it says of Redis, for the caller's failure policy.
-//
-// TODO(issue 15): it repeats the steps of Store.apply around s.call, which
-// issue 14 is reworking; once that lands, apply and exec share them.
-func (s *Store) exec(ctx context.Context, rkey string, args []any) (any, outcome, error) {
+// callInflight sends inflight.lua with args on rkey through the path every
+// decision takes (Store.exec), after the checks of a decision: ctx has
+// not ended, the store is not closed.
+func (s *Store) callInflight(ctx context.Context, rkey string, args []any) (any, outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ignored, err
 	}
 	if s.shut.Load() {
 		return nil, ignored, unavailable(ErrClosed, nil)
 	}
-	wall := s.wall()
-	n, err := s.nodeFor(ctx, rkey)
-	if err != nil {
-		o, err := classify(ctx, err)
-		if o != ignored {
-			s.reload(wall)
-			o = failed
-		}
-		return nil, o, err
-	}
-	ok, probe, c := n.breaker.allow(wall)
-	s.report(n, c)
-	if !ok {
-		s.reload(wall)
-		return nil, failed, unavailable(ErrBreakerOpen, nil)
-	}
-	seen := n.served.Load()
-	reply, err, cold := s.call(ctx, n, probe, kindInflight, rkey, args)
-	if err != nil && s.shut.Load() {
-		s.report(n, n.breaker.done(wall, probe, ignored))
-		return nil, ignored, unavailable(ErrClosed, nil)
-	}
-	o, err := classify(ctx, err)
-	if o == timedOut && cold {
-		s.endCold(n)
-	}
-	if o == timedOut && (cold || n.busy(seen, err)) {
-		o = busy
-	}
-	s.report(n, n.breaker.done(wall, probe, o))
-	if o == failed || o == timedOut || o == refused {
-		s.reload(wall)
-	}
-	return reply, o, err
+	return s.exec(ctx, progInflight, rkey, nil, args)
 }

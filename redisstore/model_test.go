@@ -23,22 +23,30 @@ type model struct {
 	sl  step.SlidingLogState
 }
 
+// step runs req on the model's state as a store keeps it: a check keeps
+// nothing (step.SlidingLog, which changes its state in place, changes
+// nothing for a check).
 func (m *model) step(now time.Time, req floodgate.Request) (floodgate.Result, error) {
 	var (
 		res floodgate.Result
 		err error
 	)
+	next := *m
 	switch a := m.alg.(type) {
 	case floodgate.TokenBucket:
-		m.tat, res, err = step.TokenBucket(a, m.tat, now, req)
+		next.tat, res, err = step.TokenBucket(a, m.tat, now, req)
 	case floodgate.LeakyBucket:
-		m.tat, res, err = step.LeakyBucket(a, m.tat, now, req)
+		next.tat, res, err = step.LeakyBucket(a, m.tat, now, req)
 	case floodgate.FixedWindow:
-		m.fw, res, err = step.FixedWindow(a, m.fw, now, req)
+		next.fw, res, err = step.FixedWindow(a, m.fw, now, req)
 	case floodgate.SlidingWindow:
-		m.sw, res, err = step.SlidingWindow(a, m.sw, now, req)
+		next.sw, res, err = step.SlidingWindow(a, m.sw, now, req)
 	case floodgate.SlidingLog:
 		res, err = step.SlidingLog(a, &m.sl, now, req)
+		next.sl = m.sl
+	}
+	if !req.Check {
+		*m = next
 	}
 	return res, err
 }
@@ -161,4 +169,39 @@ func checkStored(t tb, c redis.UniversalClient, key string, m *model, now time.T
 type tb interface {
 	require.TestingT
 	Helper()
+}
+
+// rawKey returns what Redis holds at key (its value, or its sorted set with
+// scores) and its TTL, to compare a key before and after a step that must
+// not change it. The TTL is -2ns for a missing key.
+func rawKey(t tb, c redis.UniversalClient, key string) (string, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	typ, err := c.Type(ctx, key).Result()
+	require.NoError(t, err)
+	var v string
+	switch typ {
+	case "string":
+		v, err = c.Get(ctx, key).Result()
+		require.NoError(t, err)
+	case "zset":
+		zs, err := c.ZRangeWithScores(ctx, key, 0, -1).Result()
+		require.NoError(t, err)
+		v = fmt.Sprint(zs)
+	case "none":
+	default:
+		t.Errorf("%s holds a %s", key, typ)
+	}
+	pttl, err := c.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	return typ + ":" + v, pttl
+}
+
+// unchanged checks that key holds what rawKey read before, and that its
+// TTL did not grow.
+func unchanged(t tb, c redis.UniversalClient, key, before string, ttl time.Duration, format string, args ...any) {
+	t.Helper()
+	after, attl := rawKey(t, c, key)
+	require.Equalf(t, before, after, "%s changed: "+format, append([]any{key}, args...)...)
+	require.LessOrEqualf(t, attl, ttl, "the TTL of %s grew: "+format, append([]any{key}, args...)...)
 }

@@ -206,16 +206,23 @@ func (s *Store) endCold(n *node) {
 }
 
 // programs are the scripts, and batchPrograms those making a batch of
-// decisions of one algorithm (scripts.BatchSource), indexed by
-// step.Kind.
+// decisions of one algorithm (scripts.BatchSource), indexed by prog. A
+// Limits decision and package inflight's calls have no batch script:
+// batched, each is a script call of its own in a batch's pipeline.
 var (
-	programs      = programsOf(scripts.Source)
-	batchPrograms = programsOf(scripts.BatchSource)
+	programs      = programsOf(scripts.Source, scripts.LimitsSource(), scripts.InflightSource())
+	batchPrograms = programsOf(scripts.BatchSource, "", "")
 )
 
-func programsOf(source func(step.Kind) string) (p [step.KindSlidingLog + 1]program) {
+func programsOf(source func(step.Kind) string, limits, inflight string) (p [progInflight + 1]program) {
 	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
 		p[k] = newProgram(source(k))
+	}
+	if limits != "" {
+		p[progLimits] = newProgram(limits)
+	}
+	if inflight != "" {
+		p[progInflight] = newProgram(inflight)
 	}
 	return p
 }
@@ -230,13 +237,13 @@ func programsOf(source func(step.Kind) string) (p [step.KindSlidingLog + 1]progr
 // holds a call for the client's ReadTimeout (3s by default). So when
 // client ignores contexts, the store calls Redis through a client of its
 // own that honours them: a *redis.Client (a failover client too) is
-// cloned with WithTimeout, which shares its connection pool and the hooks
-// added to it so far; a *redis.ClusterClient or *redis.Ring is rebuilt
-// from its options, with pools of its own and without its hooks, and
-// closed by Close. Any other UniversalClient runs each call on a
-// goroutine of its own, which the decision stops waiting for at its
-// deadline. Build the client with ContextTimeoutEnabled to have the
-// store use it as it is.
+// cloned with WithTimeout, which shares its connection pool but (go-redis
+// v9.22) none of the hooks added to it; a *redis.ClusterClient or
+// *redis.Ring is rebuilt from its options, with pools of its own and
+// without its hooks, and closed by Close. Any other UniversalClient runs
+// each call on a goroutine of its own, which the decision stops waiting
+// for at its deadline. Build the client with ContextTimeoutEnabled to have
+// the store use it as it is (and its hooks see the store's calls).
 func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
@@ -390,11 +397,28 @@ func (s *Store) BreakerState(key string) BreakerState {
 // Key returns the Redis key holding the state of key for the algorithm
 // kind, for operators and tests.
 func (s *Store) Key(key string, kind step.Kind) string {
+	return s.prefix + "{" + s.hashed(key) + "}:" + kind.String()
+}
+
+// LimitKey returns the Redis key holding the state of key for the limit of
+// a floodgate.Limits that is the ordinal-th (from 0) of kind among its
+// limits: Prefix + "{" + key + "}:L:" + kind + ordinal, such as
+// "fg:{user:42}:L:tb0" for the first token bucket of a Limits. It is
+// shared by every Limits bound to the store, as floodgate.Limits says, and
+// apart from the key of a single algorithm (Key). The keys of a Limits
+// share key's hash tag, so that one script call decides them all on a
+// Cluster too.
+func (s *Store) LimitKey(key string, kind step.Kind, ordinal int) string {
+	return s.prefix + "{" + s.hashed(key) + "}" + limitSuffix(kind, ordinal)
+}
+
+// hashed returns key as the hash tag holds it: its hash with HashKeys.
+func (s *Store) hashed(key string) string {
 	if s.hashKeys {
 		sum := sha256.Sum256([]byte(key))
 		key = base64.RawURLEncoding.EncodeToString(sum[:16])
 	}
-	return s.prefix + "{" + key + "}:" + kind.String()
+	return key
 }
 
 // Apply binds alg and executes one step, for one-off steps and tests; a
@@ -426,9 +450,10 @@ func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
 var _ floodgate.Store = (*Store)(nil)
 
 // resolve validates alg for this store: under FailLocal, its local share
-// must be a valid configuration too, or every decision of an outage would
-// fail. (Shrinking a bucket's burst keeps its rate per unit of burst, so
-// Per grows by 1/LocalShare and may pass floodgate.MaxWindow.)
+// (for a Limits, each limit's) must be a valid configuration too, or every
+// decision of an outage would fail. (Shrinking a bucket's burst keeps its
+// rate per unit of burst, so Per grows by 1/LocalShare and may pass
+// floodgate.MaxWindow.)
 func (s *Store) resolve(alg floodgate.Algorithm) (algo, error) {
 	a, err := resolve(alg)
 	if err != nil || s.policy != FailLocal {
@@ -467,10 +492,6 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	if err := step.CheckRequest(req, a.quota); err != nil {
 		return floodgate.Result{}, err
 	}
-	if (req.Op == floodgate.OpSettle && req.N > 0) || req.Check {
-		// TODO(issue 14): the scripts' charges and checks.
-		return floodgate.Result{}, fmt.Errorf("%w: redisstore does not run charges or checks yet", floodgate.ErrInvalidConfig)
-	}
 	if err := ctx.Err(); err != nil {
 		return floodgate.Result{}, err
 	}
@@ -488,7 +509,50 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 
-	rkey := s.Key(key, a.kind)
+	// The key of one of the five algorithms, or the keys of a Limits' limits
+	// (whose first serves as rkey: they share one hash slot).
+	var (
+		rkey string
+		keys []string
+	)
+	if a.members == nil {
+		rkey = s.Key(key, a.kind)
+	} else {
+		h := s.hashed(key)
+		keys = make([]string, len(a.keys))
+		for i, suffix := range a.keys {
+			keys[i] = s.prefix + "{" + h + "}" + suffix
+		}
+		rkey = keys[0]
+	}
+	reply, o, err := s.exec(ctx, a.prog(), rkey, keys, args.args(a, now, req, s.marginMs))
+	if err == nil {
+		res, derr := a.decode(reply, req)
+		if derr == nil {
+			return res, nil
+		}
+		err = derr
+	}
+	switch o {
+	case ignored:
+		return floodgate.Result{}, err
+	case failed, timedOut, refused, busy:
+		return s.fallback(ctx, key, a, req, err)
+	}
+	s.observe(Event{Kind: EventError, Key: key, Err: err})
+	return floodgate.Result{}, err
+}
+
+// exec sends the script id on rkey (on keys when they are not nil, a
+// Limits': rkey is then the first) through the path every call takes: the
+// node that serves rkey, its breaker and its MaxInFlight slots (or its
+// batches), Options.Timeout, and the classification of errors. It returns
+// the reply, or the error with what it says: ignored (the caller's context
+// ended, or Close did), a failure of Redis for the caller's failure policy
+// (failed, timedOut, refused, busy), or succeeded with an error no policy
+// absorbs (an error reply about the data). Decisions (apply) and package
+// inflight's calls (inflight.go) share it.
+func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, outcome, error) {
 	// One reading of the clock serves the breaker before and after the
 	// call: its tallies count calls per second.
 	wall := s.wall()
@@ -498,23 +562,23 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		// whose slot map could not be loaded.
 		o, err := classify(ctx, err)
 		if o == ignored {
-			return floodgate.Result{}, err
+			return nil, ignored, err
 		}
 		s.reload(wall)
-		return s.fallback(ctx, key, a, req, err)
+		return nil, failed, err
 	}
 	ok, probe, c := n.breaker.allow(wall)
 	s.report(n, c)
 	if !ok {
 		s.reload(wall)
-		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
+		return nil, failed, unavailable(ErrBreakerOpen, nil)
 	}
 	seen := n.served.Load()
-	reply, err, cold := s.call(ctx, n, probe, a.kind, rkey, args.args(a, now, req, s.marginMs))
+	reply, err, cold := s.call(ctx, n, probe, id, rkey, keys, args)
 	if err != nil && s.shut.Load() {
 		// Close ended the call (it closes the store's own client).
 		s.report(n, n.breaker.done(wall, probe, ignored))
-		return floodgate.Result{}, unavailable(ErrClosed, nil)
+		return nil, ignored, unavailable(ErrClosed, nil)
 	}
 	o, err := classify(ctx, err)
 	if o == timedOut && cold {
@@ -537,19 +601,5 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	if o == failed || o == timedOut || o == refused {
 		s.reload(wall)
 	}
-	if err == nil {
-		res, derr := a.decode(reply, req)
-		if derr == nil {
-			return res, nil
-		}
-		err = derr
-	}
-	switch o {
-	case ignored:
-		return floodgate.Result{}, err
-	case failed, timedOut, refused, busy:
-		return s.fallback(ctx, key, a, req, err)
-	}
-	s.observe(Event{Kind: EventError, Key: key, Err: err})
-	return floodgate.Result{}, err
+	return reply, o, err
 }

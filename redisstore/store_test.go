@@ -70,6 +70,22 @@ func TestKeys(t *testing.T) {
 	assert.Equal(t, k, h.Key(long, step.KindFixedWindow), "hashing is deterministic")
 	assert.NotEqual(t, k, h.Key(long[1:], step.KindFixedWindow))
 	assert.NotContains(t, h.Key("a}b{c", step.KindFixedWindow)[4:26], "}", "a hashed key cannot end the hash tag")
+
+	// The limits of a Limits: by kind and ordinal, apart from the single
+	// algorithms' keys, on the key's hash slot.
+	assert.Equal(t, "fg:{user:42}:L:tb0", s.LimitKey("user:42", step.KindTokenBucket, 0))
+	assert.Equal(t, "fg:{user:42}:L:sw3", s.LimitKey("user:42", step.KindSlidingWindow, 3))
+	assert.NotEqual(t, s.Key("user:42", step.KindTokenBucket), s.LimitKey("user:42", step.KindTokenBucket, 0))
+	assert.Equal(t, slotOf(s.Key("user:42", step.KindTokenBucket)), slotOf(s.LimitKey("user:42", step.KindSlidingLog, 7)))
+	hk := h.LimitKey(long, step.KindFixedWindow, 1)
+	assert.Equal(t, strings.TrimSuffix(k, ":fw")+":L:fw1", hk, "hashed like Key")
+	a, err := resolve(floodgate.Limits{
+		floodgate.FixedWindow{Limit: 10, Window: time.Second},
+		floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 5},
+		floodgate.FixedWindow{Limit: 100, Window: time.Hour},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{":L:fw0", ":L:tb0", ":L:fw1"}, a.keys, "the ordinals count each kind from 0")
 }
 
 // TestApplyRejectsBadInput checks the errors Apply returns before calling
@@ -100,6 +116,12 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		"negative delay":   {"k", tb, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: -1}, floodgate.ErrInvalidDelay},
 		"unknown op":       {"k", tb, floodgate.Request{Op: 9, N: 1}, floodgate.ErrInvalidConfig},
 		"window not in µs": {"k", floodgate.SlidingLog{Limit: 1, Window: time.Microsecond + 1}, take, floodgate.ErrInvalidConfig},
+		"empty Limits":     {"k", floodgate.Limits{}, take, floodgate.ErrInvalidConfig},
+		"nested Limits":    {"k", floodgate.Limits{tb, floodgate.Limits{tb}}, take, floodgate.ErrInvalidConfig},
+		"Limits huge":      {"k", floodgate.Limits{tb, floodgate.FixedWindow{Limit: 1 << 53, Window: time.Second}}, take, floodgate.ErrInvalidConfig},
+		"Limits above":     {"k", floodgate.Limits{floodgate.FixedWindow{Limit: 100, Window: time.Second}, tb}, floodgate.Request{Op: floodgate.OpTake, N: 6}, floodgate.ErrExceedsLimit},
+		"Limits zero n":    {"k", floodgate.Limits{tb}, floodgate.Request{Op: floodgate.OpSettle, At: t0}, floodgate.ErrInvalidN},
+		"Limits empty key": {"", floodgate.Limits{tb}, take, floodgate.ErrEmptyKey},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := s.Apply(ctx, tc.key, tc.alg, tc.req)
@@ -163,6 +185,8 @@ func TestMismatchIsAnError(t *testing.T) {
 	// The spending admits one unit into each leaky bucket.
 	lb1 := floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 1}
 	lb5 := floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 5}
+	// The spending empties the bucket: a take waits for it, or is denied.
+	ls := floodgate.Limits{tb, floodgate.FixedWindow{Limit: 10, Window: time.Hour}}
 	for name, tc := range map[string]struct {
 		alg      floodgate.Algorithm
 		maxDelay time.Duration // of the step checked, once the quota is spent
@@ -171,36 +195,44 @@ func TestMismatchIsAnError(t *testing.T) {
 		want     error
 		server   bool // on Redis TIME, where the token bucket's fast path runs
 	}{
-		"decision flipped":  {tb, time.Second, "if (b - tau) + d <= maxd then", "if (b - tau) + d > maxd then", ErrMismatch, false},
-		"state off by 1ns":  {tb, time.Second, "new = fmt(add(bs, bns, d))", "new = fmt(add(bs, bns, d + 1))", ErrMismatch, false},
-		"granted wrong":     {tb, time.Second, "allowed, granted = 1, n\n    new = fmt", "allowed, granted = 1, n + 1\n    new = fmt", ErrMismatch, false},
-		"short reply":       {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old}", ErrReply, false},
-		"not an array":      {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return 7", ErrReply, false},
-		"state not decimal": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, 'x', new, allowed, granted}", ErrReply, false},
-		"new state garbage": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old, new .. 'x', allowed, granted}", ErrMismatch, false},
-		"instant too large": {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, 1000000000, old, new, allowed, granted}", ErrReply, false},
-		"script error":      {tb, time.Second, "\nlocal key = KEYS[1]\n", "\nerror('floodgate: boom')\n", ErrReply, false},
-		"fast flipped":      {tb, time.Second, "admit = (b - tau) + d <= maxd", "admit = (b - tau) + d > maxd", ErrMismatch, true},
-		"fast granted":      {tb, time.Second, "flags = ' 1 ' .. units", "flags = ' 1 ' .. units + 1", ErrMismatch, true},
-		"fast denied flags": {tb, 0, "local flags, new = ' 0 0'", "local flags, new = ' 1 0'", ErrMismatch, true},
-		"fast instant":      {tb, time.Second, "return t[1] .. ' '", "return (t[1] - 1) .. ' '", ErrMismatch, true},
-		"fast short reply":  {tb, time.Second, ".. ' ' .. new .. flags", ".. ' ' .. new", ErrReply, true},
-		"fast double space": {tb, time.Second, "t[1] .. ' ' .. t[2]", "t[1] .. '  ' .. t[2]", ErrReply, true},
-		"fast long reply":   {tb, time.Second, ".. ' ' .. new .. flags", ".. ' ' .. new .. flags .. ' 0'", ErrReply, true},
-		"fw fast granted":   {fw, time.Second, "flags = ' 1 ' .. units", "flags = ' 1 2'", ErrMismatch, true},
-		"fast state off":    {tb, time.Second, "string.format('%d%09d', bs + (x - r) / 1e9, r)", "string.format('%d%09d', bs + (x - r) / 1e9, r + 1)", ErrMismatch, true},
-		"lb fast overfills": {lb1, 10 * time.Second, "admit = b + d <= tau and", "admit = b <= tau and", ErrMismatch, true},
-		"lb fast late":      {lb5, time.Second / 2, "and b <= maxd", "and b <= maxd + 1e10", ErrMismatch, true},
-		"fw fast flipped":   {fw, time.Second, "if math.max(xo, 0) <= maxd then", "if math.max(xo, 0) > maxd then", ErrMismatch, true},
-		"fw fast state off": {fw, time.Second, "new = string.format('%d%09d:%d', xs, xns, xc)", "new = string.format('%d%09d:%d', xs, xns, xc + 1)", ErrMismatch, true},
-		"sw fast flipped":   {sw, 0, "if co <= 0 and n <= (limit - cc)", "if co <= 0 and n > (limit - cc)", ErrMismatch, true},
-		"sw fast state off": {sw, 0, "string.format('%d%09d:%d:%d', cs, cns, cp, cc + n)", "string.format('%d%09d:%d:%d', cs, cns, cp, cc + n + 1)", ErrMismatch, true},
-		"log admits late":   {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch, false},
-		"log total wrong":   {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch, false},
+		"decision flipped":    {tb, time.Second, "if (b - tau) + d <= maxd then", "if (b - tau) + d > maxd then", ErrMismatch, false},
+		"state off by 1ns":    {tb, time.Second, "new = fmt(add(bs, bns, d))", "new = fmt(add(bs, bns, d + 1))", ErrMismatch, false},
+		"granted wrong":       {tb, time.Second, "allowed, granted = 1, n\n    delay", "allowed, granted = 1, n + 1\n    delay", ErrMismatch, false},
+		"short reply":         {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old}", ErrReply, false},
+		"not an array":        {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return 7", ErrReply, false},
+		"state not decimal":   {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, 'x', new, allowed, granted}", ErrReply, false},
+		"new state garbage":   {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, tns, old, new .. 'x', allowed, granted}", ErrMismatch, false},
+		"instant too large":   {tb, time.Second, "return {ts, tns, old, new, allowed, granted}", "return {ts, 1000000000, old, new, allowed, granted}", ErrReply, false},
+		"script error":        {tb, time.Second, "\nlocal key = KEYS[1]\n", "\nerror('floodgate: boom')\n", ErrReply, false},
+		"fast flipped":        {tb, time.Second, "admit, later = (b - tau) + d <= maxd", "admit, later = (b - tau) + d > maxd", ErrMismatch, true},
+		"fast granted":        {tb, time.Second, "flags = ' 1 ' .. units", "flags = ' 1 ' .. units + 1", ErrMismatch, true},
+		"fast denied flags":   {tb, 0, "local flags, new, px = ' 0 0'", "local flags, new, px = ' 1 0'", ErrMismatch, true},
+		"fast instant":        {tb, time.Second, "return t[1] .. ' '", "return (t[1] - 1) .. ' '", ErrMismatch, true},
+		"fast short reply":    {tb, time.Second, ".. ' ' .. new .. flags", ".. ' ' .. new", ErrReply, true},
+		"fast double space":   {tb, time.Second, "t[1] .. ' ' .. t[2]", "t[1] .. '  ' .. t[2]", ErrReply, true},
+		"fast long reply":     {tb, time.Second, ".. ' ' .. new .. flags", ".. ' ' .. new .. flags .. ' 0'", ErrReply, true},
+		"fw fast granted":     {fw, time.Second, "flags = ' 1 ' .. units", "flags = ' 1 2'", ErrMismatch, true},
+		"fast state off":      {tb, time.Second, "string.format('%d%09d', bs + (x - r) / 1e9, r)", "string.format('%d%09d', bs + (x - r) / 1e9, r + 1)", ErrMismatch, true},
+		"lb fast overfills":   {lb1, 10 * time.Second, "admit, later = b + d <= tau and", "admit, later = b <= tau and", ErrMismatch, true},
+		"lb fast late":        {lb5, time.Second / 2, "and b <= maxd", "and b <= maxd + 1e10", ErrMismatch, true},
+		"fw fast flipped":     {fw, time.Second, "if math.max(xo, 0) <= maxd then", "if math.max(xo, 0) > maxd then", ErrMismatch, true},
+		"fw fast state off":   {fw, time.Second, "new = string.format('%d%09d:%d', xs, xns, xc)", "new = string.format('%d%09d:%d', xs, xns, xc + 1)", ErrMismatch, true},
+		"sw fast flipped":     {sw, 0, "if co <= 0 and n <= (limit - cc)", "if co <= 0 and n > (limit - cc)", ErrMismatch, true},
+		"sw fast state off":   {sw, 0, "string.format('%d%09d:%d:%d', cs, cns, cp, cc + n)", "string.format('%d%09d:%d:%d', cs, cns, cp, cc + n + 1)", ErrMismatch, true},
+		"log admits late":     {sl, time.Second - 1, "if ao <= maxd then", "if ao <= maxd + 1 then", ErrMismatch, false},
+		"limits skip again":   {ls, time.Second, "if all and longest > 0 then", "if all and longest < 0 then", ErrMismatch, false},
+		"limits write denial": {ls, 0, "if admitted and not check then", "if true then", ErrMismatch, false},
+		"limits step order":   {ls, time.Second, "  reply[#reply + 1] = i\n  reply[#reply + 1] = r", "  reply[#reply + 1] = #KEYS + 1 - i\n  reply[#reply + 1] = r", ErrMismatch, false},
+		"limits again at now": {ls, time.Second, "local t = fmt(add(ts, tns, longest))", "local t = fmt(ts, tns)", ErrReply, false},
+		"limits fast order":   {ls, 0, "    reply[#reply + 1] = i\n", "    reply[#reply + 1] = #KEYS + 1 - i\n", ErrMismatch, true},
+		"limits fast written": {ls, 0, "  return reply\nend", "  reply[3] = 1\n  return reply\nend", ErrMismatch, true},
+		"log total wrong":     {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch, false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			kind := kindOf(tc.alg)
-			src := scripts.Source(kind)
+			a, err := resolve(tc.alg)
+			require.NoError(t, err)
+			kind := a.prog()
+			src := programs[kind].src
 			require.Contains(t, src, tc.from)
 			saved := programs[kind]
 			programs[kind] = newProgram(strings.Replace(src, tc.from, tc.to, 1))
@@ -231,7 +263,7 @@ func TestMismatchIsAnError(t *testing.T) {
 				require.NoError(t, err)
 			}
 			programs[kind] = newProgram(strings.Replace(src, tc.from, tc.to, 1))
-			_, err := s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
+			_, err = s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorIs(t, err, floodgate.ErrUnavailable)
 			require.Len(t, events, 1)

@@ -12,17 +12,20 @@
 -- (see lib.lua), and write the same state and TTL; redisstore checks every
 -- reply against the transition.
 --
--- KEYS     none: fast(key, ARGV, t) takes the decision's key, its state as
---          the algorithm's file says
+-- KEYS     none: fast(key, ARGV, t, probe) takes the decision's key, its
+--          state as the algorithm's file says
 -- ARGV     the decision's (the algorithm's file says what they mean):
 --          ARGV[ARG_N], ARGV[ARG_MAXDELAY], ARGV[ARG_MARGIN],
 --          ARGV[ARG_PERIOD] and ARGV[ARG_TAU]; the caller runs fast only
 --          for a take (ARGV[ARG_OP] is OP_TAKE) on Redis TIME (no
 --          ARGV[ARG_NOW])
 -- Reply:   the algorithm's file's reply as one string (see scripts.go), or
---          nil to fall through
+--          nil to fall through. Then, for an admission, the new state and
+--          its TTL (ms, a decimal) and whether the units wait (a delay);
+--          with probe set, fast writes nothing and its caller (limits.lua's
+--          fast path) writes them.
 -- Time:    t, the TIME time.lua read (before MAX_UNIX s)
-local function fast(key, ARGV, t)
+local function fast(key, ARGV, t, probe)
   -- The arguments (the algorithm's file says what they are), read first:
   -- n also as the string at hand for the reply, the margin as a string
   -- until the TTL adds it. Arithmetic converts the decimal strings, at half
@@ -51,16 +54,16 @@ local function fast(key, ARGV, t)
     bs, bns, b = as, ans, o
   end
   local d = n * interval
-  local flags, new = ' 0 0', old or '0'
-  local admit
+  local flags, new, px = ' 0 0', old or '0', nil
+  local admit, later
   if leaky then
     -- The queue ahead plus this request fits in the bucket, and the
     -- departure is within the maximum delay (leakybucket.lua).
-    admit = b + d <= tau and b <= maxd
+    admit, later = b + d <= tau and b <= maxd, b > 0
   else
     -- The request conforms within the maximum delay (GCRA,
     -- tokenbucket.lua).
-    admit = (b - tau) + d <= maxd
+    admit, later = (b - tau) + d <= maxd, (b - tau) + d > 0
   end
   if admit then
     flags = ' 1 ' .. units
@@ -75,9 +78,12 @@ local function fast(key, ARGV, t)
     if r > 0 then
       x = x + 1
     end
-    redis.call('SET', key, new, 'PX', string.format('%d', x + margin))
+    px = string.format('%d', x + margin)
+    if not probe then
+      redis.call('SET', key, new, 'PX', px)
+    end
   end
   -- The reply of the general scripts as one string (see scripts.go),
   -- joined from strings at hand: no number is formatted.
-  return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0') .. ' ' .. new .. flags
+  return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0') .. ' ' .. new .. flags, new, px, later
 end

@@ -9,14 +9,15 @@
 --   ARGV[ARG_PERIOD]  period is the window, in ns: a whole number of
 --                     microseconds, at most floodgate.MaxWindow
 --   ARGV[ARG_TAU]     is 0 (unused)
---   ARGV[ARG_AT]      admitted, for a refund, is the instant the units
---                     were admitted for
+--   ARGV[ARG_AT]      admitted, for a settlement, is the instant the
+--                     units were admitted for
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
 -- state, allowed (0 or 1), granted}, the states as stored. The new state
--- equals the old one when nothing was written. redisstore re-runs
--- step.FixedWindow on the old state and now to build the Result, and checks
--- that it agrees with the reply.
+-- equals the old one when the step changes nothing; a dry step (a check)
+-- replies the state it would write. redisstore re-runs step.FixedWindow on
+-- the old state and now to build the Result, and checks that it agrees with
+-- the reply. An admitted take sets delay (lib.lua).
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME.
 -- Windows are aligned to the Unix epoch; window starts are computed
@@ -65,6 +66,7 @@ if op == OP_TAKE then
   end
   if math.max(xo, 0) <= maxd then
     allowed, granted = 1, n
+    delay = math.max(xo, 0)
     new = fmt(xs, xns) .. ':' .. int(xc)
     keep(key, new, horizon(xo, xc), margin)
   end
@@ -79,15 +81,24 @@ elseif op == OP_TAKE_UP_TO then
     keep(key, new, horizon(co, cc + m), margin)
   end
 else -- OP_SETTLE
-  -- Only into the window the units were counted in.
+  -- Only in the window the units were counted in: a charge of up to
+  -- 2 * limit units there (compared as in step.FixedWindow), or a
+  -- give-back of the units it holds.
   local as, ans = parse(admitted)
   local ws, wns = wstart(as, ans, wu)
   if ws and same(ws, wns, cs, cns) then
-    local back = math.min(-n, cc)
-    if back > 0 then
-      allowed, granted = 1, back
-      new = fmt(cs, cns) .. ':' .. int(cc - back)
-      keep(key, new, horizon(co, cc - back), margin)
+    local xc
+    if n > 0 then
+      granted = math.min(n, math.max(limit - (cc - limit), 0))
+      xc = cc + granted
+    else
+      granted = math.min(-n, cc)
+      xc = cc - granted
+    end
+    if granted > 0 then
+      allowed = 1
+      new = fmt(cs, cns) .. ':' .. int(xc)
+      keep(key, new, horizon(co, xc), margin)
     end
   end
 end

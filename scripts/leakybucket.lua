@@ -13,9 +13,10 @@
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old tail, new
 -- tail, allowed (0 or 1), granted}, instants as decimal strings. The new
--- tail equals the old one when nothing was written. redisstore re-runs
+-- tail equals the old one when the step changes nothing; a dry step (a
+-- check) replies the tail it would write. redisstore re-runs
 -- step.LeakyBucket on the old tail and now to build the Result, and checks
--- that it agrees with the reply.
+-- that it agrees with the reply. An admitted take sets delay (lib.lua).
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The
 -- TTL is the time until the queue drains (the tail) plus the margin.
@@ -40,6 +41,7 @@ if op == OP_TAKE then
   -- the departure is within the maximum delay.
   if b + d <= tau and b <= maxd then
     allowed, granted = 1, n
+    delay = b
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
@@ -51,8 +53,18 @@ elseif op == OP_TAKE_UP_TO then
     new = fmt(add(ts, tns, d))
     keep(key, new, d, margin)
   end
+elseif n > 0 then -- OP_SETTLE, a charge
+  -- Queued behind the tail, up to 2 * capacity units of queue in all:
+  -- floor((now + 2 * tau - base) / interval) units.
+  local m = math.min(n, math.max(fdiv(2 * tau - b, interval), 0))
+  if m > 0 then
+    local d = m * interval
+    allowed, granted = 1, m
+    new = fmt(add(bs, bns, d))
+    keep(key, new, b + d, margin)
+  end
 end
--- OP_SETTLE: departure slots are promised to the requests behind; nothing
--- comes back.
+-- OP_SETTLE, a give-back: departure slots are promised to the requests
+-- behind; nothing comes back.
 
 return {ts, tns, old, new, allowed, granted}

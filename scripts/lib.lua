@@ -4,7 +4,8 @@
 --
 -- KEYS     none: the helpers take what they need as arguments
 -- ARGV     none
--- Reply:   none; it only defines local functions.
+-- Reply:   none; it only defines local functions, and the state of dry
+--          runs (dry, pend, delay, shift; see below).
 -- Time:    clock returns the client's clock when the decision brings it,
 --          else the TIME time.lua read.
 --
@@ -22,8 +23,25 @@
 -- equivalent to a missing key (the quota fully restored), rounded up to a
 -- millisecond, plus a margin in whole milliseconds (ARGV[ARG_MARGIN]). A
 -- denial writes nothing.
+--
+-- Dry runs. The algorithms' files change keys only through write (keep is
+-- write's SET with a TTL), so that a step can run without changing
+-- anything: with dry set, write records each command in pend instead of
+-- running it. args.lua sets dry for each decision, for a check-only one:
+-- a check drops the record; limits.lua steps every limit as a check and
+-- runs the records of all of them once every limit has admitted. An
+-- algorithm's file that reads its key after a write it made reads it as
+-- the write would have left it (slidinglog.lua keeps that view itself).
+-- delay is where a take reports the delay of its admission, and shift is
+-- added to every TTL: limits.lua runs a limit's take at an instant after
+-- now, whose TTLs still count from now. (batch.lua, which pcalls each
+-- decision, never assigns dry itself: the Lua of miniredis, which the tests
+-- run on, closes the calling chunk's upvalues when a pcall catches an
+-- error, after which the chunk's own assignments no longer reach write.)
 
 local E9 = 1000000000
+
+local dry, pend, delay, shift = false, nil, 0, 0
 
 -- fdiv returns floor(a/b) and a - b*floor(a/b) for integers a and b > 0,
 -- exactly when |a| + b <= 2^53 (every caller's case): math.fmod is exact,
@@ -154,10 +172,27 @@ local function int(x)
   return string.format('%d', x)
 end
 
--- keep writes value to key with a TTL of d ns (rounded up to a whole
--- millisecond) plus the margin. A state with d <= 0 is equivalent to a
--- missing key from now on, but it is still written, for the margin: a clock
--- that steps back a little must find it, as the reference would.
+-- write runs the command of its arguments, which changes a key, or, dry,
+-- appends them to pend.
+local function write(...)
+  if dry then
+    pend[#pend + 1] = {...}
+  else
+    redis.call(...)
+  end
+end
+
+-- ttl returns the TTL, in ms, of a state that is equivalent to a missing
+-- key d ns after the decision's instant: d plus shift (the decision's
+-- instant minus now), rounded up to a whole millisecond, plus the margin.
+local function ttl(d, margin)
+  return int(ceildiv(math.max(d + shift, 0), 1000000) + margin)
+end
+
+-- keep writes value to key with the TTL of a state restored d ns after the
+-- decision's instant. A state with d <= 0 is equivalent to a missing key
+-- from now on, but it is still written, for the margin: a clock that steps
+-- back a little must find it, as the reference would.
 local function keep(key, value, d, margin)
-  redis.call('SET', key, value, 'PX', int(ceildiv(math.max(d, 0), 1000000) + margin))
+  write('SET', key, value, 'PX', ttl(d, margin))
 end

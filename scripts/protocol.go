@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // This file is the protocol between redisstore and the scripts, and the
@@ -17,7 +18,13 @@ import (
 type Args struct {
 	// Op is the step: floodgate.OpTake, OpTakeUpTo or OpSettle.
 	Op floodgate.Op
-	// N is the number of units.
+	// Check makes the step check-only: the script replies what the step
+	// would do and writes nothing a decision can observe. ARGV carries it
+	// in Op's code, plus checkCode, so that a check never takes a fast
+	// path (they test for OP_TAKE).
+	Check bool
+	// N is the number of units; for OpSettle, the units charged
+	// (positive) or given back (negative).
 	N int64
 	// MaxDelay is the longest delay of a take, in nanoseconds, at most
 	// floodgate.MaxDelay.
@@ -35,9 +42,19 @@ type Args struct {
 	// Now is the decision's instant in decimal nanoseconds since the Unix
 	// epoch (the client's clock), or "" for the Redis server's TIME.
 	Now string
-	// At is, for a refund, the instant the units were admitted for, in
-	// decimal nanoseconds since the Unix epoch; "" otherwise.
+	// At is, for a settlement, the instant the units were admitted for,
+	// in decimal nanoseconds since the Unix epoch; "" otherwise.
 	At string
+}
+
+// Limit is one limit of a Limits decision (see Args.LimitsARGV): its
+// algorithm's kind and the numbers Args gives a decision of that kind
+// alone.
+type Limit struct {
+	Kind   step.Kind
+	Quota  int64
+	Period int64
+	Tau    int64
 }
 
 // arg is the position of an argument in ARGV, counted from 0 (Lua's
@@ -57,6 +74,20 @@ const (
 	argAt
 	numArgs
 )
+
+// The arguments of the limits of a Limits decision follow its numArgs
+// arguments, limitArgs for each limit, in this order, counted from 0 in
+// each limit's part.
+const (
+	limitKind = iota
+	limitQuota
+	limitPeriod
+	limitTau
+	limitArgs
+)
+
+// checkCode is added to the code of a check-only step's Op in ARGV.
+const checkCode = 16
 
 // argNames are the names by which the scripts read the arguments:
 // ARGV[ARG_N] is n.
@@ -84,18 +115,45 @@ func (a Args) ARGV() []any {
 		n = argAt
 	}
 	argv := make([]any, n)
+	a.fill(argv)
+	if n > argNow {
+		argv[argNow] = a.Now
+	}
+	if n > argAt {
+		argv[argAt] = a.At
+	}
+	return argv
+}
+
+// fill writes the first seven arguments into argv.
+func (a Args) fill(argv []any) {
 	argv[argOp] = int64(a.Op)
+	if a.Check {
+		argv[argOp] = int64(a.Op) + checkCode
+	}
 	argv[argN] = a.N
 	argv[argMaxDelay] = a.MaxDelay
 	argv[argMargin] = a.MarginMs
 	argv[argQuota] = a.Quota
 	argv[argPeriod] = a.Period
 	argv[argTau] = a.Tau
-	if n > argNow {
-		argv[argNow] = a.Now
-	}
-	if n > argAt {
-		argv[argAt] = a.At
+}
+
+// LimitsARGV returns the arguments of a Limits decision's script
+// (LimitsSource): all of a's, Now and At "" when unset (its Quota, Period
+// and Tau are not read), then each limit's kind, quota, period and tau, in
+// the order of the Limits and of KEYS. limits.lua gives each limit a's
+// arguments with the limit's numbers in place of a's.
+func (a Args) LimitsARGV(limits []Limit) []any {
+	argv := make([]any, int(numArgs)+limitArgs*len(limits))
+	a.fill(argv)
+	argv[argNow], argv[argAt] = a.Now, a.At
+	for i, l := range limits {
+		part := argv[int(numArgs)+limitArgs*i:]
+		part[limitKind] = int64(l.Kind)
+		part[limitQuota] = l.Quota
+		part[limitPeriod] = l.Period
+		part[limitTau] = l.Tau
 	}
 	return argv
 }
@@ -115,11 +173,19 @@ const MaxQuota = 1 << 52
 // that expand writes in its place.
 var names = func() map[string]string {
 	m := map[string]string{
-		"OP_TAKE":       opLiteral(floodgate.OpTake),
-		"OP_TAKE_UP_TO": opLiteral(floodgate.OpTakeUpTo),
-		"OP_SETTLE":     opLiteral(floodgate.OpSettle),
-		"MAX_UNIX":      strconv.FormatInt(MaxUnix, 10),
-		"MAX_QUOTA":     strconv.FormatInt(MaxQuota, 10),
+		"OP_TAKE":          opLiteral(floodgate.OpTake),
+		"OP_TAKE_UP_TO":    opLiteral(floodgate.OpTakeUpTo),
+		"OP_SETTLE":        opLiteral(floodgate.OpSettle),
+		"CHECK_CODE":       strconv.Itoa(checkCode),
+		"MAX_UNIX":         strconv.FormatInt(MaxUnix, 10),
+		"MAX_QUOTA":        strconv.FormatInt(MaxQuota, 10),
+		"ARG_LIMITS":       strconv.Itoa(int(numArgs) + 1),
+		"LIMIT_ARGS":       strconv.Itoa(limitArgs),
+		"LIMIT_KIND":       strconv.Itoa(limitKind),
+		"LIMIT_QUOTA":      strconv.Itoa(limitQuota),
+		"LIMIT_PERIOD":     strconv.Itoa(limitPeriod),
+		"LIMIT_TAU":        strconv.Itoa(limitTau),
+		"KIND_SLIDING_LOG": kindLiteral(step.KindSlidingLog),
 	}
 	for a, name := range argNames {
 		m[name] = strconv.Itoa(a + 1)
@@ -127,6 +193,11 @@ var names = func() map[string]string {
 	inflightNames(m)
 	return m
 }()
+
+// kindLiteral returns the Lua string ARGV holds for a limit's kind.
+func kindLiteral(k step.Kind) string {
+	return "'" + strconv.Itoa(int(k)) + "'"
+}
 
 // opLiteral returns the Lua string ARGV holds for op: the scripts compare
 // ARGV[ARG_OP] as a string, as Redis hands it over.

@@ -24,12 +24,14 @@ func TestArgs(t *testing.T) {
 	ctx := context.Background()
 	// The script returns what args.lua read, the instant as a decimal.
 	script := redis.NewScript(expand(timeLua) + expand(lib) + expand(argsLua) +
-		"\nreturn {op, int(n), int(maxd), int(margin), int(quota), int(period), int(tau), fmt(ts, tns), admitted or ''}")
+		"\nreturn {op, int(n), int(maxd), int(margin), int(quota), int(period), int(tau), fmt(ts, tns), admitted or '', tostring(dry)}")
 	for name, a := range map[string]Args{
 		"take on Redis TIME": {Op: floodgate.OpTake, N: 2, MaxDelay: 3, MarginMs: 4, Quota: 5, Period: 6, Tau: 7},
 		"client clock":       {Op: floodgate.OpTakeUpTo, N: 12, MaxDelay: 13, MarginMs: 14, Quota: 15, Period: 16, Tau: 17, Now: "1700000000000000018"},
-		"refund":             {Op: floodgate.OpSettle, N: 22, MaxDelay: 23, MarginMs: 24, Quota: 25, Period: 26, Tau: 27, Now: "1700000000000000028", At: "1700000000000000029"},
-		"refund on TIME":     {Op: floodgate.OpSettle, N: 32, MaxDelay: 33, MarginMs: 34, Quota: 35, Period: 36, Tau: 37, At: "1700000000000000039"},
+		"refund":             {Op: floodgate.OpSettle, N: -22, MaxDelay: 23, MarginMs: 24, Quota: 25, Period: 26, Tau: 27, Now: "1700000000000000028", At: "1700000000000000029"},
+		"charge on TIME":     {Op: floodgate.OpSettle, N: 32, MaxDelay: 33, MarginMs: 34, Quota: 35, Period: 36, Tau: 37, At: "1700000000000000039"},
+		"check":              {Op: floodgate.OpTake, Check: true, N: 42, MaxDelay: 43, MarginMs: 44, Quota: 45, Period: 46, Tau: 47},
+		"check of a refund":  {Op: floodgate.OpSettle, Check: true, N: -52, MaxDelay: 53, MarginMs: 54, Quota: 55, Period: 56, Tau: 57, At: "1700000000000000059"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			argv := a.ARGV()
@@ -42,7 +44,7 @@ func TestArgs(t *testing.T) {
 			require.NoError(t, err)
 			got, ok := v.([]any)
 			require.True(t, ok, "%T", v)
-			require.Len(t, got, 9)
+			require.Len(t, got, 10)
 			fields := []int64{int64(a.Op), a.N, a.MaxDelay, a.MarginMs, a.Quota, a.Period, a.Tau}
 			for i, f := range fields {
 				require.Equal(t, strconv.FormatInt(f, 10), got[i], "argument %d", i)
@@ -50,8 +52,49 @@ func TestArgs(t *testing.T) {
 			if a.Now != "" {
 				require.Equal(t, a.Now, got[7], "the instant")
 			}
-			require.Equal(t, a.At, got[8], "the refund instant")
+			require.Equal(t, a.At, got[8], "the settlement's instant")
+			require.Equal(t, strconv.FormatBool(a.Check), got[9], "dry, for a check")
 		})
+	}
+}
+
+// TestLimitsARGV sends Args.LimitsARGV to the arguments limits.lua gives
+// each limit's step, and checks that args.lua reads each of them under its
+// name, each limit's numbers in place of the decision's, the step a check.
+func TestLimitsARGV(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	// limits.lua's take, reduced to the arguments it gives a limit's step,
+	// which args.lua then reads.
+	src := expand(limits)
+	i := strings.Index(src, "  delay = 0\n")
+	require.Positive(t, i)
+	j := strings.LastIndex(src[:i], "local function take(")
+	require.Positive(t, j)
+	take := src[j:i] + "  return argv\nend\n"
+	script := redis.NewScript(expand(timeLua) + expand(lib) + expand("local units, instant, at = ARGV[ARG_N], ARGV[ARG_NOW], ARGV[ARG_AT]\n"+
+		take+`local out = {}
+for i = 1, #KEYS do
+  local f = function(KEYS, ARGV)
+`+expand(argsLua)+`
+    return {op, int(n), int(maxd), int(margin), int(quota), int(period), int(tau), fmt(ts, tns), admitted or '', tostring(dry), key}
+  end
+  out[i] = f({KEYS[i]}, take(i, OP_TAKE_UP_TO, units, ARGV[ARG_MAXDELAY], instant))
+end
+return out`))
+	a := Args{Op: floodgate.OpTakeUpTo, N: 2, MaxDelay: 3, MarginMs: 4, Now: "1700000000000000005", At: "1700000000000000006"}
+	ls := []Limit{{Kind: step.KindFixedWindow, Quota: 7, Period: 8, Tau: 9}, {Kind: step.KindSlidingLog, Quota: 10, Period: 11, Tau: 12}}
+	argv := a.LimitsARGV(ls)
+	require.Len(t, argv, int(numArgs)+limitArgs*len(ls))
+	v, err := script.Run(ctx, c, []string{"k1", "k2"}, argv...).Result()
+	require.NoError(t, err)
+	got, ok := v.([]any)
+	require.True(t, ok, "%T", v)
+	require.Len(t, got, 2)
+	for i, l := range ls {
+		want := []any{"1", "2", "3", "4", strconv.FormatInt(l.Quota, 10), strconv.FormatInt(l.Period, 10), strconv.FormatInt(l.Tau, 10), a.Now, a.At, "true", "k" + strconv.Itoa(i+1)}
+		require.Equal(t, want, got[i], "limit %d", i)
+		require.Equal(t, int64(l.Kind), argv[int(numArgs)+limitArgs*i+limitKind], "limit %d's kind", i)
 	}
 }
 
@@ -66,7 +109,7 @@ func luaFiles(t *testing.T) map[string]string {
 		require.NoError(t, err)
 		files[n] = string(b)
 	}
-	require.Len(t, files, 13)
+	require.Len(t, files, 15)
 	return files
 }
 
@@ -127,6 +170,7 @@ func TestProtocolNames(t *testing.T) {
 			require.NotRegexp(t, name, src, "%v: a name left in the script", k)
 		}
 	}
+	require.NotRegexp(t, name, LimitsSource(), "a name left in the Limits script")
 }
 
 // TestHeaders checks that every Lua file starts with the header STYLE.md

@@ -9,7 +9,8 @@
 //
 // The algorithms' files are tokenbucket.lua, leakybucket.lua,
 // fixedwindow.lua, slidingwindow.lua and slidinglog.lua, each starting
-// with a header that gives its KEYS, ARGV, reply and time source. The
+// with a header that gives its KEYS, ARGV, reply and time source, as
+// every file does. The
 // other files are parts every script shares: time.lua reads the server's
 // TIME once per call; lib.lua holds the helpers (exact instants as
 // (seconds, nanoseconds) pairs, since Lua numbers are doubles); args.lua
@@ -38,12 +39,30 @@
 // decision costs Redis 4.5–4.7 µs in a batch of 16 against 5.6–5.9 µs
 // alone (redis-benchmark and INFO commandstats, the token bucket).
 //
+// LimitsSource returns the script of a floodgate.Limits decision
+// (limits.lua), step.Limits' steps on one key per limit: every fast path,
+// each as a function of its own, and limits_fast.lua, its common case;
+// then lib.lua and each algorithm's file after args.lua as a function of
+// its own, which limits.lua runs for each limit's step.
+//
+// # Dry runs
+//
+// The algorithms' files change keys only through lib.lua's write, so that
+// a step can run dry: its writes are recorded, not run. A check-only step
+// runs dry and drops them; limits.lua runs each limit's steps dry and runs
+// the records of all of them once the composite admits, so that a denial
+// by one limit changes no limit's key. A fast path probes instead: with
+// probe set it writes nothing and returns the write for its caller. The
+// sliding log, which reads its key after its own writes, keeps a view of
+// the entries a dry step trimmed but left in the key (see slidinglog.lua).
+//
 // # The protocol
 //
 // protocol.go defines what redisstore and the scripts must agree on, once:
-// the position of each argument in ARGV (Args and its ARGV method, which
-// redisstore sends), the codes of the operations, and the bounds the
-// scripts' arithmetic needs (MaxUnix, MaxQuota). The Lua files never
+// the position of each argument in ARGV (Args and its ARGV and LimitsARGV
+// methods, which redisstore sends), the codes of the operations and of a
+// check (an op's code plus CHECK_CODE, which no fast path takes), and the
+// bounds the scripts' arithmetic needs (MaxUnix, MaxQuota). The Lua files never
 // write these values: they name them, as ARGV[ARG_N], OP_TAKE or MAX_UNIX,
 // and Source writes each value in place of its name as it builds the
 // scripts, in code and comments alike. The values are literals in the
@@ -68,6 +87,8 @@ package scripts
 
 import (
 	_ "embed"
+	"fmt"
+	"strings"
 
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -97,6 +118,10 @@ var (
 	slidingLog string
 	//go:embed batch.lua
 	batch string
+	//go:embed limits.lua
+	limits string
+	//go:embed limits_fast.lua
+	limitsFast string
 )
 
 // fastPaths are the fast paths, each defining fast(key, ARGV, t), indexed
@@ -134,6 +159,9 @@ end
 // step.Kind.
 var sources, batchSources = build()
 
+// limitsSource is the script of a Limits decision.
+var limitsSource = buildLimits()
+
 // build returns the scripts of one decision and of a batch for each Kind,
 // with the protocol's values in place of their names.
 func build() (single, batched [len(bodies)]string) {
@@ -153,6 +181,42 @@ func build() (single, batched [len(bodies)]string) {
 		batched[k] = head + fast + "\n" + helpers + "local function one(KEYS, ARGV)\n" + body + "\nend\n" + driver
 	}
 	return single, batched
+}
+
+// callLimitsFast is a Limits decision's call of its fast path, between
+// the fast path and lib.lua, as callFast is a single decision's.
+const callLimitsFast = `if ARGV[ARG_OP] == OP_TAKE and ARGV[ARG_NOW] == '' and serverTime then
+  local reply = limitsFast(serverTime)
+  if reply then
+    return reply
+  end
+end
+`
+
+// buildLimits returns the script of a Limits decision: time.lua; each
+// algorithm's fast path, in its own block, as fasts[kind]; limits_fast.lua
+// and its call; lib.lua; each algorithm's file after args.lua as the
+// function run[kind]; and limits.lua.
+func buildLimits() string {
+	var b strings.Builder
+	b.WriteString(expand(timeLua) + "\n")
+	b.WriteString("local fasts = {}\n")
+	for k, fast := range fastPaths {
+		if fast != "" {
+			fmt.Fprintf(&b, "do\n%s\nfasts['%d'] = fast\nend\n", expand(fast), k)
+		}
+	}
+	b.WriteString(expand(limitsFast) + "\n" + expand(callLimitsFast) + "\n")
+	b.WriteString(expand(lib) + "\n")
+	b.WriteString("local run = {}\n")
+	args := expand(argsLua) + "\n"
+	for k, body := range bodies {
+		if body != "" {
+			fmt.Fprintf(&b, "run['%d'] = function(KEYS, ARGV)\n%s%s\nend\n", k, args, expand(body))
+		}
+	}
+	b.WriteString(expand(limits))
+	return b.String()
 }
 
 // Source returns the complete Lua script of the algorithm kind for one
@@ -176,3 +240,10 @@ func BatchSource(kind step.Kind) string {
 	}
 	return batchSources[kind]
 }
+
+// LimitsSource returns the Lua script of a floodgate.Limits decision
+// (limits.lua), which takes step.Limits' steps on one key per limit (KEYS)
+// with the arguments of Args.LimitsARGV: time.lua, every fast path and
+// limits_fast.lua with its call, lib.lua, args.lua and each algorithm's
+// file as a function of its own, and limits.lua.
+func LimitsSource() string { return limitsSource }

@@ -52,6 +52,22 @@ func TestSource(t *testing.T) {
 		}
 		require.True(t, strings.HasSuffix(bsrc, "\nlocal function one(KEYS, ARGV)\n"+body+"\nend\n"+expand(batch)), "%v: one, then batch.lua", k)
 	}
+	// The Limits script: time.lua, every fast path as fasts[kind], its own
+	// fast path and call, lib.lua, every algorithm's file after args.lua
+	// as run[kind], limits.lua.
+	lsrc := LimitsSource()
+	require.True(t, strings.HasPrefix(lsrc, head), "the Limits script starts with time.lua")
+	i := strings.Index(lsrc, helpers)
+	require.Positive(t, i, "the Limits script holds lib.lua")
+	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
+		if fast := fastPaths[k]; fast != "" {
+			require.Contains(t, lsrc[:i], "do\n"+expand(fast)+"\nfasts['"+strconv.Itoa(int(k))+"'] = fast\nend\n", "%v's fast path before lib.lua", k)
+		}
+		require.Contains(t, lsrc[i:], "run['"+strconv.Itoa(int(k))+"'] = function(KEYS, ARGV)\n"+args+"\n"+expand(bodies[k])+"\nend\n", "%v's file after lib.lua", k)
+	}
+	require.Contains(t, lsrc[:i], expand(limitsFast)+"\n"+expand(callLimitsFast), "the Limits fast path and its call before lib.lua")
+	require.True(t, strings.HasSuffix(lsrc, expand(limits)), "the Limits script ends with limits.lua")
+
 	require.Empty(t, Source(0))
 	require.Empty(t, Source(step.KindSlidingLog+1))
 	require.Empty(t, BatchSource(step.KindSlidingLog+1))

@@ -15,8 +15,8 @@
 --   ARGV[ARG_PERIOD]  period is the window, in ns: a whole number of
 --                     microseconds, at most floodgate.MaxWindow
 --   ARGV[ARG_TAU]     is 0 (unused)
---   ARGV[ARG_AT]      admitted, for a refund, is the instant the units
---                     were admitted for
+--   ARGV[ARG_AT]      admitted, for a settlement, is the instant the
+--                     units were admitted for
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), allowed (0 or 1),
 -- granted, from, at, before, after, last}:
@@ -27,17 +27,28 @@
 --   after   the units in the log after the step
 --   last    the newest instant after the step, "" for an empty log
 -- The log is too large to return; redisstore builds the Result from these
--- facts with the formulas of step.SlidingLog.
+-- facts with the formulas of step.SlidingLog. A dry step (a check) replies
+-- the facts of the step it would take, and "after" and "last" as it would
+-- leave the log. An admitted take sets delay (lib.lua).
 --
 -- Cost: O(log n) for a take and a take up to n, plus O(log n) for each
 -- entry that has left the window and is dropped (each entry is dropped
--- once); a refund also moves the score of every entry admitted after the
--- refunded instant.
+-- once); a settlement also moves the score of every entry admitted after
+-- the settled instant.
+--
+-- Writes: through lib.lua's write, so that a dry step records them. The
+-- step reads its key after its own writes only in trim and after it (the
+-- ranks of the entries, the base): a dry step keeps the entries it trimmed
+-- in the key, as ranks 1 to skip, and reads past them, and every entry it
+-- trimmed has a score at most the new base. One write happens even when
+-- dry: moving the base back to 0 (see below), a new representation of the
+-- same log.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. As in
 -- step.SlidingLog, a denial drops the entries that have left the window,
--- which no decision can observe; it changes nothing else, not the TTL. The
--- TTL is the time until the newest entry leaves the window plus the margin.
+-- which no decision can observe, and a check drops none; neither changes
+-- anything else, not the TTL. The TTL is the time until the newest entry
+-- leaves the window plus the margin.
 
 local limit, w = quota, period
 
@@ -62,10 +73,12 @@ if #head > 0 then
   end
 end
 
--- Scores are exact below 2^53. They only grow while the log is never empty;
--- past MAX_QUOTA units, move the base back to 0 (once per MAX_QUOTA units
--- admitted), so that a score plus a request stays exact.
-if C >= MAX_QUOTA then
+-- Scores are exact up to 2^53 = 2 * MAX_QUOTA. A step writes scores of at
+-- most C + 2 * limit (a take at most C + limit, a charge up to 2 * limit
+-- units in the log); when that could pass 2^53, move the base back to 0
+-- (once per about 2^53 - 2 * limit units admitted), after which the scores
+-- are the units, at most 2 * limit.
+if B > 0 and C > 2 * MAX_QUOTA - 2 * limit then
   head = nil
   local rows = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   for i = 1, #rows, 2 do
@@ -86,12 +99,14 @@ end
 
 -- trim drops the entries at or before the instant (ps, pns) minus the
 -- window, oldest first, and the key with the last of them. Its first look
--- uses head's rows while the log is as read.
+-- uses head's rows while the log is as read. Dry, the entries it drops stay
+-- in the key as ranks 1 to skip.
+local skip = 0
 local function trim(ps, pns)
   while card > 1 do
     local rows, from = head, 3
     if not rows then
-      rows, from = redis.call('ZRANGE', key, 1, 32, 'WITHSCORES'), 1
+      rows, from = redis.call('ZRANGE', key, 1 + skip, 32 + skip, 'WITHSCORES'), 1
     end
     head = nil
     local k, nb = 0, nil
@@ -103,15 +118,18 @@ local function trim(ps, pns)
       k, nb = k + 1, rows[i + 1]
     end
     if k == card - 1 then
-      redis.call('DEL', key)
+      write('DEL', key)
       card, B, C, last = 0, 0, 0, nil
       return
     end
     if k > 0 then
-      redis.call('ZREMRANGEBYRANK', key, 1, k)
+      write('ZREMRANGEBYRANK', key, 1, k)
+      if dry then
+        skip = skip + k
+      end
       card = card - k
       B = tonumber(nb)
-      redis.call('ZADD', key, int(B), 'b')
+      write('ZADD', key, int(B), 'b')
     end
     if k < 32 then
       return
@@ -124,23 +142,28 @@ end
 local function push(ps, pns, k)
   local member = fmt(ps, pns)
   if card == 0 then
-    redis.call('ZADD', key, '0', 'b')
+    write('ZADD', key, '0', 'b')
     card = 1
   end
   if member ~= last then
     card = card + 1
   end
   C = C + k
-  redis.call('ZADD', key, int(C), member)
+  write('ZADD', key, int(C), member)
   last = member
 end
 
 -- expire sets the TTL: until the newest entry leaves the window.
 local function expire()
   local ls, lns = parse(last)
-  redis.call('PEXPIRE', key, int(ceildiv(math.max(sub(ls, lns, ts, tns) + w, 0), 1000000) + margin))
+  write('PEXPIRE', key, ttl(sub(ls, lns, ts, tns) + w, margin))
 end
 
+-- The entries that left the window ending at from go, as in
+-- step.SlidingLog; a dry step (a check, every step of limits.lua) drops
+-- none, as a check drops none there: it records their removal with its
+-- writes, and leaves them in the key, where a step at a later instant
+-- (limits.lua's second) still finds them in the window at now.
 trim(fs, fns)
 head = nil -- the log may have changed
 local before = C - B
@@ -169,6 +192,7 @@ if op == OP_TAKE then
   at = fmt(as, ans)
   if ao <= maxd then
     allowed, granted = 1, n
+    delay = ao
     if ao > fo then
       -- Admitted later than from: more entries may have left by then.
       trim(as, ans)
@@ -189,31 +213,44 @@ elseif op == OP_TAKE_UP_TO then
     at = fmt(admit(1))
   end
 elseif last then -- OP_SETTLE
-  -- Refund: take units back from the entry admitted at the instant given.
+  -- On the entry admitted at the instant given, if the log holds it (an
+  -- entry a dry step trimmed, still in the key, has a score of at most B).
   local member = fmt(parse(admitted))
-  local score = redis.call('ZSCORE', key, member)
-  if score then
+  local score = tonumber(redis.call('ZSCORE', key, member))
+  if score and score > B then
     local r = redis.call('ZRANK', key, member)
     local prev = redis.call('ZRANGE', key, r - 1, r - 1, 'WITHSCORES')
-    local units = tonumber(score) - tonumber(prev[2])
-    local back = math.min(-n, units)
-    -- Every entry from this one on holds back fewer units before it.
-    local rows = redis.call('ZRANGE', key, r, -1, 'WITHSCORES')
-    for i = 1, #rows, 2 do
-      redis.call('ZADD', key, int(tonumber(rows[i + 1]) - back), rows[i])
-    end
-    if back == units then
-      redis.call('ZREM', key, member)
-      card = card - 1
-    end
-    C = C - back
-    allowed, granted = 1, back
-    if C == B then
-      redis.call('DEL', key)
-      last = nil
+    local units = score - tonumber(prev[2])
+    -- g units more in the entry: a charge of up to 2 * limit units in the
+    -- log (compared as in step.SlidingLog), or a give-back (g < 0) of at
+    -- most the units it holds.
+    local g
+    if n > 0 then
+      g = math.min(n, math.max(limit - (before - limit), 0))
     else
-      last = redis.call('ZRANGE', key, -1, -1)[1]
-      expire()
+      g = -math.min(-n, units)
+    end
+    if g ~= 0 then
+      -- Every entry from this one on holds g more units up to it.
+      local rows = redis.call('ZRANGE', key, r, -1, 'WITHSCORES')
+      for i = 1, #rows, 2 do
+        write('ZADD', key, int(tonumber(rows[i + 1]) + g), rows[i])
+      end
+      if g == -units then
+        write('ZREM', key, member)
+        card = card - 1
+        if member == last then
+          last = prev[1]
+        end
+      end
+      C = C + g
+      allowed, granted = 1, math.abs(g)
+      if C == B then
+        write('DEL', key)
+        last = nil
+      else
+        expire()
+      end
     end
   end
 end

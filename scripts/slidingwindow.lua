@@ -11,14 +11,15 @@
 --   ARGV[ARG_PERIOD]  period is the window, in ns: a whole number of
 --                     microseconds, at most floodgate.MaxWindow
 --   ARGV[ARG_TAU]     is 0 (unused)
---   ARGV[ARG_AT]      admitted, for a refund, is the instant the units
---                     were admitted for
+--   ARGV[ARG_AT]      admitted, for a settlement, is the instant the
+--                     units were admitted for
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
 -- state, allowed (0 or 1), granted}, the states as stored. The new state
--- equals the old one when nothing was written. redisstore re-runs
--- step.SlidingWindow on the old state and now to build the Result, and
--- checks that it agrees with the reply.
+-- equals the old one when the step changes nothing; a dry step (a check)
+-- replies the state it would write. redisstore re-runs step.SlidingWindow
+-- on the old state and now to build the Result, and checks that it agrees
+-- with the reply. An admitted take sets delay (lib.lua).
 --
 -- The estimate is a double computed in the order of operations of
 -- package step's swAvail, (L - curr) - prev*(W - e)/W, and the earliest
@@ -149,6 +150,7 @@ if op == OP_TAKE then
   local e = admit(n)
   if math.max(co + e, 0) <= maxd then
     allowed, granted = 1, n
+    delay = math.max(co + e, 0)
     -- The admission's window is cur's, the next or the one after.
     local xs, xns, xo, xp, xc = cs, cns, co, cp, cc + n
     if e >= 2 * w then
@@ -169,16 +171,24 @@ elseif op == OP_TAKE_UP_TO then
     keep(key, new, horizon(co, cp, cc + m), margin)
   end
 else -- OP_SETTLE
-  -- Into the counter the units were counted in.
+  -- In the counter the units were counted in: a charge of up to 2 * limit
+  -- units there (compared as in step.SlidingWindow), or a give-back of the
+  -- units it holds.
+  local function settle(x)
+    if n > 0 then
+      granted = math.min(n, math.max(limit - (x - limit), 0))
+      return x + granted
+    end
+    granted = math.min(-n, x)
+    return x - granted
+  end
   local as, ans = parse(admitted)
   local ws, wns = wstart(as, ans, wu)
   local xp, xc = cp, cc
   if ws and same(ws, wns, cs, cns) then
-    granted = math.min(-n, cc)
-    xc = cc - granted
+    xc = settle(cc)
   elseif ws and same(ws, wns, add(cs, cns, -w)) then
-    granted = math.min(-n, cp)
-    xp = cp - granted
+    xp = settle(cp)
   end
   if granted > 0 then
     allowed = 1

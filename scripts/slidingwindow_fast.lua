@@ -11,17 +11,20 @@
 -- write the same state and TTL; redisstore checks every reply against
 -- step.SlidingWindow.
 --
--- KEYS     none: fast(key, ARGV, t) takes the decision's key, its state as
---          slidingwindow.lua says
+-- KEYS     none: fast(key, ARGV, t, probe) takes the decision's key, its
+--          state as slidingwindow.lua says
 -- ARGV     the decision's (slidingwindow.lua says what they mean):
 --          ARGV[ARG_N], ARGV[ARG_MAXDELAY], ARGV[ARG_MARGIN],
 --          ARGV[ARG_QUOTA] and ARGV[ARG_PERIOD]; the caller runs fast only
 --          for a take (ARGV[ARG_OP] is OP_TAKE) on Redis TIME (no
 --          ARGV[ARG_NOW])
 -- Reply:   slidingwindow.lua's reply as one string (see scripts.go), or
---          nil to fall through
+--          nil to fall through. Then, for an admission, the new state and
+--          its TTL (ms, a decimal) and false (the units never wait); with
+--          probe set, fast writes nothing and its caller (limits.lua's
+--          fast path) writes them.
 -- Time:    t, the TIME time.lua read (before MAX_UNIX s)
-local function fast(key, ARGV, t)
+local function fast(key, ARGV, t, probe)
   -- The arguments (slidingwindow.lua says what they are), read first:
   -- n also as the string at hand for the reply, the margin as a string
   -- until the TTL adds it. Arithmetic converts the decimal strings, at half
@@ -75,7 +78,7 @@ local function fast(key, ARGV, t)
       cp, cc = 0, 0
     end
   end
-  local flags, new = ' 0 0', old or '0:0:0'
+  local flags, new, px = ' 0 0', old or '0:0:0', nil
   if co <= 0 and n <= (limit - cc) - cp * (w + co) / w then
     flags = ' 1 ' .. units
     new = string.format('%d%09d:%d:%d', cs, cns, cp, cc + n)
@@ -87,9 +90,12 @@ local function fast(key, ARGV, t)
     if r > 0 then
       d = d + 1
     end
-    redis.call('SET', key, new, 'PX', string.format('%d', d + margin))
+    px = string.format('%d', d + margin)
+    if not probe then
+      redis.call('SET', key, new, 'PX', px)
+    end
   end
   -- The reply of slidingwindow.lua as one string (see scripts.go), joined
   -- from strings at hand.
-  return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0:0:0') .. ' ' .. new .. flags
+  return t[1] .. ' ' .. t[2] .. '000 ' .. (old or '0:0:0') .. ' ' .. new .. flags, new, px, false
 end

@@ -13,9 +13,10 @@
 --
 -- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old TAT, new TAT,
 -- allowed (0 or 1), granted}, instants as decimal strings. The new TAT
--- equals the old one when nothing was written. redisstore re-runs
--- step.TokenBucket on the old TAT and now to build the Result, and checks
--- that it agrees with allowed, granted and the new TAT.
+-- equals the old one when the step changes nothing; a dry step (a check)
+-- replies the TAT it would write. redisstore re-runs step.TokenBucket on
+-- the old TAT and now to build the Result, and checks that it agrees with
+-- allowed, granted and the new TAT. An admitted take sets delay (lib.lua).
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME. The
 -- TTL is the time until the TAT (when the bucket is full again) plus the
@@ -40,6 +41,7 @@ if op == OP_TAKE then
   -- an admissible request stays within 2^53.
   if (b - tau) + d <= maxd then
     allowed, granted = 1, n
+    delay = math.max((b - tau) + d, 0)
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
@@ -52,7 +54,17 @@ elseif op == OP_TAKE_UP_TO then
     new = fmt(add(bs, bns, d))
     keep(key, new, b + d, margin)
   end
-else -- OP_SETTLE
+elseif n > 0 then -- OP_SETTLE, a charge
+  -- Into debt of at most one more bucket: the schedule ends at most
+  -- 2 * tau after now, floor((now + 2 * tau - base) / interval) units.
+  local m = math.min(n, math.max(fdiv(2 * tau - b, interval), 0))
+  if m > 0 then
+    local d = m * interval
+    allowed, granted = 1, m
+    new = fmt(add(bs, bns, d))
+    keep(key, new, b + d, margin)
+  end
+else -- OP_SETTLE, a give-back
   -- Only units whose tokens have not refilled yet come back.
   local back = math.min(-n, math.max(ceildiv(o, interval), 0))
   if back > 0 then

@@ -105,7 +105,19 @@ func SlidingLog(a floodgate.SlidingLog, st *SlidingLogState, now time.Time, req 
 	if last, ok := st.Last(); ok {
 		from = max(from, last)
 	}
-	st.trim(from - w)
+	// A check drops nothing: at an instant after the store's present (a
+	// Limits' reservation) the entries it would drop are still in the
+	// window now. It skips them instead.
+	skip, dropped := 0, int64(0)
+	if req.Check {
+		for skip < st.size && st.Entry(skip).At <= from-w {
+			dropped += st.Entry(skip).N
+			skip++
+		}
+	} else {
+		st.trim(from - w)
+	}
+	total := st.total - dropped
 	remaining := func() int64 {
 		if from > t {
 			return 0
@@ -113,17 +125,20 @@ func SlidingLog(a floodgate.SlidingLog, st *SlidingLogState, now time.Time, req 
 		return max(a.Limit-st.total, 0) // negative after the Limit of a live key is lowered
 	}
 	resetAfter := func() time.Duration {
-		if last, ok := st.Last(); ok {
+		if last, ok := st.Last(); ok && skip < st.size {
 			return nsDur(last + w - t)
 		}
 		return 0
 	}
 	switch req.Op {
 	case floodgate.OpTake:
-		at := slAdmitAt(a, st, from, req.N)
+		at := slAdmitAt(a, st, skip, total, from, req.N)
 		wait := at - t
 		if wait > maxDelayNs(req) {
-			res.Remaining = remaining()
+			res.Remaining = 0
+			if from <= t {
+				res.Remaining = max(a.Limit-total, 0)
+			}
 			res.RetryAfter = time.Duration(wait - maxDelayNs(req))
 			res.ResetAfter = resetAfter()
 			return res, nil
@@ -135,7 +150,7 @@ func SlidingLog(a floodgate.SlidingLog, st *SlidingLogState, now time.Time, req 
 			// the entries before at − Window gone.
 			res.Remaining = 0
 			if at <= t {
-				res.Remaining = max(a.Limit-st.total-req.N, 0)
+				res.Remaining = max(a.Limit-total-req.N, 0)
 			}
 			res.ResetAfter = nsDur(at + w - t)
 			return res, nil
@@ -147,17 +162,20 @@ func SlidingLog(a floodgate.SlidingLog, st *SlidingLogState, now time.Time, req 
 		res.ResetAfter = resetAfter()
 		return res, nil
 	case floodgate.OpTakeUpTo:
-		m := min(req.N, remaining())
+		m := int64(0)
+		if from <= t {
+			m = min(req.N, max(a.Limit-total, 0))
+		}
 		if m <= 0 {
 			// When one unit fits: after the newest entry, once enough old
 			// ones have left (a reservation ahead may hold the whole quota).
-			res.RetryAfter = time.Duration(slAdmitAt(a, st, from, 1) - t)
+			res.RetryAfter = time.Duration(slAdmitAt(a, st, skip, total, from, 1) - t)
 			res.ResetAfter = resetAfter()
 			return res, nil
 		}
 		res.Allowed, res.Granted = true, m
 		if req.Check {
-			res.Remaining = max(a.Limit-st.total-m, 0)
+			res.Remaining = max(a.Limit-total-m, 0)
 			res.ResetAfter = nsDur(max(t, from) + w - t)
 			return res, nil
 		}
@@ -218,12 +236,13 @@ func (s *SlidingLogState) find(at int64) *LogEntry {
 }
 
 // slAdmitAt returns the earliest instant, not before from, at which n more
-// units fit in the window of the log st, trimmed to from − Window.
-func slAdmitAt(a floodgate.SlidingLog, st *SlidingLogState, from, n int64) int64 {
+// units fit in the window of the log st, whose first skip entries have
+// left it and whose others hold total units.
+func slAdmitAt(a floodgate.SlidingLog, st *SlidingLogState, skip int, total, from, n int64) int64 {
 	at := from
-	if excess := st.total + n - a.Limit; excess > 0 {
+	if excess := total + n - a.Limit; excess > 0 {
 		// Wait until the oldest entries holding excess units have left.
-		for i := range st.size {
+		for i := skip; i < st.size; i++ {
 			e := st.Entry(i)
 			if excess -= e.N; excess <= 0 {
 				at = max(at, e.At+int64(a.Window))

@@ -4,7 +4,8 @@
 // and sends them these arguments):
 //
 //	go run ./scripts/internal/source [-batch] tb|lb|fw|sw|sl
-//	go run ./scripts/internal/source -argv [-op 0] [-n 1] [-maxdelay 0] [-margin 1000] -quota Q -period P [-tau T]
+//	go run ./scripts/internal/source limits
+//	go run ./scripts/internal/source -argv [-op 0] [-check] [-n 1] [-maxdelay 0] [-margin 1000] -quota Q -period P [-tau T]
 //
 // With -argv it prints the arguments separated by spaces, on Redis TIME.
 package main
@@ -33,6 +34,7 @@ func main() {
 	argv := flag.Bool("argv", false, "print the ARGV of one decision instead of a script")
 	var a scripts.Args
 	op := flag.Int("op", int(floodgate.OpTake), "with -argv: the floodgate.Op")
+	flag.BoolVar(&a.Check, "check", false, "with -argv: a check-only step")
 	flag.Int64Var(&a.N, "n", 1, "with -argv: the units")
 	flag.Int64Var(&a.MaxDelay, "maxdelay", 0, "with -argv: the maximum delay, in ns")
 	flag.Int64Var(&a.MarginMs, "margin", 1000, "with -argv: the TTL margin, in ms")
@@ -52,6 +54,10 @@ func main() {
 		fmt.Println(strings.Join(words, " "))
 		return
 	}
+	if flag.NArg() == 1 && flag.Arg(0) == "limits" && !*batch {
+		fmt.Print(scripts.LimitsSource())
+		return
+	}
 	kind, ok := kinds[flag.Arg(0)]
 	if flag.NArg() != 1 || !ok {
 		usage()
@@ -64,6 +70,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: source [-batch] tb|lb|fw|sw|sl\n       source -argv [-op 0] [-n 1] [-maxdelay 0] [-margin 1000] -quota Q -period P [-tau T]")
+	fmt.Fprintln(os.Stderr, "usage: source [-batch] tb|lb|fw|sw|sl\n       source limits\n       source -argv [-op 0] [-check] [-n 1] [-maxdelay 0] [-margin 1000] -quota Q -period P [-tau T]")
 	os.Exit(2)
 }

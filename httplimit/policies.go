@@ -1,0 +1,129 @@
+package httplimit
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/headers"
+)
+
+// maxLimits is the most limits a floodgate.Limits holds (its Validate
+// refuses more), and so the size of the buffers that receive their
+// decisions.
+const maxLimits = 8
+
+// plan is a limiter with the policies of its limits as the fields name
+// them.
+type plan struct {
+	name string
+	lim  floodgate.Limiter
+	// policies holds one policy per limit, in the order of the Limits;
+	// one for a single algorithm.
+	policies []headers.Policy
+	// composite reports that lim runs a floodgate.Limits: it is decided
+	// with Apply and Request.Each.
+	composite bool
+}
+
+// newPlan validates lim and the names of its policies (nil: the
+// defaults) and returns them as a plan.
+func (m *middleware) newPlan(name string, lim floodgate.Limiter, names []string) (*plan, error) {
+	where := ""
+	if name != "" {
+		where = " (plan " + strconv.Quote(name) + ")"
+	}
+	if lim == nil {
+		return nil, fmt.Errorf("%w: nil limiter%s", floodgate.ErrInvalidConfig, where)
+	}
+	p := &plan{name: name, lim: lim}
+	var pols []floodgate.Policy
+	ls, composite := lim.Algorithm().(floodgate.Limits)
+	if lp, ok := lim.Algorithm().(*floodgate.Limits); ok && lp != nil {
+		ls, composite = *lp, true
+	}
+	if composite {
+		// A Limiter made by floodgate.New holds a valid Limits; a
+		// wrapper's might not be, and a nil limit would panic below.
+		if err := ls.Validate(); err != nil {
+			return nil, fmt.Errorf("%w%s: %w", floodgate.ErrInvalidConfig, where, err)
+		}
+		if len(ls) > maxLimits {
+			return nil, fmt.Errorf("%w%s: %d limits, at most %d", floodgate.ErrInvalidConfig, where, len(ls), maxLimits)
+		}
+		for _, a := range ls {
+			pols = append(pols, a.Policy())
+		}
+	} else {
+		pols = []floodgate.Policy{lim.Policy()}
+	}
+	p.composite = composite
+	switch {
+	case names != nil:
+		if len(names) != len(pols) {
+			return nil, fmt.Errorf("%w%s: %d policy names for %d limits", floodgate.ErrInvalidConfig, where, len(names), len(pols))
+		}
+		names = slices.Clone(names)
+	case composite:
+		names = defaultPolicyNames(pols)
+	case m.o.PolicyName != "":
+		names = []string{m.o.PolicyName}
+	default:
+		names = []string{DefaultPolicyName}
+	}
+	for i, pol := range pols {
+		if pol.Quota < 0 || pol.Window < 0 {
+			// No Limiter of this module reports one; a wrapper that does is
+			// broken.
+			return nil, fmt.Errorf("%w%s: negative policy %+v", floodgate.ErrInvalidConfig, where, pol)
+		}
+		if names[i] == "" {
+			return nil, fmt.Errorf("%w%s: empty policy name", floodgate.ErrInvalidConfig, where)
+		}
+		if slices.Contains(names[:i], names[i]) {
+			return nil, fmt.Errorf("%w%s: two policies named %q", floodgate.ErrInvalidConfig, where, names[i])
+		}
+		hp := headers.Policy{Name: names[i], Quota: fieldCount(pol.Quota), Window: fieldDuration(pol.Window)}
+		if _, err := headers.FormatPolicy(hp); err != nil {
+			return nil, fmt.Errorf("%w%s: policy cannot be advertised: %w", floodgate.ErrInvalidConfig, where, err)
+		}
+		p.policies = append(p.policies, hp)
+	}
+	return p, nil
+}
+
+// defaultPolicyNames names policies after their quota and window,
+// "<quota>-per-<window>", and a name that repeats with "-2", "-3" and so
+// on, so that every name differs and says what it limits.
+func defaultPolicyNames(pols []floodgate.Policy) []string {
+	names := make([]string, len(pols))
+	for i, p := range pols {
+		base := strconv.FormatInt(p.Quota, 10) + "-per-" + windowName(p.Window)
+		names[i] = base
+		for k := 2; slices.Contains(names[:i], names[i]); k++ {
+			names[i] = base + "-" + strconv.Itoa(k)
+		}
+	}
+	return names
+}
+
+// windowName writes d in the largest unit that divides it: "1d", "36h",
+// "1m", "90s", "1500ms". Unlike time.Duration's String ("1m0s") it has one
+// unit and no fraction.
+func windowName(d time.Duration) string {
+	units := []struct {
+		d    time.Duration
+		name string
+	}{
+		{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"},
+		{time.Millisecond, "ms"}, {time.Microsecond, "us"},
+	}
+	for _, u := range units {
+		if d >= u.d && d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(d), 10) + "ns"
+}
