@@ -81,6 +81,18 @@ func TestInflightConformance(t *testing.T) {
 	}, o)
 }
 
+// TestInflightConformanceBatched runs the harness on batching stores,
+// whose in-flight calls ride in the batches' pipelines as script calls of
+// their own. On miniredis it is a load test.
+func TestInflightConformanceBatched(t *testing.T) {
+	loadTest(t)
+	parallelOnMiniredis(t)
+	srv := newServer(t)
+	inflighttest.Run(t, func(t *testing.T, n int) []inflight.Store {
+		return asInflight(inflightStores(t, n, srv.newClient(), &Options{BatchSize: 16}))
+	}, &inflighttest.Options{SkipRenewal: !srv.real()})
+}
+
 // TestInflightConformanceCluster runs it on the Cluster at
 // REDIS_CLUSTER_ADDRS.
 func TestInflightConformanceCluster(t *testing.T) {
