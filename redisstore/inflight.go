@@ -19,7 +19,7 @@ import (
 )
 
 // The Store is also an inflight.Store: package inflight's holds, a sorted
-// set per key (see the package doc's "In flight").
+// set per key (see "In flight" in the package doc).
 var _ inflight.Store = (*Store)(nil)
 
 // progInflight is the script of package inflight's calls
