@@ -72,12 +72,17 @@ func TestInflightConformance(t *testing.T) {
 	parallelOnMiniredis(t)
 	srv := newServer(t)
 	o := &inflighttest.Options{}
+	var so *Options
 	if !srv.real() {
 		o.Rounds = 1
 		o.SkipRenewal = os.Getenv("FLOODGATE_LOAD") == ""
+		// 512 goroutines queue for one interpreter, which under -race
+		// serves them more slowly than a call's share of the test
+		// Timeout allows.
+		so = &Options{Timeout: time.Minute}
 	}
 	inflighttest.Run(t, func(t *testing.T, n int) []inflight.Store {
-		return asInflight(inflightStores(t, n, srv.newClient(), nil))
+		return asInflight(inflightStores(t, n, srv.newClient(), so))
 	}, o)
 }
 
@@ -88,8 +93,12 @@ func TestInflightConformanceBatched(t *testing.T) {
 	loadTest(t)
 	parallelOnMiniredis(t)
 	srv := newServer(t)
+	so := &Options{BatchSize: 16}
+	if !srv.real() {
+		so.Timeout = time.Minute // as TestInflightConformance's
+	}
 	inflighttest.Run(t, func(t *testing.T, n int) []inflight.Store {
-		return asInflight(inflightStores(t, n, srv.newClient(), &Options{BatchSize: 16}))
+		return asInflight(inflightStores(t, n, srv.newClient(), so))
 	}, &inflighttest.Options{SkipRenewal: !srv.real()})
 }
 
