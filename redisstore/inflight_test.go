@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -76,6 +77,9 @@ func TestInflightConformance(t *testing.T) {
 	if !srv.real() {
 		o.Rounds = 1
 		o.SkipRenewal = os.Getenv("FLOODGATE_LOAD") == ""
+		if o.SkipRenewal {
+			o.TTL = 200 * time.Millisecond // the Expiry case alone: no renewal to delay
+		}
 		// 512 goroutines queue for one interpreter, which under -race
 		// serves them more slowly than a call's share of the test
 		// Timeout allows.
@@ -254,7 +258,10 @@ func TestInflightHolderProcess(t *testing.T) {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	l, err := inflight.New(s, killedLimit, &inflight.Options{TTL: killedTTL})
+	// Renewals every quarter TTL leave three quarters for a renewal that
+	// a loaded machine delays; each is logged on stderr, which the parent
+	// shows if the test fails.
+	l, err := inflight.New(renewLog{s}, killedLimit, &inflight.Options{TTL: killedTTL, RenewEvery: killedTTL / 4})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -268,6 +275,34 @@ func TestInflightHolderProcess(t *testing.T) {
 	}
 	fmt.Println("held")
 	time.Sleep(time.Hour) // until SIGKILL
+}
+
+// renewLog logs a store's renewals on stderr.
+type renewLog struct{ *Store }
+
+func (r renewLog) Renew(ctx context.Context, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
+	start := time.Now()
+	ok, err := r.Store.Renew(ctx, key, h, ttl)
+	fmt.Fprintf(os.Stderr, "%s renew %d: %v %v in %v\n", start.Format("15:04:05.000"), h.ID, ok, err, time.Since(start))
+	return ok, err
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestInflightKilledHolder: a process holding every slot of a key keeps
@@ -305,6 +340,13 @@ func killedHolder(t *testing.T, addrs string, cluster bool, newClient func() red
 	}
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the child's stderr:\n%s", stderr)
+		}
+	})
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	lines := make(chan string, 16)
