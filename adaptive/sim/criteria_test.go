@@ -157,26 +157,22 @@ func phases(names ...string) func(*Result) []Stats {
 	}
 }
 
-// vegasBand is [C+alpha-1, C+beta+1] with Vegas's default log10-scaled
-// alpha and beta: the queue Vegas keeps is alpha..beta requests.
+// vegasBand is [C+alpha, C+beta] with Vegas's default log10-scaled alpha
+// and beta: the queue Vegas keeps is alpha..beta requests.
 func vegasBand(c int) (lo, hi int) {
 	lg := 1
 	if c >= 100 {
 		lg = 2
 	}
-	return c + 3*lg - 1, c + 6*lg + 1
+	return c + 3*lg, c + 6*lg
 }
 
 func TestVegasUnderOverload(t *testing.T) {
-	// The median limit at 3x is in the band on 79 of the 80 runs. With
-	// lognormal service on seed 1013 it settles at 21, one below the band
-	// [22, 27]: the test names that run rather than widening the band for
-	// all, and fails once the run is back in the band, so that the docs
-	// that state the miss are updated with it.
-	assertUnderOverload(t, windowedVegas(nil), 3, &limitBand{
-		bounds: vegasBand,
-		misses: map[string][]uint64{"lognormal": {1013}},
-	})
+	// The median limit at 3x must lie in [C+alpha, C+beta] on every seed.
+	// With the reference's lowest-sample baseline (BaselineSamples 1) it
+	// does not with lognormal service: 21 (seed 1013) or 22 on 27 of the 40
+	// seeds.
+	assertUnderOverload(t, windowedVegas(nil), 3, vegasBand)
 }
 
 func TestCollapseBaseline(t *testing.T) {
@@ -187,9 +183,12 @@ func TestCollapseBaseline(t *testing.T) {
 
 func TestVegasFollowsCapacityStep(t *testing.T) {
 	// C halves in the middle of the overload: the limit must enter the new
-	// band within 20 windows and stay there.
+	// band within 20 windows and stay there. The band bounds every point of
+	// the series here, not the median, so it keeps the reference notes'
+	// tolerance of one request on either side.
 	const c = 20
 	lo, hi := vegasBand(c / 2)
+	lo, hi = lo-1, hi+1
 	type outcome struct {
 		windows int // windows after the step until the limit entered the band
 		halved  Stats
