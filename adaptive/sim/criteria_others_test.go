@@ -69,7 +69,7 @@ func assertUnderOverload(t *testing.T, limiter func(Env) (*adaptive.Limiter, err
 	t.Helper()
 	const c = 20
 	capacity := float64(c) / S.Seconds()
-	seeds := criteriaSeeds()
+	seeds := criteriaSeeds(t)
 	for _, dist := range []struct {
 		name string
 		d    Distribution
@@ -116,7 +116,7 @@ func assertCollapseBaseline(t *testing.T, limiter func(Env) (*adaptive.Limiter, 
 	t.Helper()
 	const c = 20
 	capacity := float64(c) / S.Seconds()
-	seeds := criteriaSeeds()
+	seeds := criteriaSeeds(t)
 	config := func(limiter func(Env) (*adaptive.Limiter, error)) func(uint64) Config {
 		return func(seed uint64) Config {
 			cfg := standard(seed, c, Deterministic, limiter)
