@@ -81,10 +81,14 @@
 //
 // [LimiterOptions.Partitions] guarantee named classes of traffic a share of
 // the limit, enforced only once the limit is in use, so idle capacity is
-// never wasted ([Partition]). [LimiterOptions.Criticality] instead caps each
-// of four ordered classes at a shrinking fraction of the limit, so the least
-// important class is shed first and critical traffic keeps the last slots
-// ([CriticalityOptions]).
+// never wasted ([Partition]). They are listed in priority order: a partition
+// may burst above its guarantee into the guarantees of the partitions after
+// it while it keeps to its share on average, so that a guarantee holds for
+// Poisson traffic offered up to the share ([PartitionBurst]; Netflix's rule,
+// without bursts, is [PartitionReference]). [LimiterOptions.Criticality]
+// instead caps each of four ordered classes at a shrinking fraction of the
+// limit, so the least important class is shed first and critical traffic
+// keeps the last slots ([CriticalityOptions]).
 //
 // # Proof
 //
