@@ -441,6 +441,16 @@ func (l *Limiter) InFlight() int {
 	return l.inflight
 }
 
+// Utilization returns the requests in flight over the limit being enforced:
+// 0 when idle, 1 when the limit is in use, above 1 when partitions'
+// guarantees took the total past the limit. It takes the Limiter's mutex
+// once and does not allocate; a *Limiter is a shed.Gauge through it.
+func (l *Limiter) Utilization() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return float64(l.inflight) / float64(l.current)
+}
+
 // Stats returns a snapshot of the limiter's state and counters.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
