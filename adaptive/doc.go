@@ -90,6 +90,11 @@
 // limit, so the least important class is shed first and critical traffic
 // keeps the last slots ([CriticalityOptions]).
 //
+// Package [github.com/floodgate-go/floodgate/adaptive/shed] sheds by
+// utilization instead: by the Limiter's (a *Limiter is a shed.Gauge), by any
+// other gauge (CPU, queue depth), or by a fleet's, with thresholds per class
+// (by default sheddable traffic at 80%, everything but critical at 95%).
+//
 // # Proof
 //
 // Package [github.com/floodgate-go/floodgate/adaptive/sim] simulates a server
@@ -98,9 +103,12 @@
 // no false shedding, adaptation to a capacity step, priority shedding) over
 // 40 seeds for Windowed(Vegas), and goodput, latency and shedding for
 // Windowed(Gradient2) and Windowed(AIMD), with the bounds each one misses
-// stated where it misses them, and log the worst seed of each figure:
+// stated where it misses them, and log the worst seed of each figure. They
+// also hold partitions, the shedder on a Limiter and on a fleet (Stripe's
+// critical 20% / non-critical 80% at 0.5x to 3x) and a per-user cap to
+// their criteria. go test runs 4 of the 40 seeds; all 40:
 //
-//	go test -count=1 -v ./adaptive/sim/
+//	FLOODGATE_SIM=1 go test -count=1 -v ./adaptive/sim/
 //
 // Vegas's median limit at 3x stays in its band [C+alpha, C+beta] on every
 // seed with both service distributions; the reference's no-load RTT, the
