@@ -38,7 +38,8 @@
 // process sees the same load; a shared resource (a database) or uneven
 // balancing breaks that. A [Fleet] is a Gauge of the fleet's utilization:
 // each process exchanges its [Load] with a [FleetSource], a store all of
-// them reach, every FleetOptions.Interval (100ms by default), and reads
+// them reach, every FleetOptions.Interval (10ms by default; a fortieth of
+// the requests' mean duration or less, see FleetOptions), and reads
 //
 //	(fleet in flight - mine at the exchange + mine now) / (fleet capacity - ... + ...)
 //
@@ -76,8 +77,8 @@
 // should be a few Intervals (the example uses 3): a killed process stops
 // counting after it. The script reads the whole hash, O(processes) per exchange, which
 // suits fleets of up to some hundreds of processes at the default Interval;
-// a larger fleet keeps running totals (HINCRBY of the change) and a sorted
-// set of last-seen times instead. On a Redis Cluster the hash is one key,
+// a larger fleet, or a shorter Interval, keeps running totals (HINCRBY of
+// the change) and a sorted set of last-seen times instead. On a Redis Cluster the hash is one key,
 // on one node. Stripe's fleet shedder counts every request in Redis instead
 // (two round trips per request); this recipe trades that exactness for a
 // view up to one Interval old.

@@ -130,7 +130,7 @@ func ExampleFleet() {
 		src := &redisFleet{rdb: rdb, key: "fleet:{api}", id: id, expiry: 300 * time.Millisecond}
 		local := func() shed.Load { return shed.Load{InFlight: busy[id], Capacity: 10} }
 		// Manual: the example exchanges by hand; a server leaves it off
-		// and the Fleet exchanges every 100ms until Close.
+		// and the Fleet exchanges every Interval (10ms) until Close.
 		f, err := shed.NewFleet(src, local, &shed.FleetOptions{Manual: true})
 		if err != nil {
 			panic(err)

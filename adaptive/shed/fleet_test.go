@@ -97,7 +97,7 @@ func TestFleetFailures(t *testing.T) {
 	require.NoError(t, newFleet(t, m.source("other"), other.get, &FleetOptions{Manual: true}).Sync(ctx))
 	var errs []error
 	f := newFleet(t, m.source("mine"), mine.get, &FleetOptions{
-		Manual: true, Interval: time.Second, Now: func() time.Time { return now },
+		Manual: true, MaxAge: 3 * time.Second, Now: func() time.Time { return now },
 		OnError: func(err error) { errs = append(errs, err) },
 	})
 	require.NoError(t, f.Sync(ctx))
@@ -105,7 +105,7 @@ func TestFleetFailures(t *testing.T) {
 
 	boom := errors.New("boom")
 	m.err = boom
-	now = now.Add(3 * time.Second) // MaxAge: 3·Interval
+	now = now.Add(3 * time.Second)
 	err := f.Sync(ctx)
 	require.ErrorIs(t, err, boom)
 	assert.Equal(t, 0.5, f.Utilization(), "3s old: still used")
@@ -154,10 +154,10 @@ func TestFleetRefresh(t *testing.T) {
 		m.mu.Lock()
 		assert.Equal(t, 1, m.calls, "an exchange at once")
 		m.mu.Unlock()
-		time.Sleep(time.Second + time.Millisecond)
+		time.Sleep(100*time.Millisecond + time.Microsecond)
 		synctest.Wait()
 		m.mu.Lock()
-		assert.Equal(t, 11, m.calls, "then one per 100ms")
+		assert.Equal(t, 11, m.calls, "then one per 10ms")
 		m.mu.Unlock()
 		assert.Equal(t, 0.25, f.Utilization())
 		require.NoError(t, f.Close())
