@@ -54,7 +54,7 @@
 // One hash per fleet holds each process's load and the time it was
 // recorded, and one script call per exchange records this process's load,
 // drops processes not heard from within an expiry, and sums the rest
-// (the Fleet examples run it on an embedded Redis):
+// (ExampleFleet runs it on an embedded Redis):
 //
 //	-- KEYS[1]: the fleet's hash; ARGV: process id, in flight, capacity, expiry in ms
 //	local t = redis.call('TIME')
@@ -74,13 +74,15 @@
 //	return {tostring(inflight), tostring(capacity)}
 //
 // The clock is Redis's TIME, so processes' clocks do not matter. The expiry
-// should be a few Intervals (the example uses 3): a killed process stops
-// counting after it. The script reads the whole hash, O(processes) per exchange, which
-// suits fleets of up to some hundreds of processes at the default Interval;
-// a larger fleet, or a shorter Interval, keeps running totals (HINCRBY of
-// the change) and a sorted set of last-seen times instead. On a Redis Cluster the hash is one key,
-// on one node. Stripe's fleet shedder counts every request in Redis instead
-// (two round trips per request); this recipe trades that exactness for a
+// should be a few Intervals or more: a killed process stops counting after
+// it. The script reads the whole hash, O(processes) per exchange: N
+// processes exchanging every 10ms make 100·N script calls and 100·N² field
+// reads a second, which suits tens of processes; a larger
+// fleet, or a shorter Interval, keeps running totals (HINCRBY of the change)
+// and a sorted set of last-seen times instead. On a Redis Cluster the hash
+// is one key, on one node. Stripe's fleet shedder counts every request in
+// Redis instead (two round trips per request); this recipe costs
+// 1/Interval round trips a second per process, whatever its traffic, for a
 // view up to one Interval old.
 //
 // # Shedding and the adaptive limit's priorities
