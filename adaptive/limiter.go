@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -47,8 +48,11 @@ type LimiterOptions struct {
 	// is 1s (Netflix's LifoBlockingLimiter backlog timeout).
 	MaxWait time.Duration
 	// Partitions reserve guaranteed shares of the limit for named classes of
-	// traffic; see Partition. The default is none.
+	// traffic, the most important first; see Partition. The default is none.
 	Partitions []Partition
+	// PartitionRule says how Partitions share the limit once it is in use;
+	// it matters only with Partitions. The default is PartitionBurst.
+	PartitionRule PartitionRule
 	// Criticality, when non-nil, turns on ordered-criticality shedding; see
 	// CriticalityOptions. It excludes Partitions. The default is off.
 	Criticality *CriticalityOptions
@@ -74,6 +78,7 @@ type Limiter struct {
 	maxWait    time.Duration
 	obs        Observer
 	mode       partitionMode
+	bursts     bool           // modePartitioned with PartitionBurst
 	index      map[string]int // partition name -> index in parts; read-only
 	fallback   int            // index of traffic with no known partition
 
@@ -81,6 +86,7 @@ type Limiter struct {
 	current   int // the limit being enforced, >= 1
 	inflight  int
 	parts     []partition
+	burstSum  int // PartitionBurst: the sum of the partitions' allowances
 	waiters   []*waiter
 	succeeded uint64
 	dropped   uint64
@@ -113,6 +119,9 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 	if o.MaxWaiters < 0 || o.MaxWait < 0 {
 		return nil, invalid("LimiterOptions has a negative field")
 	}
+	if o.PartitionRule > PartitionReference {
+		return nil, invalid("LimiterOptions.PartitionRule %d unknown", o.PartitionRule)
+	}
 	if o.MaxWaiters == 0 {
 		o.MaxWaiters = 100
 	}
@@ -131,6 +140,7 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 		maxWait:    o.MaxWait,
 		obs:        o.Observer,
 		mode:       mode,
+		bursts:     mode == modePartitioned && o.PartitionRule == PartitionBurst,
 		index:      index,
 		fallback:   fallback,
 		parts:      parts,
@@ -140,7 +150,7 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 	} else {
 		l.base = time.Now()
 	}
-	l.setLimit(max(1, limit.Current()))
+	l.setLimit(max(1, limit.Current()), 0)
 	return l, nil
 }
 
@@ -239,7 +249,7 @@ func (l *Limiter) acquire(ctx context.Context, p int) (Token, error) {
 	}
 	now := l.clock()
 	l.mu.Lock()
-	if l.admits(p) {
+	if l.admits(p, now) {
 		tok := l.take(p, now)
 		l.mu.Unlock()
 		return tok, nil
@@ -295,6 +305,9 @@ func (l *Limiter) await(ctx context.Context, w *waiter) (Token, error) {
 func (l *Limiter) release(t Token, o Outcome) {
 	now := l.clock()
 	l.mu.Lock()
+	if l.bursts {
+		l.accrue(int(t.part), now)
+	}
 	l.inflight--
 	l.parts[t.part].busy--
 	old := l.current
@@ -307,9 +320,19 @@ func (l *Limiter) release(t Token, o Outcome) {
 		l.ignored++
 	}
 	if o != Ignore {
-		s := Sample{Start: l.base.Add(t.start), RTT: max(0, now-t.start), InFlight: int(t.inflight), Dropped: o == Dropped}
+		rtt := max(0, now-t.start)
+		if l.bursts {
+			// The partition's average RTT converts its slot-time into
+			// burst credit (see Partition); the weight is 1/16.
+			if q := &l.parts[t.part]; q.rtt == 0 {
+				q.rtt = float64(rtt)
+			} else {
+				q.rtt += (float64(rtt) - q.rtt) / 16
+			}
+		}
+		s := Sample{Start: l.base.Add(t.start), RTT: rtt, InFlight: int(t.inflight), Dropped: o == Dropped}
 		if next := max(1, l.limit.Update(s)); next != old {
-			l.setLimit(next)
+			l.setLimit(next, now)
 		}
 	}
 	if len(l.waiters) > 0 {
@@ -322,11 +345,14 @@ func (l *Limiter) release(t Token, o Outcome) {
 	}
 }
 
-// admits reports whether a request of partition p may start now. l.mu is
-// held.
-func (l *Limiter) admits(p int) bool {
+// admits reports whether a request of partition p may start at now. l.mu
+// is held.
+func (l *Limiter) admits(p int, now time.Duration) bool {
 	switch l.mode {
 	case modePartitioned:
+		if l.bursts {
+			return l.admitsBurst(p, now)
+		}
 		return l.inflight < l.current || l.parts[p].busy < l.parts[p].limit
 	case modeOrdered:
 		return l.inflight < l.parts[p].limit
@@ -337,6 +363,9 @@ func (l *Limiter) admits(p int) bool {
 
 // take admits a request of partition p at now. l.mu is held.
 func (l *Limiter) take(p int, now time.Duration) Token {
+	if l.bursts {
+		l.accrue(p, now)
+	}
 	l.inflight++
 	l.parts[p].busy++
 	return Token{l: l, start: now, inflight: int32(l.inflight), part: int32(p)}
@@ -368,7 +397,7 @@ func (l *Limiter) grant(now time.Duration) {
 			i = n - 1 - k
 		}
 		w := l.waiters[i]
-		if !l.admits(w.part) {
+		if !l.admits(w.part, now) {
 			continue
 		}
 		w.tok = l.take(w.part, now)
@@ -379,12 +408,22 @@ func (l *Limiter) grant(now time.Duration) {
 	l.waiters = slices.DeleteFunc(l.waiters, func(w *waiter) bool { return w == nil })
 }
 
-// setLimit changes the enforced limit and the partitions' shares of it.
-// l.mu is held (or l is not yet shared).
-func (l *Limiter) setLimit(limit int) {
+// setLimit changes the enforced limit and the partitions' shares of it at
+// now. l.mu is held (or l is not yet shared).
+func (l *Limiter) setLimit(limit int, now time.Duration) {
 	l.current = limit
+	l.burstSum = 0
 	for i := range l.parts {
-		l.parts[i].limit = shareOf(limit, l.parts[i].share)
+		q := &l.parts[i]
+		if l.bursts {
+			l.accrue(i, now) // credit earned under the old guarantee
+		}
+		q.limit = shareOf(limit, q.share)
+		if l.bursts {
+			q.burst = int(math.Ceil(burstSpread * math.Sqrt(float64(q.limit))))
+			q.credit = min(q.credit, burstCredit*float64(q.burst))
+			l.burstSum += q.burst
+		}
 	}
 }
 
@@ -400,6 +439,16 @@ func (l *Limiter) InFlight() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.inflight
+}
+
+// Utilization returns the requests in flight over the limit being enforced:
+// 0 when idle, 1 when the limit is in use, above 1 when partitions'
+// guarantees took the total past the limit. It takes the Limiter's mutex
+// once and does not allocate; a *Limiter is a shed.Gauge through it.
+func (l *Limiter) Utilization() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return float64(l.inflight) / float64(l.current)
 }
 
 // Stats returns a snapshot of the limiter's state and counters.

@@ -80,3 +80,48 @@ func BenchmarkLimiterAcquire(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLimiterAcquirePartition measures AcquirePartition followed by
+// Success under PartitionBurst with two partitions (critical 0.7, sheddable
+// 0.3) and a Fixed limit: "idle" below every reserve (the O(1) path),
+// "saturated" with the limit full of sheddable requests, where each
+// critical request walks the partitions for reserves, preemption and
+// credit; "reference" is PartitionReference at the same saturation.
+func BenchmarkLimiterAcquirePartition(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range []struct {
+		name string
+		rule PartitionRule
+		held int
+	}{
+		{"idle", PartitionBurst, 0},
+		{"saturated", PartitionBurst, 100},
+		{"reference", PartitionReference, 100},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			f, err := NewFixed(100)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l, err := NewLimiter(f, &LimiterOptions{PartitionRule: bc.rule, Partitions: []Partition{
+				{Name: "critical", Share: 0.7}, {Name: "sheddable", Share: 0.3},
+			}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range bc.held {
+				if _, err := l.AcquirePartition(ctx, "sheddable"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				tok, err := l.AcquirePartition(ctx, "critical")
+				if err != nil {
+					b.Fatal(err)
+				}
+				tok.Success()
+			}
+		})
+	}
+}

@@ -157,6 +157,18 @@ func TestLimiterRejectionObserver(t *testing.T) {
 	}, got)
 }
 
+func TestLimiterUtilization(t *testing.T) {
+	l := newLimiter(t, fixed(t, 4), nil)
+	assert.Equal(t, 0.0, l.Utilization())
+	a := mustAcquire(t, l, "")
+	mustAcquire(t, l, "")
+	mustAcquire(t, l, "")
+	assert.Equal(t, 0.75, l.Utilization())
+	a.Success()
+	assert.Equal(t, 0.5, l.Utilization())
+	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = l.Utilization() }))
+}
+
 func TestLimiterAllocs(t *testing.T) {
 	v, err := NewVegas(nil)
 	require.NoError(t, err)

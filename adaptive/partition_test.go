@@ -1,7 +1,10 @@
 package adaptive
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -29,9 +32,20 @@ func partitionLimits(l *Limiter) map[string]int {
 }
 
 func TestPartitionsGuarantee(t *testing.T) {
+	for _, rule := range []PartitionRule{PartitionReference, PartitionBurst} {
+		t.Run(fmt.Sprintf("rule=%d", rule), func(t *testing.T) { testPartitionsGuarantee(t, rule) })
+	}
+}
+
+// testPartitionsGuarantee runs the vectors of Netflix's
+// AbstractPartitionedLimiterTest. They are the reference rule's; they hold
+// for PartitionBurst too because the clock never moves, so no partition
+// earns burst credit and neither bursts nor reserves come into play.
+func testPartitionsGuarantee(t *testing.T, rule PartitionRule) {
 	// AbstractPartitionedLimiterTest: FixedLimit 10 split 0.3/0.7.
 	opts := func() *LimiterOptions {
-		return &LimiterOptions{Partitions: []Partition{{Name: "batch", Share: 0.3}, {Name: "live", Share: 0.7}}}
+		clk := newFakeClock()
+		return &LimiterOptions{Now: clk.Now, PartitionRule: rule, Partitions: []Partition{{Name: "batch", Share: 0.3}, {Name: "live", Share: 0.7}}}
 	}
 	t.Run("limits", func(t *testing.T) {
 		l := newLimiter(t, fixed(t, 10), opts())
@@ -133,4 +147,191 @@ func TestCriticalityOrder(t *testing.T) {
 		_, err := l.Acquire(t.Context())
 		require.ErrorIs(t, err, ErrLimitExceeded)
 	})
+}
+
+// burstLimiter returns a limiter of Fixed(10) with the partitions critical
+// (Share 0.7: guarantee 7, burst allowance ceil(2·sqrt(7)) = 6) and
+// sheddable (0.3: guarantee 3, allowance 4) on clk, under rule.
+func burstLimiter(t *testing.T, clk *fakeClock, rule PartitionRule) *Limiter {
+	t.Helper()
+	return newLimiter(t, fixed(t, 10), &LimiterOptions{Now: clk.Now, PartitionRule: rule,
+		Partitions: []Partition{{Name: "critical", Share: 0.7}, {Name: "sheddable", Share: 0.3}}})
+}
+
+// acquireAll acquires tokens of partition p until one is rejected and
+// returns them.
+func acquireAll(t *testing.T, l *Limiter, p string) []Token {
+	t.Helper()
+	var toks []Token
+	for {
+		tok, err := l.AcquirePartition(context.Background(), p)
+		if err != nil {
+			require.ErrorIs(t, err, ErrLimitExceeded)
+			return toks
+		}
+		toks = append(toks, tok)
+		require.Less(t, len(toks), 100, "partition %q never rejected", p)
+	}
+}
+
+// creditOf returns partition i's burst credit brought up to the clock.
+func creditOf(l *Limiter, i int) float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.accrue(i, l.clock())
+	return l.parts[i].credit
+}
+
+// warm gives partition p of l a round trip of 10ms, so that it earns credit
+// from then on, and lets 200ms pass with nothing in flight: for a guarantee
+// of g, 20·g round trips of credit, more than the cap of 16 round trips of
+// the allowance when g >= 3.
+func warm(t *testing.T, l *Limiter, clk *fakeClock, p string) {
+	t.Helper()
+	tok := mustAcquire(t, l, p)
+	clk.Advance(10 * ms)
+	tok.Success()
+	clk.Advance(200 * ms)
+}
+
+func TestPartitionBurst(t *testing.T) {
+	t.Run("a critical burst takes the sheddable guarantee", func(t *testing.T) {
+		clk := newFakeClock()
+		l := burstLimiter(t, clk, PartitionBurst)
+		warm(t, l, clk, "critical") // credit: 7 slots · 20 round trips, capped at 16·6
+		assert.Equal(t, float64(16*6), creditOf(l, 1))
+		// The sheddable partition borrows idle capacity only below
+		// L - 6, the room kept for the critical allowance.
+		shed := acquireAll(t, l, "sheddable")
+		assert.Len(t, shed, 4)
+		// The critical partition fills the limit, then its guarantee (7),
+		// then bursts by the sheddable guarantee (3): 10 in flight, 14 in
+		// all.
+		crit := acquireAll(t, l, "critical")
+		assert.Len(t, crit, 10)
+		assert.Equal(t, 14, l.InFlight())
+		// Sheddable requests that end are not replaced while the burst
+		// holds its guarantee.
+		shed[0].Success()
+		shed[1].Success()
+		mustReject(t, l, "sheddable")
+		// As the burst ends, the sheddable guarantee comes back: 2 in
+		// flight, below 3.
+		for _, tok := range crit[7:] {
+			tok.Success()
+		}
+		mustAcquire(t, l, "sheddable")
+		mustReject(t, l, "sheddable")
+	})
+
+	t.Run("the reference sheds the burst", func(t *testing.T) {
+		clk := newFakeClock()
+		l := burstLimiter(t, clk, PartitionReference)
+		warm(t, l, clk, "critical")
+		assert.Len(t, acquireAll(t, l, "sheddable"), 10, "borrows all idle capacity")
+		assert.Len(t, acquireAll(t, l, "critical"), 7, "its guarantee, no more")
+	})
+
+	t.Run("a flood spends its credit and keeps to its guarantee", func(t *testing.T) {
+		clk := newFakeClock()
+		l := burstLimiter(t, clk, PartitionBurst)
+		warm(t, l, clk, "critical")
+		// The critical partition takes the whole limit; with credit, the 3
+		// above its guarantee are a burst that holds the whole sheddable
+		// guarantee, so nothing more is admitted.
+		crit := acquireAll(t, l, "critical")
+		require.Len(t, crit, 10)
+		assert.Empty(t, acquireAll(t, l, "sheddable"), "preempted by the burst")
+		// Held 3 over the guarantee, 96 round trips of credit last 32
+		// round trips of 10ms.
+		clk.Advance(319 * ms)
+		assert.Positive(t, creditOf(l, 1))
+		assert.Empty(t, acquireAll(t, l, "sheddable"))
+		clk.Advance(2 * ms)
+		assert.Zero(t, creditOf(l, 1))
+		// Out of credit, the critical excess no longer counts against the
+		// sheddable guarantee, and the critical partition is held to its
+		// own: the sheddable partition gets its 3, beyond the limit as
+		// under Netflix's rule.
+		assert.Len(t, acquireAll(t, l, "sheddable"), 3)
+		crit[0].Success()
+		mustReject(t, l, "critical")
+	})
+
+	t.Run("without a round trip no credit", func(t *testing.T) {
+		clk := newFakeClock()
+		l := burstLimiter(t, clk, PartitionBurst)
+		clk.Advance(time.Second)
+		assert.Len(t, acquireAll(t, l, "critical"), 10, "the limit only: no RTT yet, so no credit")
+	})
+
+	t.Run("credit follows the guarantee", func(t *testing.T) {
+		// The limit rises from 10 to 20: critical's guarantee becomes 14
+		// and its allowance 8, so its credit may grow to 16·8.
+		clk := newFakeClock()
+		rec := &recorder{limit: 10, script: []int{10, 20}}
+		l := newLimiter(t, rec, &LimiterOptions{Now: clk.Now, Partitions: []Partition{{Name: "critical", Share: 0.7}}})
+		warm(t, l, clk, "critical")
+		assert.Equal(t, float64(16*6), creditOf(l, 1))
+		tok := mustAcquire(t, l, "critical")
+		tok.Success()
+		assert.Equal(t, 20, l.Limit())
+		assert.Equal(t, []int{14, 8}, []int{l.parts[1].limit, l.parts[1].burst})
+		clk.Advance(time.Second)
+		assert.Equal(t, float64(16*8), creditOf(l, 1))
+	})
+
+	t.Run("a clock that steps back earns nothing", func(t *testing.T) {
+		clk := newFakeClock()
+		l := burstLimiter(t, clk, PartitionBurst)
+		warm(t, l, clk, "critical")
+		c := creditOf(l, 1)
+		clk.Advance(-time.Second)
+		assert.Equal(t, c, creditOf(l, 1))
+		clk.Advance(time.Second)
+		assert.Equal(t, c, creditOf(l, 1), "nothing for the time already counted")
+	})
+
+	t.Run("no allocations", func(t *testing.T) {
+		clk := newFakeClock()
+		l := burstLimiter(t, clk, PartitionBurst)
+		warm(t, l, clk, "critical")
+		acquireAll(t, l, "sheddable")
+		held := acquireAll(t, l, "critical")
+		ctx := context.Background()
+		allocs := testing.AllocsPerRun(1000, func() {
+			// At the limit: the saturated path with its walks over the
+			// partitions.
+			_, _ = l.AcquirePartition(ctx, "critical")
+			_, _ = l.AcquirePartition(ctx, "sheddable")
+			held[0].Success()
+			var err error
+			if held[0], err = l.AcquirePartition(ctx, "critical"); err != nil {
+				panic(err)
+			}
+		})
+		assert.Zero(t, allocs)
+	})
+}
+
+func TestPartitionBurstPriority(t *testing.T) {
+	// Three partitions: a burst of the first takes the last one's guarantee
+	// first, then the middle one's.
+	clk := newFakeClock()
+	l := newLimiter(t, fixed(t, 20), &LimiterOptions{Now: clk.Now, Partitions: []Partition{
+		{Name: "a", Share: 0.5}, {Name: "b", Share: 0.25}, {Name: "c", Share: 0.25},
+	}})
+	warm(t, l, clk, "a") // a: guarantee 10, allowance ceil(2·sqrt(10)) = 7
+	for range 5 {
+		mustAcquire(t, l, "b")
+		mustAcquire(t, l, "c")
+	}
+	// 10 in flight: a fills the limit (10), then bursts by 7.
+	assert.Len(t, acquireAll(t, l, "a"), 17)
+	give, _ := l.preempted(3)
+	assert.Equal(t, 5, give, "c gives its whole guarantee first")
+	give, _ = l.preempted(2)
+	assert.Equal(t, 2, give, "then b")
+	mustReject(t, l, "c")
+	mustReject(t, l, "b")
 }

@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -58,13 +59,83 @@ func TestVegasGoldenVectors(t *testing.T) {
 			{rtt: 20 * ms, inflight: 100, want: 25},
 		}},
 	}
-	for _, tc := range tests {
+	// They hold for the reference's lowest-sample baseline and for the
+	// default smoothed one, which follows the reference until
+	// BaselineSamples samples have arrived (each vector is shorter).
+	for _, baseline := range []int{1, 0} {
+		for _, tc := range tests {
+			t.Run(fmt.Sprintf("%s/baseline=%d", tc.name, baseline), func(t *testing.T) {
+				o := *tc.opts
+				o.BaselineSamples = baseline
+				v, err := NewVegas(&o)
+				require.NoError(t, err)
+				feed(t, v, tc.steps)
+			})
+		}
+	}
+}
+
+func TestVegasSmoothedBaseline(t *testing.T) {
+	// Samples of 8ms and 12ms alternate around a no-load RTT of 10ms. The
+	// reference measures queues against the lowest sample, 8ms, and reads
+	// a 12ms sample as a queue of a third of the limit; with
+	// BaselineSamples 4 the baseline is their mean once four have
+	// arrived, and 12ms and 13ms are within the band.
+	for _, tc := range []struct {
+		name     string
+		baseline int
+		steps    []step
+	}{
+		{"reference", 1, []step{
+			{rtt: 8 * ms, inflight: 20, want: 20},  // sets the baseline
+			{rtt: 12 * ms, inflight: 20, want: 19}, // queue ceil(20·(1-8/12)) = 7 > 6
+			{rtt: 8 * ms, inflight: 20, want: 25},  // queue 0: +beta
+			{rtt: 12 * ms, inflight: 20, want: 24}, // queue ceil(25/3) = 9
+			{rtt: 13 * ms, inflight: 20, want: 23}, // queue ceil(24·5/13) = 10
+		}},
+		{"smoothed", 4, []step{
+			{rtt: 8 * ms, inflight: 20, want: 20},  // warm-up: the lowest sample, as the reference
+			{rtt: 12 * ms, inflight: 20, want: 19}, // against 8ms
+			{rtt: 8 * ms, inflight: 20, want: 25},  // against 8ms: queue 0
+			{rtt: 12 * ms, inflight: 20, want: 25}, // the mean of four, 10ms: queue ceil(25/6) = 5
+			{rtt: 13 * ms, inflight: 20, want: 25}, // average 11.2ms, lowest 10ms: queue ceil(25·3/13) = 6
+		}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v, err := NewVegas(tc.opts)
+			v, err := NewVegas(&VegasOptions{BaselineSamples: tc.baseline, Rand: half})
 			require.NoError(t, err)
 			feed(t, v, tc.steps)
 		})
 	}
+
+	t.Run("a faster sample is a sample without a queue", func(t *testing.T) {
+		// Against the smoothed baseline, a sample below it grows the limit
+		// (the reference's rule, that a new lowest sample only moves the
+		// baseline, keeps the limit at 20 here).
+		v, err := NewVegas(&VegasOptions{BaselineSamples: 2, Rand: half})
+		require.NoError(t, err)
+		feed(t, v, []step{
+			{rtt: 10 * ms, inflight: 1, want: 20},
+			{rtt: 10 * ms, inflight: 1, want: 20}, // app-limited: no change
+			{rtt: 9 * ms, inflight: 20, want: 26}, // faster than the 10ms before it: queue <= 0, +beta
+		})
+		assert.InDelta(t, float64(28*ms)/3, v.baseline(), 1, "the average fell to 9.33ms")
+	})
+
+	t.Run("probe", func(t *testing.T) {
+		// A probe replaces the lowest average by the current average, so
+		// that the baseline can rise after a real shift.
+		v, err := NewVegas(&VegasOptions{BaselineSamples: 2, ProbeMultiplier: 1, Rand: half})
+		require.NoError(t, err)
+		steps := []step{{rtt: 10 * ms, inflight: 1, want: 20}, {rtt: 10 * ms, inflight: 1, want: 20}}
+		for range 12 {
+			steps = append(steps, step{rtt: 20 * ms, inflight: 1, want: 20}) // app-limited
+		}
+		feed(t, v, steps)
+		assert.Equal(t, float64(10*ms), v.baseline(), "the lowest average before the probe")
+		feed(t, v, []step{{rtt: 20 * ms, inflight: 1, want: 20}}) // the 15th sample probes
+		assert.InDelta(t, float64(20*ms), v.baseline(), float64(ms)/1000, "the average at the probe")
+	})
 }
 
 func TestVegasRules(t *testing.T) {
@@ -138,6 +209,7 @@ func TestVegasDefaults(t *testing.T) {
 	assert.Equal(t, 1000, v.maxLimit)
 	assert.Equal(t, 1.0, v.smoothing)
 	assert.Equal(t, 30, v.probeMultiplier)
+	assert.Equal(t, 20, v.baselineN)
 	for _, l := range []int{10, 150, 5000} {
 		assert.Equalf(t, 3*lg(l), v.alpha(l), "alpha(%d)", l)
 		assert.Equalf(t, 6*lg(l), v.beta(l), "beta(%d)", l)
@@ -158,6 +230,7 @@ func TestNewVegasInvalid(t *testing.T) {
 		"negative smoothing":  {Smoothing: -0.1},
 		"NaN smoothing":       {Smoothing: math.NaN()},
 		"negative probe":      {ProbeMultiplier: -1},
+		"negative baseline":   {BaselineSamples: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := NewVegas(&o)

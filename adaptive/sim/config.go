@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/adaptive/shed"
 )
 
 // ErrInvalidConfig reports a Config that cannot be simulated. Run wraps it
@@ -59,9 +60,19 @@ type Config struct {
 	// one class with the empty name (Limiter.Acquire).
 	Classes []Class
 	// Limiter builds the limiter in front of the server from the run's
-	// virtual clock and random source. Nil means no limiter: every request
-	// is admitted.
+	// virtual clock and random source, once per process. Nil means no
+	// limiter: every request is admitted.
 	Limiter func(Env) (*adaptive.Limiter, error)
+	// Shedder builds the load shedder of each process, after its limiter
+	// (Env.Limiter). A request is asked of it first, with its class's name,
+	// and one it sheds never reaches the limiter and costs the server
+	// nothing. Nil means no shedder.
+	Shedder func(Env) (*shed.Shedder, error)
+	// Processes is the number of front processes, each with its own
+	// limiter and shedder, in front of the one server: a fleet of API
+	// processes sharing a backend. Each arrival goes to one of them
+	// uniformly at random, as from a load balancer. The default is 1.
+	Processes int
 	// Interval is the length of one point of Result.Series. The default is
 	// 10·ServiceTime.
 	Interval time.Duration
@@ -83,21 +94,48 @@ type Phase struct {
 	Workers int
 }
 
-// Class is one class of traffic.
+// Class is one class of traffic (or one user: see MaxInFlight).
 type Class struct {
-	// Name is the partition name passed to Limiter.AcquirePartition.
+	// Name is the partition name passed to Limiter.AcquirePartition and the
+	// class passed to Shedder.Allow.
 	Name string
 	// Weight is the class's relative share of arrivals.
 	Weight float64
+	// ServiceTime, when positive, is the mean service time of the class's
+	// requests instead of Config.ServiceTime (the load of Phase.Load is
+	// still counted in requests of Config.ServiceTime).
+	ServiceTime time.Duration
+	// Deadline, when positive, is the client deadline of the class's
+	// requests instead of Config.Deadline.
+	Deadline time.Duration
+	// MaxInFlight, when positive, caps the class's requests in the server
+	// at once, across processes: a request beyond the cap is refused
+	// (Capped) before the shedder and the limiter, as a per-user
+	// concurrent-request limiter shared by the fleet refuses it. The
+	// simulator models the cap itself: it needs no store. The default, 0,
+	// is no cap.
+	MaxInFlight int
 }
 
-// Env is what a Config's Limiter function gets to build a limiter with.
+// Env is what a Config's Limiter and Shedder functions get to build with.
 type Env struct {
 	// Now is the run's virtual clock; pass it as LimiterOptions.Now.
 	Now func() time.Time
 	// Rand is the run's seeded random source for the limiter, uniform in
 	// [0, 1); pass it as VegasOptions.Rand.
 	Rand func() float64
+	// Process is the index of the process being built, from 0.
+	Process int
+	// Limiter is the process's limiter, for Config.Shedder (nil when
+	// building the limiter itself, or without one).
+	Limiter *adaptive.Limiter
+	// InFlight returns the number of the process's requests in the server
+	// (queued or in service): its load on the server, for a shed.Fleet.
+	InFlight func() int
+	// Every calls f every d of virtual time, from d on, until the run
+	// ends: for periodic work such as shed.Fleet's Sync. It panics on a d
+	// that is not positive.
+	Every func(d time.Duration, f func())
 }
 
 // Capacity returns the nominal capacity, Workers/ServiceTime, in requests per
@@ -126,6 +164,8 @@ func (c Config) normalize() (Config, error) {
 		return bad("negative Deadline or Interval")
 	case len(c.Phases) == 0:
 		return bad("no Phases")
+	case c.Processes < 0:
+		return bad("Processes %d < 0", c.Processes)
 	}
 	for i, p := range c.Phases {
 		if p.Duration <= 0 || !(p.Load >= 0) || math.IsInf(p.Load, 0) || p.Workers < 0 {
@@ -136,6 +176,12 @@ func (c Config) normalize() (Config, error) {
 		if !(cl.Weight > 0) || math.IsInf(cl.Weight, 0) {
 			return bad("Classes[%d].Weight %v not a finite number > 0", i, cl.Weight)
 		}
+		if cl.ServiceTime < 0 || cl.Deadline < 0 || cl.MaxInFlight < 0 {
+			return bad("Classes[%d] has a negative ServiceTime, Deadline or MaxInFlight", i)
+		}
+	}
+	if c.Processes == 0 {
+		c.Processes = 1
 	}
 	if c.Sigma == 0 {
 		c.Sigma = 0.3

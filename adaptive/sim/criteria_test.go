@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -17,27 +18,45 @@ import (
 // reference notes propose (adaptive-headers-spec.md §6.2): a server of C
 // workers with service time S, Poisson arrivals stepping through 0.5×, 1×,
 // 3× and 0.5× of capacity, client deadline 10·S. Each criterion is measured
-// on the 40 seeds of criteriaSeeds, after a convergence budget of 30
-// windows, and the tests log the worst seed of each. Where a criterion
-// misses on some seeds, its test asserts what holds on all 40 and names the
-// seeds it misses on, and the docs state the measured worst case.
+// on the 40 seeds of criteriaSeeds (4 of them unless FLOODGATE_SIM is set),
+// after a convergence budget of 30 windows, and the tests log the worst
+// seed of each. Where a criterion misses, its test asserts what holds and
+// says by how much it misses, and the docs state the measured worst case.
 const (
 	S      = 10 * time.Millisecond // service time
 	window = 4 * S                 // the Windowed limit's window, and the series interval
 	settle = 30 * window           // convergence budget
 )
 
-// criteriaSeeds returns the criteria's 40 seeds: 0–19, the seeds the
-// criteria were first written on, and 1001–1020, the seeds on which the
-// review of issue 13 measured them again (and found a collapse goodput of
-// 94.37%, a critical goodput of 97.68% and Vegas outside its band once).
-func criteriaSeeds() []uint64 {
-	var s []uint64
-	for i := range uint64(20) {
-		s = append(s, i)
+// criteriaSeeds returns the seeds the criteria run on. With FLOODGATE_SIM=1
+// (or =compare) they are the 40 seeds the docs' figures come from: 0–19,
+// the seeds the criteria were first written on, and 1001–1020, the seeds
+// on which the review of issue 13 measured them again. With
+// FLOODGATE_SIM=heldout they are 40 others, 20–39 and 1021–1040, on which
+// no criterion was tuned: the figures must hold there too. By default they
+// are 4 of the 40 (0, 1, 1001, 1002), so that go test ./... stays fast,
+// and under the race detector 2 (0, 1001): it makes the runs about twenty
+// times slower and has nothing to check in a simulation on one goroutine.
+// CI runs the 40 without it (.ci/run).
+func criteriaSeeds(t *testing.T) []uint64 {
+	t.Helper()
+	first, n := uint64(0), uint64(20)
+	switch os.Getenv("FLOODGATE_SIM") {
+	case "heldout":
+		first = 20
+	case "":
+		n = 2
+		if raceEnabled {
+			n = 1
+		}
+		t.Logf("%d of the 40 seeds; FLOODGATE_SIM=1 runs all 40", 2*n)
 	}
-	for i := range uint64(20) {
-		s = append(s, 1001+i)
+	var s []uint64
+	for i := range n {
+		s = append(s, first+i)
+	}
+	for i := range n {
+		s = append(s, 1001+first+i)
 	}
 	return s
 }
@@ -157,26 +176,22 @@ func phases(names ...string) func(*Result) []Stats {
 	}
 }
 
-// vegasBand is [C+alpha-1, C+beta+1] with Vegas's default log10-scaled
-// alpha and beta: the queue Vegas keeps is alpha..beta requests.
+// vegasBand is [C+alpha, C+beta] with Vegas's default log10-scaled alpha
+// and beta: the queue Vegas keeps is alpha..beta requests.
 func vegasBand(c int) (lo, hi int) {
 	lg := 1
 	if c >= 100 {
 		lg = 2
 	}
-	return c + 3*lg - 1, c + 6*lg + 1
+	return c + 3*lg, c + 6*lg
 }
 
 func TestVegasUnderOverload(t *testing.T) {
-	// The median limit at 3x is in the band on 79 of the 80 runs. With
-	// lognormal service on seed 1013 it settles at 21, one below the band
-	// [22, 27]: the test names that run rather than widening the band for
-	// all, and fails once the run is back in the band, so that the docs
-	// that state the miss are updated with it.
-	assertUnderOverload(t, windowedVegas(nil), 3, &limitBand{
-		bounds: vegasBand,
-		misses: map[string][]uint64{"lognormal": {1013}},
-	})
+	// The median limit at 3x must lie in [C+alpha, C+beta] on every seed.
+	// With the reference's lowest-sample baseline (BaselineSamples 1) it
+	// does not with lognormal service: 21 (seed 1013) or 22 on 27 of the 40
+	// seeds.
+	assertUnderOverload(t, windowedVegas(nil), 3, vegasBand)
 }
 
 func TestCollapseBaseline(t *testing.T) {
@@ -187,14 +202,17 @@ func TestCollapseBaseline(t *testing.T) {
 
 func TestVegasFollowsCapacityStep(t *testing.T) {
 	// C halves in the middle of the overload: the limit must enter the new
-	// band within 20 windows and stay there.
+	// band within 20 windows and stay there. The band bounds every point of
+	// the series here, not the median, so it keeps the reference notes'
+	// tolerance of one request on either side.
 	const c = 20
 	lo, hi := vegasBand(c / 2)
+	lo, hi = lo-1, hi+1
 	type outcome struct {
 		windows int // windows after the step until the limit entered the band
 		halved  Stats
 	}
-	seeds := criteriaSeeds()
+	seeds := criteriaSeeds(t)
 	for _, dist := range []Distribution{Deterministic, Lognormal} {
 		runs := perSeed(t, seeds, func(seed uint64) Config {
 			return Config{
@@ -244,41 +262,102 @@ func classShed(s Stats, class string) float64 {
 	return float64(c.Rejected) / float64(c.Offered)
 }
 
+// partitions are the Partitions of the partition criteria: critical,
+// guaranteed 70% of the limit and listed first, and sheddable, 30%.
+func partitions(rule adaptive.PartitionRule) *adaptive.LimiterOptions {
+	return &adaptive.LimiterOptions{PartitionRule: rule, Partitions: []adaptive.Partition{
+		{Name: "critical", Share: 0.7}, {Name: "sheddable", Share: 0.3},
+	}}
+}
+
+// partitionScenario offers critical and sheddable traffic, as multiples of
+// capacity, to c workers behind Windowed(Vegas) with partitions: 20 windows
+// at 0.5x, 60 windows of the mix ("over"), and 10 windows at 0.5x, so that
+// every request of the mix finishes before the run ends.
+func partitionScenario(seed uint64, c int, dist Distribution, critical, sheddable float64, rule adaptive.PartitionRule) Config {
+	return Config{
+		Seed: seed, Workers: c, ServiceTime: S, Service: dist, Interval: window, Limiter: windowedVegas(partitions(rule)),
+		Classes: []Class{{Name: "critical", Weight: critical}, {Name: "sheddable", Weight: sheddable}},
+		Phases: []Phase{
+			{Name: "low", Duration: 20 * window, Load: 0.5},
+			{Name: "over", Duration: 60 * window, Load: critical + sheddable},
+			{Name: "after", Duration: 10 * window, Load: 0.5},
+		},
+	}
+}
+
 func TestPartitionProtectsCritical(t *testing.T) {
-	// A partition guaranteed 70% of the limit, offered 0.5x capacity while
-	// a sheddable partition floods the server with 2.5x. Netflix's rule
-	// caps critical traffic at ceil(0.7·L) in flight once the limit is full,
-	// so Poisson bursts above the cap are shed: the guarantee needs headroom
-	// over the partition's mean demand. At 0.5x (mean demand about half the
-	// limit) and C = 100 the loss stays under 5%; at 0.7x it is 15-20% (an
-	// Erlang loss at a cap equal to the mean), which is what the ordered
-	// criticality mode below is for.
-	const c = 100
-	seeds := criteriaSeeds()
-	if testing.Short() {
-		t.Log("short mode: 5 seeds")
-		seeds = seeds[:5]
+	// A partition guaranteed 70% of the limit, offered 0.5x or 0.7x of
+	// capacity while a sheddable partition floods the server up to 3x in
+	// all, must keep 95% of its requests. At 0.7x it holds, on average,
+	// exactly its guarantee in flight (everything waits in one queue), so
+	// Netflix's rule (PartitionReference), which caps it at its guarantee
+	// once the limit is full, sheds its Poisson bursts: at 100 workers it
+	// kept 0.7881 of its requests on the worst seed (deterministic
+	// service), at 20 workers 0.7272. PartitionBurst lets it burst into the
+	// sheddable guarantee.
+	seeds := heavySeeds(t)
+	for _, tc := range []struct {
+		c        int
+		critical float64
+		dist     Distribution
+	}{
+		{20, 0.7, Deterministic}, {20, 0.7, Lognormal},
+		{100, 0.5, Deterministic}, {100, 0.5, Lognormal},
+		{100, 0.7, Deterministic}, {100, 0.7, Lognormal},
+	} {
+		t.Run(fmt.Sprintf("C=%d/%s/critical=%.1fx", tc.c, distName[tc.dist], tc.critical), func(t *testing.T) {
+			runs := perSeed(t, seeds, func(seed uint64) Config {
+				return partitionScenario(seed, tc.c, tc.dist, tc.critical, 3-tc.critical, adaptive.PartitionBurst)
+			}, phases("over"))
+			worst, shed := lowest(), highest()
+			for i, st := range runs {
+				seed, over := seeds[i], st[0]
+				require.Zerof(t, over.Unfinished, "seed %d: requests of the mix unfinished", seed)
+				g := classGoodput(over, "critical")
+				assert.GreaterOrEqualf(t, g, 0.95, "seed %d: critical goodput = %.4f of offered, want >= 0.95", seed, g)
+				assert.Greaterf(t, classShed(over, "sheddable"), 5*classShed(over, "critical"),
+					"seed %d: shedding must fall on the sheddable partition", seed)
+				worst.add(seed, g)
+				shed.add(seed, classShed(over, "critical"))
+			}
+			t.Logf("%s, %d seeds: critical goodput >= %s of offered, critical shed <= %s",
+				t.Name(), len(seeds), worst.format(4, ""), shed.format(4, ""))
+		})
 	}
-	parts := &adaptive.LimiterOptions{Partitions: []adaptive.Partition{{Name: "critical", Share: 0.7}, {Name: "sheddable", Share: 0.3}}}
-	worst := lowest()
-	runs := perSeed(t, seeds, func(seed uint64) Config {
-		return Config{
-			Seed: seed, Workers: c, ServiceTime: S, Interval: window, Limiter: windowedVegas(parts),
-			Classes: []Class{{Name: "critical", Weight: 0.5}, {Name: "sheddable", Weight: 2.5}},
-			Phases: []Phase{
-				{Name: "low", Duration: 20 * window, Load: 0.5},
-				{Name: "over", Duration: 60 * window, Load: 3},
-			},
-		}
-	}, phases("over"))
-	for i, st := range runs {
-		seed, over := seeds[i], st[0]
-		g := classGoodput(over, "critical")
-		assert.GreaterOrEqualf(t, g, 0.95, "seed %d: critical goodput = %.4f of offered, want >= 0.95", seed, g)
-		assert.Greaterf(t, classShed(over, "sheddable"), 5*classShed(over, "critical"), "seed %d: shedding must fall on the sheddable partition", seed)
-		worst.add(seed, g)
+}
+
+func TestPartitionFloodKeepsLowerShare(t *testing.T) {
+	// The other way round: the critical partition floods at 2x and the
+	// sheddable one is offered 1x. Bursts must not let the critical
+	// partition take the sheddable guarantee for good: out of credit, it is
+	// held to its own, so the sheddable partition keeps most of its share
+	// of capacity (0.3x). The reference rule keeps more (0.9908 of it on
+	// the worst seed at 100 workers, 0.9694 at 20), since it never lets the
+	// critical partition above its guarantee; the floors here say what
+	// bursts cost.
+	seeds := criteriaSeeds(t)
+	for _, tc := range []struct {
+		c     int
+		floor float64
+	}{{20, 0.8}, {100, 0.9}} {
+		// Deterministic service: the worse of the two here (lognormal:
+		// 0.8875 at 20 workers, 0.9708 at 100).
+		t.Run(fmt.Sprintf("C=%d", tc.c), func(t *testing.T) {
+			capacity := float64(tc.c) / S.Seconds()
+			runs := perSeed(t, seeds, func(seed uint64) Config {
+				return partitionScenario(seed, tc.c, Deterministic, 2, 1, adaptive.PartitionBurst)
+			}, phases("over"))
+			worst := lowest()
+			for i, st := range runs {
+				seed, over := seeds[i], st[0]
+				share := float64(over.Classes["sheddable"].Good) / (over.To - over.From).Seconds() / (0.3 * capacity)
+				assert.GreaterOrEqualf(t, share, tc.floor, "seed %d: sheddable goodput = %.4f of its share, want >= %.2f", seed, share, tc.floor)
+				worst.add(seed, share)
+			}
+			t.Logf("%s, %d seeds: sheddable goodput >= %s of its share of capacity", t.Name(), len(seeds), worst.format(4, ""))
+		})
 	}
-	t.Logf("%s, %d seeds: critical goodput >= %s of offered", t.Name(), len(seeds), worst.format(4, ""))
 }
 
 func TestCriticalityShedsLowestFirst(t *testing.T) {
@@ -287,7 +366,7 @@ func TestCriticalityShedsLowestFirst(t *testing.T) {
 	// in reverse order of importance.
 	const c = 20
 	crit := &adaptive.LimiterOptions{Criticality: &adaptive.CriticalityOptions{}}
-	seeds := criteriaSeeds()
+	seeds := criteriaSeeds(t)
 	worst := lowest()
 	runs := perSeed(t, seeds, func(seed uint64) Config {
 		return Config{

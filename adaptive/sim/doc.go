@@ -24,6 +24,15 @@
 // server did the work anyway). Goodput counts completions within the
 // deadline.
 //
+// A class may have its own service time and deadline, and a cap on its
+// requests in the server at once (Class.MaxInFlight: a class is then a user
+// under a per-user concurrent-request limit, which the simulator models
+// itself). Before the limiter, a shed.Shedder may shed requests by class
+// (Config.Shedder). Several front processes (Config.Processes), each with
+// its own limiter and shedder, may share the one server, as a fleet of API
+// processes shares a backend; Env.Every runs periodic work on virtual
+// time, such as the exchanges of a shed.Fleet.
+//
 // # Use
 //
 // Build a Config, give it a Limiter function that builds an

@@ -47,16 +47,27 @@ type Result struct {
 	Series []Point
 
 	reqs []request
+	end  time.Duration // the end of the run
 }
 
 // Stats summarizes the requests that arrived in a stretch of a run.
 type Stats struct {
 	// From and To delimit the stretch: requests arriving in [From, To).
 	From, To time.Duration
-	// Offered counts arrivals; Rejected those the limiter rejected; Good
-	// those that completed within the deadline; Late those that completed
-	// after it; Unfinished those still in the server at the end of the run.
-	Offered, Rejected, Good, Late, Unfinished int
+	// Offered counts arrivals; Rejected those the limiter rejected; Shed
+	// those the shedder shed; Capped those refused by their class's
+	// MaxInFlight; Good those that completed within the deadline; Late
+	// those that completed after it; Unfinished those still in the server
+	// at the end of the run.
+	Offered, Rejected, Shed, Capped, Good, Late, Unfinished int
+	// ShedUtilization is the lowest utilization of the server (requests in
+	// it, queued or in service, over workers) at which a request of the
+	// stretch was shed, and ShedGauge the lowest shedder reading
+	// (shed.Decision.Utilization) at which one was; both 0 if none was.
+	ShedUtilization, ShedGauge float64
+	// Occupancy is the mean number of requests in the server over the
+	// stretch, whenever they arrived.
+	Occupancy float64
 	// Goodput is Good per second of the stretch.
 	Goodput float64
 	// P50 and P99 are latency percentiles of the admitted requests that
@@ -71,7 +82,13 @@ type Stats struct {
 
 // ClassStats is the part of Stats that belongs to one class.
 type ClassStats struct {
-	Offered, Rejected, Good, Late, Unfinished int
+	Offered, Rejected, Shed, Capped, Good, Late, Unfinished int
+	// Occupancy is the mean number of the class's requests in the server
+	// over the stretch.
+	Occupancy float64
+	// MaxInFlight is the most of the class's requests in the server at
+	// once during the stretch.
+	MaxInFlight int
 }
 
 // Stats summarizes the requests that arrived in [from, to).
@@ -91,6 +108,19 @@ func (r *Result) Stats(from, to time.Duration) Stats {
 		case Rejected:
 			s.Rejected++
 			c.Rejected++
+		case Shed:
+			s.Shed++
+			c.Shed++
+			u, g := q.util, q.gauge
+			if s.Shed == 1 || u < s.ShedUtilization {
+				s.ShedUtilization = u
+			}
+			if s.Shed == 1 || g < s.ShedGauge {
+				s.ShedGauge = g
+			}
+		case Capped:
+			s.Capped++
+			c.Capped++
 		case Good:
 			s.Good++
 			c.Good++
@@ -106,6 +136,7 @@ func (r *Result) Stats(from, to time.Duration) Stats {
 		}
 		s.Classes[name] = c
 	}
+	r.occupancy(&s)
 	if secs := (to - from).Seconds(); secs > 0 {
 		s.Goodput = float64(s.Good) / secs
 	}
@@ -137,6 +168,72 @@ func (r *Result) Phase(name string, settle time.Duration) (Stats, bool) {
 		}
 	}
 	return Stats{}, false
+}
+
+// occupancy fills in s's Occupancy and its classes' Occupancy and
+// MaxInFlight from every request in the server during [s.From, s.To).
+func (r *Result) occupancy(s *Stats) {
+	if s.To <= s.From {
+		return
+	}
+	type edge struct {
+		at    time.Duration
+		class int32
+		delta int
+	}
+	var edges []edge
+	area := make([]float64, len(r.Config.Classes))
+	for _, q := range r.reqs {
+		if q.arrival >= s.To {
+			break
+		}
+		if q.outcome != Good && q.outcome != Late && q.outcome != Unfinished {
+			continue
+		}
+		lo, hi := max(q.arrival, s.From), min(q.done, s.To)
+		if hi > lo {
+			area[q.class] += float64(hi - lo)
+		}
+		if q.done > s.From {
+			edges = append(edges, edge{q.arrival, q.class, 1}, edge{q.done, q.class, -1})
+		}
+	}
+	// The most in flight at once: sweep the arrivals and departures, a
+	// departure first at equal instants (the simulator frees before it
+	// admits).
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := cmpDuration(a.at, b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	busy := make([]int, len(r.Config.Classes))
+	peak := make([]int, len(r.Config.Classes))
+	started := false
+	for _, e := range edges {
+		if e.at >= s.To {
+			break
+		}
+		if !started && e.at >= s.From {
+			// What was in the server at From.
+			started = true
+			for i := range busy {
+				peak[i] = max(peak[i], busy[i])
+			}
+		}
+		busy[e.class] += e.delta
+		if started {
+			peak[e.class] = max(peak[e.class], busy[e.class])
+		}
+	}
+	span := float64(s.To - s.From)
+	for i, cl := range r.Config.Classes {
+		c := s.Classes[cl.Name]
+		c.Occupancy += area[i] / span
+		c.MaxInFlight = max(c.MaxInFlight, peak[i])
+		s.Classes[cl.Name] = c
+		s.Occupancy += area[i] / span
+	}
 }
 
 func cmpDuration(a, b time.Duration) int {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/adaptive/shed"
 )
 
 // epoch is the wall-clock instant virtual time 0 maps to. Any fixed instant
@@ -26,25 +27,36 @@ const (
 	Good
 	// Late: completed after the deadline (the client had given up).
 	Late
+	// Shed by the shedder (Config.Shedder), before the limiter; it cost the
+	// server nothing.
+	Shed
+	// Capped: its class already had Class.MaxInFlight requests in the
+	// server; it cost the server nothing.
+	Capped
 )
 
 // request is one simulated request.
 type request struct {
 	arrival time.Duration
-	done    time.Duration // completion time, for Good and Late
+	done    time.Duration // completion time, for Good and Late; the run's end for Unfinished
 	class   int32
+	process int32
 	outcome Outcome
-	tok     adaptive.Token
+	// For Shed: the server's utilization (requests in it over workers) and
+	// the shedder's reading when it was shed.
+	util, gauge float64
+	tok         adaptive.Token
 }
 
 // eventKind orders simultaneous events: phase changes first, then
-// completions (freeing capacity), then arrivals, then the series tick that
-// observes the result.
+// completions (freeing capacity), then Env.Every callbacks, then arrivals,
+// then the series tick that observes the result.
 type eventKind uint8
 
 const (
 	evPhase eventKind = iota
 	evCompletion
+	evCallback
 	evArrival
 	evTick
 )
@@ -53,7 +65,7 @@ type event struct {
 	at   time.Duration
 	kind eventKind
 	seq  uint64 // FIFO among equal (at, kind): keeps runs deterministic
-	arg  int    // request index (completion), phase index, or arrival generation
+	arg  int    // request index (completion), phase index, arrival generation, or callback index
 }
 
 func (a event) before(b event) bool {
@@ -113,10 +125,12 @@ func (h *eventHeap) pop() event {
 // engine is the state of one run. Everything happens on one goroutine, in
 // virtual time: no sleeps, no timers.
 type engine struct {
-	cfg     Config
-	now     time.Duration
-	events  eventHeap
-	limiter *adaptive.Limiter
+	cfg       Config
+	now       time.Duration
+	events    eventHeap
+	procs     []process
+	callbacks []callback
+	classBusy []int // requests of each class in the server
 
 	arrivals, service *rand.Rand
 	cumWeight         []float64 // cumulative class probabilities
@@ -135,6 +149,20 @@ type engine struct {
 	bucket    Point
 	latencies []time.Duration
 	series    []Point
+}
+
+// process is one front process: its limiter and shedder, and its requests
+// in the server.
+type process struct {
+	limiter  *adaptive.Limiter
+	shedder  *shed.Shedder
+	inServer int
+}
+
+// callback is a function registered with Env.Every.
+type callback struct {
+	every time.Duration
+	f     func()
 }
 
 // Run simulates cfg and returns its result. It fails only on an invalid
@@ -159,11 +187,34 @@ func Run(cfg Config) (*Result, error) {
 		acc += cl.Weight / total
 		e.cumWeight = append(e.cumWeight, acc)
 	}
-	if c.Limiter != nil {
-		lr := rand.New(rand.NewPCG(c.Seed, 3))
-		env := Env{Now: func() time.Time { return epoch.Add(e.now) }, Rand: lr.Float64}
-		if e.limiter, err = c.Limiter(env); err != nil {
-			return nil, err
+	e.classBusy = make([]int, len(c.Classes))
+	lr := rand.New(rand.NewPCG(c.Seed, 3))
+	e.procs = make([]process, c.Processes)
+	for i := range e.procs {
+		p := &e.procs[i]
+		env := Env{
+			Now:      func() time.Time { return epoch.Add(e.now) },
+			Rand:     lr.Float64,
+			Process:  i,
+			InFlight: func() int { return p.inServer },
+			Every: func(d time.Duration, f func()) {
+				if d <= 0 {
+					panic("sim: Env.Every needs a positive period")
+				}
+				e.callbacks = append(e.callbacks, callback{every: d, f: f})
+				e.events.push(event{at: e.now + d, kind: evCallback, arg: len(e.callbacks) - 1})
+			},
+		}
+		if c.Limiter != nil {
+			if p.limiter, err = c.Limiter(env); err != nil {
+				return nil, err
+			}
+		}
+		if c.Shedder != nil {
+			env.Limiter = p.limiter
+			if p.shedder, err = c.Shedder(env); err != nil {
+				return nil, err
+			}
 		}
 	}
 	// Size the request log for the expected arrivals plus a margin, so that
@@ -197,6 +248,10 @@ func Run(cfg Config) (*Result, error) {
 			}
 		case evCompletion:
 			e.complete(ev.arg)
+		case evCallback:
+			cb := e.callbacks[ev.arg]
+			cb.f()
+			e.events.push(event{at: e.now + cb.every, kind: evCallback, arg: ev.arg})
 		case evTick:
 			e.tick()
 			if next := e.now + c.Interval; next <= end {
@@ -204,7 +259,12 @@ func Run(cfg Config) (*Result, error) {
 			}
 		}
 	}
-	return &Result{Config: c, Phases: spans, Series: e.series, reqs: e.reqs}, nil
+	for i := range e.reqs {
+		if e.reqs[i].outcome == Unfinished {
+			e.reqs[i].done = end
+		}
+	}
+	return &Result{Config: c, Phases: spans, Series: e.series, reqs: e.reqs, end: end}, nil
 }
 
 func (e *engine) startPhase(i int) {
@@ -236,10 +296,34 @@ func (e *engine) arrive() {
 		u := e.arrivals.Float64()
 		class = min(len(e.cumWeight)-1, sortSearch(e.cumWeight, u))
 	}
+	// Draw a process only when there is a choice, so that runs of one
+	// process keep the random streams they always had.
+	proc := 0
+	if len(e.procs) > 1 {
+		proc = e.arrivals.IntN(len(e.procs))
+	}
+	p := &e.procs[proc]
 	e.bucket.offered++
-	r := request{arrival: e.now, class: int32(class)}
-	if e.limiter != nil {
-		tok, err := e.limiter.AcquirePartition(context.Background(), e.cfg.Classes[class].Name)
+	cl := &e.cfg.Classes[class]
+	r := request{arrival: e.now, class: int32(class), process: int32(proc)}
+	switch {
+	case cl.MaxInFlight > 0 && e.classBusy[class] >= cl.MaxInFlight:
+		r.outcome = Capped
+		e.bucket.rejected++
+		e.reqs = append(e.reqs, r)
+		return
+	case p.shedder != nil:
+		if d := p.shedder.Allow(cl.Name); !d.Allowed {
+			r.outcome = Shed
+			r.util = float64(e.inServer()) / float64(e.workers)
+			r.gauge = d.Utilization
+			e.bucket.rejected++
+			e.reqs = append(e.reqs, r)
+			return
+		}
+	}
+	if p.limiter != nil {
+		tok, err := p.limiter.AcquirePartition(context.Background(), cl.Name)
 		if err != nil {
 			r.outcome = Rejected
 			e.bucket.rejected++
@@ -248,6 +332,8 @@ func (e *engine) arrive() {
 		}
 		r.tok = tok
 	}
+	e.classBusy[class]++
+	p.inServer++
 	e.reqs = append(e.reqs, r)
 	e.queue = append(e.queue, len(e.reqs)-1)
 	e.startService()
@@ -269,6 +355,9 @@ func (e *engine) startService() {
 		}
 		e.busy++
 		d := float64(e.cfg.ServiceTime)
+		if st := e.cfg.Classes[e.reqs[i].class].ServiceTime; st > 0 {
+			d = float64(st)
+		}
 		if e.cfg.Service == Lognormal {
 			s := e.cfg.Sigma
 			d *= math.Exp(s*e.service.NormFloat64() - s*s/2)
@@ -284,8 +373,14 @@ func (e *engine) complete(i int) {
 	e.busy--
 	r := &e.reqs[i]
 	r.done = e.now
+	e.classBusy[r.class]--
+	e.procs[r.process].inServer--
 	latency := e.now - r.arrival
-	if latency <= e.cfg.Deadline {
+	deadline := e.cfg.Deadline
+	if d := e.cfg.Classes[r.class].Deadline; d > 0 {
+		deadline = d
+	}
+	if latency <= deadline {
 		r.outcome = Good
 		e.bucket.good++
 		r.tok.Success()
@@ -306,8 +401,10 @@ func (e *engine) tick() {
 	p.Goodput = float64(p.good) / secs
 	p.Rejected = float64(p.rejected) / secs
 	p.InFlight = e.inServer()
-	if e.limiter != nil {
-		p.Limit = e.limiter.Limit()
+	for i := range e.procs {
+		if l := e.procs[i].limiter; l != nil {
+			p.Limit += l.Limit()
+		}
 	}
 	if len(e.latencies) > 0 {
 		slices.Sort(e.latencies)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/adaptive/shed"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -196,6 +197,9 @@ func TestRunInvalid(t *testing.T) {
 		"negative load":     func(c *Config) { c.Phases[0].Load = -1 },
 		"infinite load":     func(c *Config) { c.Phases[0].Load = math.Inf(1) },
 		"zero class weight": func(c *Config) { c.Classes = []Class{{Name: "a"}} },
+		"negative cap":      func(c *Config) { c.Classes = []Class{{Name: "a", Weight: 1, MaxInFlight: -1}} },
+		"negative service":  func(c *Config) { c.Classes = []Class{{Name: "a", Weight: 1, ServiceTime: -1}} },
+		"negative procs":    func(c *Config) { c.Processes = -1 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			cfg := ok
@@ -211,4 +215,102 @@ func TestRunInvalid(t *testing.T) {
 		_, err := Run(cfg)
 		assert.ErrorIs(t, err, adaptive.ErrInvalidOption)
 	})
+}
+
+func TestProcesses(t *testing.T) {
+	// Two processes with a Fixed limit of 3 each: arrivals split evenly,
+	// the series reports the sum of the limits, and each process's
+	// in-flight count is its own.
+	cfg := simple(1, 1, 10*time.Second)
+	cfg.Processes = 2
+	var inflight []func() int
+	cfg.Limiter = func(env Env) (*adaptive.Limiter, error) {
+		inflight = append(inflight, env.InFlight)
+		return fixedLimiter(3)(env)
+	}
+	r, err := Run(cfg)
+	require.NoError(t, err)
+	for _, p := range r.Series {
+		require.Equal(t, 6, p.Limit)
+		require.LessOrEqual(t, p.InFlight, 6)
+	}
+	require.Len(t, inflight, 2)
+	var per [2]int
+	for _, q := range r.reqs {
+		per[q.process]++
+	}
+	assert.InDelta(t, 0.5, float64(per[0])/float64(len(r.reqs)), 0.02)
+}
+
+func TestEvery(t *testing.T) {
+	cfg := simple(1, 0.5, time.Second)
+	var at []time.Duration
+	cfg.Limiter = func(env Env) (*adaptive.Limiter, error) {
+		env.Every(300*time.Millisecond, func() { at = append(at, env.Now().Sub(epoch)) })
+		return fixedLimiter(10)(env)
+	}
+	_, err := Run(cfg)
+	require.NoError(t, err)
+	assert.Equal(t, []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, 900 * time.Millisecond}, at)
+}
+
+func TestShedder(t *testing.T) {
+	// A Shedder on a Fixed limit of 10: sheddable requests are shed at 8 in
+	// flight, critical ones reach the limiter.
+	cfg := simple(1, 3, time.Second)
+	cfg.Workers = 10
+	cfg.Classes = []Class{{Name: adaptive.ClassCritical, Weight: 1}, {Name: adaptive.ClassSheddable, Weight: 1}}
+	cfg.Limiter = fixedLimiter(10)
+	cfg.Shedder = func(env Env) (*shed.Shedder, error) { return shed.New(env.Limiter, nil) }
+	r, err := Run(cfg)
+	require.NoError(t, err)
+	s := r.Stats(0, time.Second)
+	c, sh := s.Classes[adaptive.ClassCritical], s.Classes[adaptive.ClassSheddable]
+	assert.Zero(t, c.Shed, "critical is never shed")
+	assert.Positive(t, c.Rejected, "but the limit still holds")
+	assert.Positive(t, sh.Shed)
+	assert.Equal(t, s.Shed, sh.Shed)
+	assert.Equal(t, 0.8, s.ShedGauge, "shed at 8 of 10")
+	assert.Equal(t, 0.8, s.ShedUtilization, "8 requests in the server, 10 workers")
+	assert.LessOrEqual(t, sh.MaxInFlight, 8)
+	assert.Equal(t, s.Offered, s.Good+s.Late+s.Unfinished+s.Rejected+s.Shed)
+}
+
+func TestClassCapAndServiceTime(t *testing.T) {
+	// A class of long requests capped at 2 in flight; the others are
+	// untouched.
+	cfg := simple(1, 0.5, 10*time.Second)
+	cfg.Classes = []Class{
+		{Name: "long", Weight: 1, ServiceTime: 10 * S, Deadline: 100 * S, MaxInFlight: 2},
+		{Name: "short", Weight: 4},
+	}
+	r, err := Run(cfg)
+	require.NoError(t, err)
+	s := r.Stats(0, 9*time.Second)
+	long, short := s.Classes["long"], s.Classes["short"]
+	assert.Positive(t, long.Capped)
+	assert.Equal(t, 2, long.MaxInFlight)
+	assert.Zero(t, short.Capped)
+	assert.Equal(t, long.Offered, long.Good+long.Capped+long.Unfinished, "within their deadline")
+	// At most 2 in the server, less between an end and the next arrival.
+	assert.True(t, long.Occupancy > 1.2 && long.Occupancy <= 2, "occupancy %v", long.Occupancy)
+}
+
+func TestOccupancy(t *testing.T) {
+	// Little's law: the mean number in the server is the arrival rate times
+	// the mean time in it (a little over 2 at 0.5x of 4 workers of 10ms:
+	// some requests queue).
+	r, err := Run(simple(1, 0.5, 100*time.Second))
+	require.NoError(t, err)
+	from, to := 10*time.Second, 90*time.Second
+	s := r.Stats(from, to)
+	var sojourn time.Duration
+	for _, q := range r.reqs {
+		if q.arrival >= from && q.arrival < to {
+			sojourn += q.done - q.arrival
+		}
+	}
+	little := float64(s.Offered) / (to - from).Seconds() * (sojourn / time.Duration(s.Offered)).Seconds()
+	assert.InEpsilon(t, little, s.Occupancy, 0.01)
+	assert.Equal(t, s.Occupancy, s.Classes[""].Occupancy)
 }

@@ -202,8 +202,11 @@ type result struct{ ok, denied, other int64 }
 
 func (r result) total() int64 { return r.ok + r.denied + r.other }
 
+// minCalls is the fewest requests each worker of drive sends.
+const minCalls = 50
+
 // drive sends requests through h from workers goroutines, as callers
-// numbered 0 to callers−1 (by API key), for d.
+// numbered 0 to callers−1 (by API key), for d and at least minCalls each.
 func drive(h http.Handler, workers, callers int, d time.Duration) result {
 	var ok, denied, other atomic.Int64
 	deadline := time.Now().Add(d)
@@ -211,7 +214,9 @@ func drive(h http.Handler, workers, callers int, d time.Duration) result {
 	for w := range workers {
 		wg.Go(func() {
 			key := "caller-" + strconv.Itoa(w%callers)
-			for time.Now().Before(deadline) {
+			// At least minCalls per worker, so that a slow machine still
+			// sends enough requests for the pools to matter.
+			for i := 0; i < minCalls || time.Now().Before(deadline); i++ {
 				req := httptest.NewRequest(http.MethodGet, "/api/hello", nil)
 				req.Header.Set("X-API-Key", key)
 				rec := httptest.NewRecorder()

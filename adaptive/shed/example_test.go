@@ -1,0 +1,161 @@
+package shed_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/adaptive/shed"
+	"github.com/redis/go-redis/v9"
+)
+
+func ExampleShedder_Allow() {
+	// Any measure of load works: here a queue holding 85 of 100 jobs.
+	depth := 85
+	s, err := shed.New(shed.GaugeFunc(func() float64 { return float64(depth) / 100 }), nil)
+	if err != nil {
+		panic(err)
+	}
+	for _, class := range []string{adaptive.ClassCritical, adaptive.ClassDefault, adaptive.ClassSheddable} {
+		d := s.Allow(class)
+		fmt.Printf("%s at %.0f%%: allowed %v\n", class, 100*d.Utilization, d.Allowed)
+	}
+	depth = 97
+	fmt.Println("default at 97%: allowed", s.Allow(adaptive.ClassDefault).Allowed)
+	// Output:
+	// critical at 85%: allowed true
+	// default at 85%: allowed true
+	// sheddable at 85%: allowed false
+	// default at 97%: allowed false
+}
+
+func ExampleMiddleware() {
+	// The shedder reads the adaptive limiter that the next middleware
+	// enforces: here a Fixed limit of 10 with 8 requests in flight.
+	limit, _ := adaptive.NewFixed(10)
+	l, _ := adaptive.NewLimiter(limit, nil)
+	for range 8 {
+		_, _ = l.Acquire(context.Background())
+	}
+	s, _ := shed.New(l, nil)
+	shedMW, _ := shed.Middleware(s, &shed.MiddlewareOptions{
+		// GETs are sheddable, everything else default.
+		Class: func(r *http.Request) string {
+			if r.Method == http.MethodGet {
+				return adaptive.ClassSheddable
+			}
+			return adaptive.ClassDefault
+		},
+	})
+	limitMW, _ := adaptive.Middleware(l, nil)
+	h := shedMW(limitMW(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprintln(w, "ok")
+	})))
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(method, "/charges", nil))
+		fmt.Println(method, w.Code, w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// GET 503 1
+	// POST 200
+}
+
+// redisFleet is the package doc's FleetSource on Redis: one hash per fleet,
+// one script call per exchange.
+type redisFleet struct {
+	rdb    redis.UniversalClient
+	key    string        // the fleet's hash
+	id     string        // this process
+	expiry time.Duration // a process not heard from for this long drops out
+}
+
+var exchange = redis.NewScript(`
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. now)
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local inflight, capacity = 0, 0
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local f, c, at = string.match(all[i + 1], '(%S+) (%S+) (%S+)')
+  if now - tonumber(at) > tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[1], all[i])
+  else
+    inflight, capacity = inflight + tonumber(f), capacity + tonumber(c)
+  end
+end
+return {tostring(inflight), tostring(capacity)}
+`)
+
+func (r *redisFleet) Exchange(ctx context.Context, local shed.Load) (shed.Load, error) {
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	res, err := exchange.Run(ctx, r.rdb, []string{r.key}, r.id, f(local.InFlight), f(local.Capacity), r.expiry.Milliseconds()).StringSlice()
+	if err != nil {
+		return shed.Load{}, err
+	}
+	if len(res) != 2 {
+		return shed.Load{}, fmt.Errorf("fleet exchange: reply %q", res)
+	}
+	var total shed.Load
+	if total.InFlight, err = strconv.ParseFloat(res[0], 64); err != nil {
+		return shed.Load{}, err
+	}
+	if total.Capacity, err = strconv.ParseFloat(res[1], 64); err != nil {
+		return shed.Load{}, err
+	}
+	return total, nil
+}
+
+func ExampleFleet() {
+	// Two processes share a fleet through Redis (here an embedded one).
+	srv, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+
+	// Each process has a limit of 10; process a has 9 requests in flight,
+	// process b 6.
+	busy := map[string]float64{"a": 9, "b": 6}
+	fleets := map[string]*shed.Fleet{}
+	for _, id := range []string{"a", "b"} {
+		src := &redisFleet{rdb: rdb, key: "fleet:{api}", id: id, expiry: 300 * time.Millisecond}
+		local := func() shed.Load { return shed.Load{InFlight: busy[id], Capacity: 10} }
+		// Manual: the example exchanges by hand; a server leaves it off
+		// and the Fleet exchanges every Interval (10ms) until Close.
+		f, err := shed.NewFleet(src, local, &shed.FleetOptions{Manual: true})
+		if err != nil {
+			panic(err)
+		}
+		defer f.Close()
+		fleets[id] = f
+	}
+	ctx := context.Background()
+	fmt.Printf("a alone: %.2f\n", fleets["a"].Utilization())
+	for _, id := range []string{"a", "b", "a"} {
+		if err := fleets[id].Sync(ctx); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Printf("fleet, seen from a: %.2f\n", fleets["a"].Utilization())
+
+	// Sheddable traffic on a is shed only at 80% of the fleet's capacity,
+	// though a alone is at 90%.
+	s, _ := shed.New(fleets["a"], nil)
+	fmt.Println("sheddable on a allowed:", s.Allow(adaptive.ClassSheddable).Allowed)
+	busy["a"] = 10 // a's own load counts at once: (10+6)/20
+	fmt.Println("after a's next request:", s.Allow(adaptive.ClassSheddable).Allowed)
+	// Output:
+	// a alone: 0.90
+	// fleet, seen from a: 0.75
+	// sheddable on a allowed: true
+	// after a's next request: false
+}
