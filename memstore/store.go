@@ -31,6 +31,18 @@
 // key-rotation attack costs bounded memory, and it evicts the keys it
 // rotates through (each holding one unit) before any key it spent.
 //
+// # In flight
+//
+// The Store is also an inflight.Store: per key, the number of requests in
+// flight, in one word updated with compare-and-swap, and a pooled holder
+// per request whose generation makes a second Release of its Hold do
+// nothing. Acquire and Release take no lock and allocate nothing for a key
+// in use. The holds never expire (their holders live in this process), so
+// they need no renewal. A key without requests in flight is idle and
+// reclaimed like a restored entry; a key with some is never evicted, since
+// forgetting it would admit more than its limit, so such keys are bounded
+// by the requests in flight rather than by MaxKeys.
+//
 // # Clock
 //
 // By default the store's clock is the wall clock read once at New plus the
@@ -62,8 +74,10 @@ type Options struct {
 	// monotonic time elapsed since.
 	Now func() time.Time
 	// MaxKeys caps the number of keys the store tracks per algorithm kind,
-	// and the keys of every Limits together (so the store holds at most
-	// six times MaxKeys). The default is
+	// the keys of every Limits together, and the keys of package inflight
+	// (so the store holds at most seven times MaxKeys, plus the in-flight
+	// keys that have requests in flight, which are never evicted). The
+	// default is
 	// 4,194,304 (about 200 MiB of token buckets). When the cap is reached,
 	// new keys evict entries; see the package doc.
 	MaxKeys int
@@ -96,6 +110,7 @@ type Store struct {
 	sw     atomic.Pointer[lockedTable[step.SlidingWindowState]]
 	sl     atomic.Pointer[lockedTable[step.SlidingLogState]]
 	lim    atomic.Pointer[lockedTable[limitsState]] // every Limits
+	inf    atomic.Pointer[inflightTable]            // package inflight's holds
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -298,6 +313,9 @@ func (s *Store) tables() []sweeper {
 		ts = append(ts, t)
 	}
 	if t := s.lim.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.inf.Load(); t != nil {
 		ts = append(ts, t)
 	}
 	return ts

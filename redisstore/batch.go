@@ -256,8 +256,8 @@ func (p *pending) targets() []string {
 }
 
 // group is the decisions of a batch sent as one script call: the single
-// script for one decision, batch.lua's for more. A Limits decision is a
-// group of its own.
+// script for one decision, batch.lua's for more. A Limits decision and an
+// in-flight call are groups of their own.
 type group struct {
 	prog    prog
 	slot    uint16
@@ -284,7 +284,8 @@ next:
 		}
 		var slot uint16
 		switch {
-		case b.grouping == groupNone || p.prog == progLimits:
+		case b.grouping == groupNone || p.prog >= progLimits:
+			// No batch script: a Limits decision, an in-flight call.
 			gs = append(gs, group{prog: p.prog, members: []*pending{p}})
 			continue next
 		case b.grouping == groupSlot:

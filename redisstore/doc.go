@@ -78,6 +78,39 @@
 // 1.5 µs (15.3 µs a call against 6.4 and 6.8, the least of twelve
 // redis-benchmark runs with INFO commandstats).
 //
+// # In flight
+//
+// The Store is also an inflight.Store, for package inflight's limit of
+// requests in flight per key (Stripe's concurrent-request limiter). The
+// holds of key k are a sorted set at Prefix + "{k}:if" (Store.InflightKey;
+// hashed under Options.HashKeys, and on k's Cluster slot): one member per
+// request holding a slot, a holder id (the store's random 96-bit id and
+// the hold's number), scored by the instant its hold expires, in
+// microseconds on the server's TIME (or Options.Now). One script
+// (scripts.InflightSource) serves the three calls, each one round trip:
+// an Acquire drops the members whose expiry has passed, counts the others
+// and adds one expiring a TTL from now if there are fewer than the limit;
+// a Release removes its member; a renewal moves a live member's expiry to
+// a TTL from now, and refuses (removing it) a member whose expiry has
+// passed, whose slot another request may hold by now. Every write leaves
+// the key a TTL of at least its newest hold's plus Options.ExpiryMargin,
+// so a key whose holders all died vanishes. A request shorter than the
+// Limiter's RenewEvery costs two round trips, its Acquire and its
+// Release; the Limiter renews longer ones from one goroutine. A process
+// killed holding slots frees them within the TTL, when the next Acquire
+// finds them expired.
+//
+// The calls take the decisions' path, Store.exec: the node's breaker and
+// slots, Options.Timeout, batching (each call a script call of its own in
+// a pipeline). An Acquire that Redis cannot answer goes to
+// Options.OnFailure: FailOpen admits with a hold Redis does not know of,
+// FailClosed denies, FailLocal counts on the local memstore with
+// Options.LocalShare of the limit (rounded down, at least 1), FailError
+// returns the error. A Release or a renewal that fails returns its error:
+// the hold then expires at its TTL. As for the quotas, a failover can lose
+// the newest holds (asynchronous replication), which then admits more
+// than the limit until those requests end.
+//
 // # Failures
 //
 // Every decision returns within Options.Timeout (20ms by default; twice it

@@ -184,6 +184,7 @@ type Store struct {
 	started  atomic.Int64   // calls sent to Redis, up to cold
 	cold     int64          // the number of first calls with coldTimeout
 	inflight sync.WaitGroup // guarded calls still running
+	holds    holdIDs        // package inflight's holds (inflight.go)
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -206,19 +207,22 @@ func (s *Store) endCold(n *node) {
 
 // programs are the scripts, and batchPrograms those making a batch of
 // decisions of one algorithm (scripts.BatchSource), indexed by prog. A
-// Limits decision has no batch script: batched, it is a script call of
-// its own in a batch's pipeline.
+// Limits decision and package inflight's calls have no batch script:
+// batched, each is a script call of its own in a batch's pipeline.
 var (
-	programs      = programsOf(scripts.Source, scripts.LimitsSource())
-	batchPrograms = programsOf(scripts.BatchSource, "")
+	programs      = programsOf(scripts.Source, scripts.LimitsSource(), scripts.InflightSource())
+	batchPrograms = programsOf(scripts.BatchSource, "", "")
 )
 
-func programsOf(source func(step.Kind) string, limits string) (p [progLimits + 1]program) {
+func programsOf(source func(step.Kind) string, limits, inflight string) (p [progInflight + 1]program) {
 	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
 		p[k] = newProgram(source(k))
 	}
 	if limits != "" {
 		p[progLimits] = newProgram(limits)
+	}
+	if inflight != "" {
+		p[progInflight] = newProgram(inflight)
 	}
 	return p
 }
@@ -521,6 +525,34 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		}
 		rkey = keys[0]
 	}
+	reply, o, err := s.exec(ctx, a.prog(), rkey, keys, args.args(a, now, req, s.marginMs))
+	if err == nil {
+		res, derr := a.decode(reply, req)
+		if derr == nil {
+			return res, nil
+		}
+		err = derr
+	}
+	switch o {
+	case ignored:
+		return floodgate.Result{}, err
+	case failed, timedOut, refused, busy:
+		return s.fallback(ctx, key, a, req, err)
+	}
+	s.observe(Event{Kind: EventError, Key: key, Err: err})
+	return floodgate.Result{}, err
+}
+
+// exec sends the script id on rkey (on keys when they are not nil, a
+// Limits': rkey is then the first) through the path every call takes: the
+// node that serves rkey, its breaker and its MaxInFlight slots (or its
+// batches), Options.Timeout, and the classification of errors. It returns
+// the reply, or the error with what it says: ignored (the caller's context
+// ended, or Close did), a failure of Redis for the caller's failure policy
+// (failed, timedOut, refused, busy), or succeeded with an error no policy
+// absorbs (an error reply about the data). Decisions (apply) and package
+// inflight's calls (inflight.go) share it.
+func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, outcome, error) {
 	// One reading of the clock serves the breaker before and after the
 	// call: its tallies count calls per second.
 	wall := s.wall()
@@ -530,23 +562,23 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		// whose slot map could not be loaded.
 		o, err := classify(ctx, err)
 		if o == ignored {
-			return floodgate.Result{}, err
+			return nil, ignored, err
 		}
 		s.reload(wall)
-		return s.fallback(ctx, key, a, req, err)
+		return nil, failed, err
 	}
 	ok, probe, c := n.breaker.allow(wall)
 	s.report(n, c)
 	if !ok {
 		s.reload(wall)
-		return s.fallback(ctx, key, a, req, unavailable(ErrBreakerOpen, nil))
+		return nil, failed, unavailable(ErrBreakerOpen, nil)
 	}
 	seen := n.served.Load()
-	reply, err, cold := s.call(ctx, n, probe, a.prog(), rkey, keys, args.args(a, now, req, s.marginMs))
+	reply, err, cold := s.call(ctx, n, probe, id, rkey, keys, args)
 	if err != nil && s.shut.Load() {
 		// Close ended the call (it closes the store's own client).
 		s.report(n, n.breaker.done(wall, probe, ignored))
-		return floodgate.Result{}, unavailable(ErrClosed, nil)
+		return nil, ignored, unavailable(ErrClosed, nil)
 	}
 	o, err := classify(ctx, err)
 	if o == timedOut && cold {
@@ -569,19 +601,5 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	if o == failed || o == timedOut || o == refused {
 		s.reload(wall)
 	}
-	if err == nil {
-		res, derr := a.decode(reply, req)
-		if derr == nil {
-			return res, nil
-		}
-		err = derr
-	}
-	switch o {
-	case ignored:
-		return floodgate.Result{}, err
-	case failed, timedOut, refused, busy:
-		return s.fallback(ctx, key, a, req, err)
-	}
-	s.observe(Event{Kind: EventError, Key: key, Err: err})
-	return floodgate.Result{}, err
+	return reply, o, err
 }

@@ -190,6 +190,7 @@ var names = func() map[string]string {
 	for a, name := range argNames {
 		m[name] = strconv.Itoa(a + 1)
 	}
+	inflightNames(m)
 	return m
 }()
 

@@ -45,6 +45,12 @@
 // then lib.lua and each algorithm's file after args.lua as a function of
 // its own, which limits.lua runs for each limit's step.
 //
+// InflightSource returns the script of package inflight's holds
+// (inflight.lua after time.lua): a key's holds as a sorted set of holder
+// ids scored by expiry, and an acquire, a renewal or a release per call.
+// Its arguments are InflightArgs, laid out in inflight.go, as protocol.go
+// lays out the algorithms'.
+//
 // # Dry runs
 //
 // The algorithms' files change keys only through lib.lua's write, so that

@@ -1,0 +1,225 @@
+package inflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
+)
+
+// Defaults of Options.
+const (
+	// DefaultTTL is the default of Options.TTL.
+	DefaultTTL = 10 * time.Second
+	// DefaultRetryAfter is the default of Options.RetryAfter.
+	DefaultRetryAfter = time.Second
+)
+
+// MinTTL is the shortest Options.TTL: Redis expires keys in whole
+// milliseconds.
+const MinTTL = time.Millisecond
+
+// Errors. They are matched with errors.Is. Bad keys are floodgate's
+// ErrEmptyKey and ErrKeyTooLong, unusable options and limits
+// floodgate.ErrInvalidConfig, and failing stores floodgate.ErrUnavailable.
+var (
+	// ErrClosed reports an Acquire on a closed Limiter.
+	ErrClosed = errors.New("inflight: limiter closed")
+	// ErrInvalidHold reports a Hold given to a store that did not grant
+	// it.
+	ErrInvalidHold = errors.New("inflight: hold not granted by this store")
+)
+
+// Options configures a Limiter. A nil *Options means the defaults; so does
+// the zero value of each field.
+type Options struct {
+	// TTL is how long a slot stays taken after its holder's last sign of
+	// life, on a store whose holds expire (redisstore): a process that dies
+	// holding slots (killed, or cut off from Redis) frees them within TTL.
+	// The Limiter renews the slots of longer requests for them (see
+	// RenewEvery). The default is 10s; the least is MinTTL. Holds of an
+	// in-process store (memstore) do not expire, and ignore it.
+	TTL time.Duration
+
+	// RenewEvery is how often the Limiter renews each slot still held, on
+	// a store whose holds expire, counted from its acquisition: a request
+	// shorter than RenewEvery costs no renewal. It must be less than TTL;
+	// the margin is what a renewal may take, and how many renewals may
+	// fail in a row (Redis down, a breaker open) before a live request
+	// loses its slot: a failed renewal is tried again RenewEvery later.
+	// The default is TTL/3: one renewal may fail, and the next still comes
+	// a third of the TTL before the hold expires.
+	RenewEvery time.Duration
+
+	// RetryAfter is the Decision.RetryAfter of a denial: the hint a client
+	// is given. A slot frees as soon as any request of the key ends, so no
+	// exact time exists; the default is 1s.
+	RetryAfter time.Duration
+}
+
+// Decision is the outcome of an Acquire.
+type Decision struct {
+	// Allowed reports whether a slot was taken: the request may proceed,
+	// and must release the slot when it ends.
+	Allowed bool
+	// Limit is the most requests of the key in flight at once.
+	Limit int64
+	// InFlight is the number of requests of the key holding a slot right
+	// after the decision, this one included when Allowed. It may exceed
+	// Limit after a limiter with a higher limit shared the key.
+	InFlight int64
+	// RetryAfter is, for a denial, the hint of Options.RetryAfter; it is
+	// never 0 on a denial, and 0 when Allowed.
+	RetryAfter time.Duration
+}
+
+// Limiter caps the requests in flight per key, across every process that
+// shares its Store. Create one with New and Close it when done; the zero
+// value is not usable. A Limiter is safe for concurrent use.
+type Limiter struct {
+	store      Store
+	limit      int64
+	ttl        time.Duration
+	retryAfter time.Duration
+	closed     atomic.Bool
+	renew      renewer
+}
+
+// New returns a Limiter that lets at most limit requests of each key hold a
+// slot of store at once, configured by opts (nil means the defaults). It
+// returns an error matching floodgate.ErrInvalidConfig for a nil store, a
+// limit below 1 or unusable options.
+func New(store Store, limit int64, opts *Options) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: inflight: nil store", floodgate.ErrInvalidConfig)
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: inflight: limit must be at least 1, got %d", floodgate.ErrInvalidConfig, limit)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.TTL < 0 || o.RenewEvery < 0 || o.RetryAfter < 0:
+		return nil, fmt.Errorf("%w: inflight: negative option in %+v", floodgate.ErrInvalidConfig, o)
+	case o.TTL == 0:
+		o.TTL = DefaultTTL
+	case o.TTL < MinTTL:
+		return nil, fmt.Errorf("%w: inflight: TTL %v is below MinTTL", floodgate.ErrInvalidConfig, o.TTL)
+	}
+	switch {
+	case o.RenewEvery == 0:
+		o.RenewEvery = o.TTL / 3
+	case o.RenewEvery >= o.TTL:
+		return nil, fmt.Errorf("%w: inflight: RenewEvery %v is not less than TTL %v", floodgate.ErrInvalidConfig, o.RenewEvery, o.TTL)
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = DefaultRetryAfter
+	}
+	l := &Limiter{store: store, limit: limit, ttl: o.TTL, retryAfter: o.RetryAfter}
+	l.renew.init(store, o.TTL, o.RenewEvery)
+	return l, nil
+}
+
+// Limit returns the most requests of a key in flight at once.
+func (l *Limiter) Limit() int64 { return l.limit }
+
+// Acquire takes a slot of key for a request, or denies it when Limit
+// requests of key hold one. It never waits. The request releases the slot
+// with Slot.Release when it ends, whatever way it ends (a defer):
+//
+//	slot, err := lim.Acquire(ctx, key)
+//	if err != nil {
+//		return err // a bad key, a failing store, an ended context
+//	}
+//	if !slot.Allowed {
+//		return tooMany(slot.RetryAfter)
+//	}
+//	defer slot.Release(ctx)
+//
+// A denial is a Slot with Allowed false (its Release does nothing), not an
+// error. Errors are those of Store.Acquire, ctx.Err() when ctx has ended,
+// and ErrClosed after Close.
+//
+// On memstore, Acquire and Release allocate nothing for a key in use;
+// on a store whose holds expire, a slot held longer than
+// Options.RenewEvery is renewed by the Limiter until it is released.
+func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
+	if key == "" || len(key) > floodgate.MaxKeyLen {
+		return Slot{}, step.CheckKey(key)
+	}
+	if err := ctx.Err(); err != nil {
+		return Slot{}, err
+	}
+	if l.closed.Load() {
+		return Slot{}, ErrClosed
+	}
+	res, err := l.store.Acquire(ctx, key, l.limit, l.ttl)
+	if err != nil {
+		return Slot{}, err
+	}
+	s := Slot{Decision: Decision{Allowed: res.Allowed, Limit: l.limit, InFlight: res.InFlight}}
+	if !res.Allowed {
+		s.RetryAfter = l.retryAfter
+		return s, nil
+	}
+	s.l, s.key, s.hold = l, key, res.Hold
+	if res.Hold.Expires {
+		s.reg, s.gen = l.renew.add(key, res.Hold)
+	}
+	return s, nil
+}
+
+// Close stops the renewals of the slots still held: they then expire
+// within Options.TTL, unless their requests release them first (Release
+// works after Close). Acquire fails with ErrClosed after Close. Close waits
+// for a renewal in progress, is safe to call more than once and always
+// returns nil.
+func (l *Limiter) Close() error {
+	l.closed.Store(true)
+	l.renew.close()
+	return nil
+}
+
+// Slot is the outcome of an Acquire: a Decision and, when Allowed, the
+// slot the request holds until Release.
+//
+// Slot is a value, not a pointer, so that Acquire does not allocate. Its
+// Release may be called on copies and from several goroutines at once: the
+// first call of all releases the slot, and the others do nothing. The zero
+// Slot, like a denial, holds nothing.
+type Slot struct {
+	Decision
+
+	l    *Limiter // nil unless Allowed
+	key  string
+	hold Hold
+	reg  *renewal // the hold's renewal, or nil
+	gen  uint64   // reg's generation when the hold was registered
+}
+
+// Release gives the slot back, once: later calls, on this Slot or a copy,
+// do nothing and return nil. It completes whether or not ctx has ended (it
+// keeps only ctx's values), since a request's context has often ended by
+// the time it releases. An error is the store's: the slot then frees when
+// its hold expires (within Options.TTL, as renewals stop at the first
+// Release), or, on an in-process store, never fails.
+func (s Slot) Release(ctx context.Context) error {
+	if s.l == nil {
+		return nil
+	}
+	if s.reg != nil {
+		held, ok := s.l.renew.remove(s.reg, s.gen)
+		if !ok || !held {
+			// Released before, or lost: a renewal found the hold
+			// gone, so there is nothing left to free.
+			return nil
+		}
+	}
+	return s.l.store.Release(ctx, s.key, s.hold)
+}
