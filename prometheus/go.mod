@@ -7,6 +7,7 @@ require (
 	github.com/floodgate-go/floodgate v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	go.yaml.in/yaml/v3 v3.0.5
 )
 
 require (
