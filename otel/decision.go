@@ -2,6 +2,7 @@ package fgotel
 
 import (
 	"context"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -29,6 +30,36 @@ type decisionAttrs struct {
 	*attrs
 	// result is the result's name, kept for the span event.
 	result string
+}
+
+// limiterAttrs are the attribute sets of one limiter's decisions. Most
+// decisions carry neither an error nor a denying limit: their sets sit in
+// an array indexed by outcome, op and check, so that finding one hashes
+// the name only; the others are in a map by their whole tuple.
+type limiterAttrs struct {
+	plain [3][3][2]atomic.Pointer[decisionAttrs]
+	other cache[decisionKey, *decisionAttrs]
+}
+
+// lookup returns the attribute sets of k, a decision of l's limiter.
+func (l *limiterAttrs) lookup(k decisionKey) *decisionAttrs {
+	if k.binding < 0 && k.errType == "" && k.outcome >= observe.Allowed && k.outcome <= observe.Failed && k.op <= floodgate.OpSettle {
+		check := 0
+		if k.check {
+			check = 1
+		}
+		p := &l.plain[k.outcome-observe.Allowed][k.op][check]
+		if a := p.Load(); a != nil {
+			return a
+		}
+		p.CompareAndSwap(nil, buildDecision(k))
+		return p.Load()
+	}
+	a, ok := l.other.load(k)
+	if !ok {
+		a = l.other.add(k, buildDecision(k))
+	}
+	return a
 }
 
 func buildDecision(k decisionKey) *decisionAttrs {
@@ -60,10 +91,11 @@ func (m *Metrics) onDecision(ctx context.Context, d observe.Decision) {
 	case d.Outcome == observe.Denied && d.Limits > 0 && !d.Wait:
 		k.binding = d.Decision.Binding
 	}
-	a, ok := m.decisionAttrs.load(k)
+	l, ok := m.limiters.load(d.Name)
 	if !ok {
-		a = m.decisionAttrs.add(k, buildDecision(k))
+		l = m.limiters.add(d.Name, &limiterAttrs{})
 	}
+	a := l.lookup(k)
 	m.requests.Add(ctx, 1, a.add...)
 	if d.Op != floodgate.OpSettle && d.N > 0 {
 		m.units.Add(ctx, d.N, a.add...)

@@ -67,11 +67,11 @@ type Metrics struct {
 	noSpanEvents bool
 
 	// Decisions of a limiter made by observe.Wrap.
-	requests      metric.Int64Counter
-	units         metric.Int64Counter
-	decisionTime  metric.Float64Histogram
-	queueTime     metric.Float64Histogram
-	decisionAttrs cache[decisionKey, *decisionAttrs]
+	requests     metric.Int64Counter
+	units        metric.Int64Counter
+	decisionTime metric.Float64Histogram
+	queueTime    metric.Float64Histogram
+	limiters     cache[string, *limiterAttrs]
 
 	// A store's round trips, failures and breakers.
 	storeDuration     metric.Float64Histogram
