@@ -105,7 +105,7 @@ func TestSpanEvents(t *testing.T) {
 		}
 		for k, v := range want[i] {
 			if got[k] != v {
-				t.Errorf("event %d: %s = %v, want %v", i, k, got[k].Emit(), v.Emit())
+				t.Errorf("event %d: %s = %v, want %v", i, k, got[k].String(), v.String())
 			}
 		}
 	}
@@ -137,7 +137,7 @@ func TestSpanEventsComposite(t *testing.T) {
 			if kv.Key == k {
 				found = true
 				if kv.Value != v {
-					t.Errorf("%s = %v, want %v", k, kv.Value.Emit(), v.Emit())
+					t.Errorf("%s = %v, want %v", k, kv.Value.String(), v.String())
 				}
 			}
 		}
