@@ -36,8 +36,8 @@
 //
 // Durations are float64 histograms in seconds. Decision, store and lease
 // round-trip latencies get the advisory bucket boundaries
-// LatencyBuckets, 10µs to 100ms; waits and holds, which last as long as
-// the caller's work, get WaitBuckets, 1ms to 60s. A View of the SDK
+// [LatencyBuckets], 10µs to 100ms; waits and holds, which last as long as
+// the caller's work, get [WaitBuckets], 1ms to 60s. A View of the SDK
 // overrides either.
 //
 // # Traces
@@ -49,7 +49,7 @@
 // than span attributes because a span often sees several decisions (a
 // global and a per-route limiter, a lease refill), and attributes would
 // overwrite each other. A span that is not recording, or none, costs one
-// interface call and allocates nothing. Options.NoSpanEvents turns the
+// interface call and allocates nothing. [Options].NoSpanEvents turns the
 // events off.
 //
 // # Costs
