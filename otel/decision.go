@@ -1,0 +1,152 @@
+package fgotel
+
+import (
+	"context"
+	"sync/atomic"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/observe"
+)
+
+// decisionKey is the label tuple of a decision.
+type decisionKey struct {
+	name    string
+	outcome observe.Outcome
+	op      floodgate.Op
+	check   bool
+	// binding is the index of the denying limit of a composite, -1 for
+	// every other decision: which limit denies is what an operator tunes,
+	// while the binding limit of an admission changes with every request
+	// and would only split the counts.
+	binding int
+	errType string
+}
+
+// decisionAttrs are the attribute sets of a decision's instruments.
+type decisionAttrs struct {
+	*attrs
+	// result is the result's name, kept for the span event.
+	result string
+}
+
+// limiterAttrs are the attribute sets of one limiter's decisions. Most
+// decisions carry neither an error nor a denying limit: their sets sit in
+// an array indexed by outcome, op and check, so that finding one hashes
+// the name only; the others are in a map by their whole tuple.
+type limiterAttrs struct {
+	plain [3][3][2]atomic.Pointer[decisionAttrs]
+	other cache[decisionKey, *decisionAttrs]
+}
+
+// lookup returns the attribute sets of k, a decision of l's limiter.
+func (l *limiterAttrs) lookup(k decisionKey) *decisionAttrs {
+	if k.binding < 0 && k.errType == "" && k.outcome >= observe.Allowed && k.outcome <= observe.Failed && k.op <= floodgate.OpSettle {
+		check := 0
+		if k.check {
+			check = 1
+		}
+		p := &l.plain[k.outcome-observe.Allowed][k.op][check]
+		if a := p.Load(); a != nil {
+			return a
+		}
+		p.CompareAndSwap(nil, buildDecision(k))
+		return p.Load()
+	}
+	a, ok := l.other.load(k)
+	if !ok {
+		a = l.other.add(k, buildDecision(k))
+	}
+	return a
+}
+
+func buildDecision(k decisionKey) *decisionAttrs {
+	kv := []attribute.KeyValue{
+		keyLimiter.String(k.name),
+		keyResult.String(k.outcome.String()),
+		keyOp.String(opName(k.op)),
+	}
+	if k.check {
+		kv = append(kv, keyCheck.Bool(true))
+	}
+	if k.binding >= 0 {
+		kv = append(kv, keyBinding.Int(k.binding))
+	}
+	if k.errType != "" {
+		kv = append(kv, keyErrorType.String(k.errType))
+	}
+	return &decisionAttrs{attrs: newAttrs(kv...), result: k.outcome.String()}
+}
+
+// onDecision is Observer.OnDecision: it counts the decision and its
+// units, records its latency when it was timed and its delay when it
+// must wait, and adds an event to the caller's span when it records.
+func (m *Metrics) onDecision(ctx context.Context, d observe.Decision) {
+	k := decisionKey{name: d.Name, outcome: d.Outcome, op: d.Op, check: d.Check, binding: -1}
+	switch {
+	case d.Outcome == observe.Failed:
+		k.errType = errorType(d.Err)
+	case d.Outcome == observe.Denied && d.Limits > 0 && !d.Wait:
+		k.binding = d.Decision.Binding
+	}
+	l, ok := m.limiters.load(d.Name)
+	if !ok {
+		l = m.limiters.add(d.Name, &limiterAttrs{})
+	}
+	a := l.lookup(k)
+	m.requests.Add(ctx, 1, a.add...)
+	if d.Op != floodgate.OpSettle && d.N > 0 {
+		m.units.Add(ctx, d.N, a.add...)
+	}
+	if d.Latency > 0 {
+		m.decisionTime.Record(ctx, d.Latency.Seconds(), a.rec...)
+	}
+	if d.Outcome == observe.Allowed && d.Decision.Delay > 0 {
+		m.queueTime.Record(ctx, d.Decision.Delay.Seconds(), a.rec...)
+	}
+	if m.noSpanEvents {
+		return
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		addDecisionEvent(span, &d, a.result, k.errType)
+	}
+}
+
+// addDecisionEvent adds the "floodgate.decision" event to span. It runs
+// only for a recording span, whose SDK copies the attributes anyway: the
+// slice is sized for the most attributes an event has, so that it is
+// built without growing.
+func addDecisionEvent(span trace.Span, d *observe.Decision, result, errType string) {
+	kv := make([]attribute.KeyValue, 0, 11)
+	kv = append(kv,
+		keyLimiter.String(d.Name),
+		keyResult.String(result),
+		keyOp.String(opName(d.Op)),
+		keyUnits.Int64(d.N),
+	)
+	if d.Check {
+		kv = append(kv, keyCheck.Bool(true))
+	}
+	if d.Wait {
+		kv = append(kv, keyWait.Bool(true))
+	}
+	switch {
+	case d.Outcome == observe.Failed:
+		kv = append(kv, keyErrorType.String(errType))
+	case !d.Wait:
+		dec := &d.Decision
+		kv = append(kv, keyLimit.Int64(dec.Limit), keyRemaining.Int64(dec.Remaining))
+		if dec.Delay > 0 {
+			kv = append(kv, keyDelay.Float64(dec.Delay.Seconds()))
+		}
+		if dec.RetryAfter > 0 {
+			kv = append(kv, keyRetryAfter.Float64(dec.RetryAfter.Seconds()))
+		}
+		if d.Limits > 0 {
+			kv = append(kv, keyBinding.Int(dec.Binding))
+		}
+	}
+	span.AddEvent("floodgate.decision", trace.WithAttributes(kv...))
+}
