@@ -1,11 +1,12 @@
-// Package prometheus turns the events of floodgate's observe.Observer into
+// Package fgprom turns the events of floodgate's observe.Observer into
 // Prometheus metrics, with github.com/prometheus/client_golang.
 //
-// It is a module of its own, github.com/floodgate-go/floodgate/prometheus,
-// so that floodgate itself depends on no metrics library. Its name is the
-// last element of its import path, as Go wants, and therefore the name of
-// client_golang's package too: import it under another name, fgprom by
-// convention:
+// It lives in a module of its own,
+// github.com/floodgate-go/floodgate/prometheus, so that floodgate itself
+// depends on no metrics library. Its name is fgprom, not prometheus, so
+// that it does not shadow client_golang's package in the files that use
+// both (the ones that register it do), as the OpenTelemetry adapter's is
+// fgotel; import it as
 //
 //	import (
 //		"github.com/prometheus/client_golang/prometheus"
@@ -68,8 +69,12 @@
 //
 // # Cost
 //
-// An event resolves its label values to the metric children once, the
-// first time that set of values is seen, and keeps them in a
-// copy-on-write map: after that, an event is a map lookup and an atomic
-// addition, and allocates nothing.
-package prometheus
+// Each kind of component finds its series in a copy-on-write map by its
+// name, then in an array by the event's outcome or op: after a
+// component's first event, an event is a lookup by a string and an atomic
+// addition or two, and allocates nothing (BenchmarkObserverDecision,
+// TestAllocations). The series a component always has (a limiter's takes
+// by outcome, a node's round trips by outcome and failures by policy) are
+// made at 0 with its first event, so that increase() and rate() see the
+// first denial and the first outage.
+package fgprom

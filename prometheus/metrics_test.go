@@ -1,4 +1,4 @@
-package prometheus_test
+package fgprom_test
 
 import (
 	"context"
