@@ -37,7 +37,7 @@
 // (counts requests in flight, rejects, waits, partitions), and a [Token] is
 // one admitted request. Limits are plain state machines with no clock and no
 // locks; the Limiter reads the clock, serializes their updates, and never
-// calls an [Observer] while holding its lock.
+// calls its observer ([LimiterOptions.Observer]) while holding its lock.
 //
 // # Algorithms
 //
