@@ -114,4 +114,12 @@
 // seed with both service distributions; the reference's no-load RTT, the
 // lowest single sample, does not (see [Vegas] and
 // [VegasOptions].BaselineSamples).
+//
+// # Observing
+//
+// [Limiter.Stats] is a snapshot for gauges (the limit, the requests in
+// flight per partition). [LimiterOptions].Observer, an observe.Observer,
+// receives every change of the limit (OnLimitChange) and every rejected
+// request (OnReject), named by LimiterOptions.Name; a shed.Shedder's
+// Options.Observer receives every shed request (OnShed).
 package adaptive
