@@ -37,7 +37,7 @@
 // (counts requests in flight, rejects, waits, partitions), and a [Token] is
 // one admitted request. Limits are plain state machines with no clock and no
 // locks; the Limiter reads the clock, serializes their updates, and never
-// calls an [Observer] while holding its lock.
+// calls its observer ([LimiterOptions.Observer]) while holding its lock.
 //
 // # Algorithms
 //
@@ -114,4 +114,12 @@
 // seed with both service distributions; the reference's no-load RTT, the
 // lowest single sample, does not (see [Vegas] and
 // [VegasOptions].BaselineSamples).
+//
+// # Observing
+//
+// [Limiter.Stats] is a snapshot for gauges (the limit, the requests in
+// flight per partition). [LimiterOptions].Observer, an observe.Observer,
+// receives every change of the limit (OnLimitChange) and every rejected
+// request (OnReject), named by LimiterOptions.Name; a shed.Shedder's
+// Options.Observer receives every shed request (OnShed).
 package adaptive

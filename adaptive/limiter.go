@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // WaitMode says what Acquire does when the limit is in use.
@@ -56,9 +58,26 @@ type LimiterOptions struct {
 	// Criticality, when non-nil, turns on ordered-criticality shedding; see
 	// CriticalityOptions. It excludes Partitions. The default is off.
 	Criticality *CriticalityOptions
-	// Observer receives limit changes and rejections. The default is none.
-	Observer Observer
+	// Name names the Limiter in the events it reports
+	// (observe.LimitChange.Name, observe.Reject.Name). The default is
+	// "adaptive".
+	Name string
+	// Observer receives every change of the limit (OnLimitChange, with
+	// context.Background(): a change follows from the samples of many
+	// requests) and every rejected request (OnReject, with the context
+	// given to Acquire), on the goroutine whose request caused it, after
+	// the Limiter's mutex is released: an observer may call the Limiter
+	// (Stats, for example), and must be fast and safe for concurrent use.
+	// Events of concurrent requests may arrive in another order than they
+	// happened. For gauges (the limit, the requests in flight per
+	// partition), poll Stats from the metrics system's collection callback
+	// instead. The default (nil) reports nothing; the Observer's other
+	// fields do not apply.
+	Observer *observe.Observer
 }
+
+// DefaultName is the default of LimiterOptions.Name.
+const DefaultName = "adaptive"
 
 // Limiter enforces a Limit: it admits a request while fewer requests are in
 // flight than the limit (subject to partitions), and turns the end of every
@@ -76,7 +95,9 @@ type Limiter struct {
 	wait       WaitMode
 	maxWaiters int
 	maxWait    time.Duration
-	obs        Observer
+	name       string
+	onChange   func(context.Context, observe.LimitChange) // nil: none
+	onReject   func(context.Context, observe.Reject)      // nil: none
 	mode       partitionMode
 	bursts     bool           // modePartitioned with PartitionBurst
 	index      map[string]int // partition name -> index in parts; read-only
@@ -122,6 +143,12 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 	if o.PartitionRule > PartitionReference {
 		return nil, invalid("LimiterOptions.PartitionRule %d unknown", o.PartitionRule)
 	}
+	if err := o.Observer.Validate(); err != nil {
+		return nil, invalid("LimiterOptions.Observer: %w", err)
+	}
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
 	if o.MaxWaiters == 0 {
 		o.MaxWaiters = 100
 	}
@@ -138,12 +165,15 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 		wait:       o.Wait,
 		maxWaiters: o.MaxWaiters,
 		maxWait:    o.MaxWait,
-		obs:        o.Observer,
+		name:       o.Name,
 		mode:       mode,
 		bursts:     mode == modePartitioned && o.PartitionRule == PartitionBurst,
 		index:      index,
 		fallback:   fallback,
 		parts:      parts,
+	}
+	if o.Observer != nil {
+		l.onChange, l.onReject = o.Observer.OnLimitChange, o.Observer.OnReject
 	}
 	if o.Now != nil {
 		l.base = o.Now()
@@ -257,7 +287,7 @@ func (l *Limiter) acquire(ctx context.Context, p int) (Token, error) {
 	if l.wait == NoWait || len(l.waiters) >= l.maxWaiters {
 		r := l.reject(p)
 		l.mu.Unlock()
-		l.notifyReject(r)
+		l.notifyReject(ctx, r)
 		return Token{}, ErrLimitExceeded
 	}
 	w := &waiter{part: p, ready: make(chan struct{})}
@@ -296,7 +326,7 @@ func (l *Limiter) await(ctx context.Context, w *waiter) (Token, error) {
 	}
 	r := l.reject(w.part)
 	l.mu.Unlock()
-	l.notifyReject(r)
+	l.notifyReject(ctx, r)
 	return Token{}, err
 }
 
@@ -338,10 +368,10 @@ func (l *Limiter) release(t Token, o Outcome) {
 	if len(l.waiters) > 0 {
 		l.grant(now)
 	}
-	c := LimitChange{Old: old, New: l.current, InFlight: l.inflight}
+	next, inflight := l.current, l.inflight
 	l.mu.Unlock()
-	if c.Old != c.New && l.obs.OnLimitChange != nil {
-		l.obs.OnLimitChange(c)
+	if next != old && l.onChange != nil {
+		l.onChange(context.Background(), observe.LimitChange{Name: l.name, Old: old, New: next, InFlight: inflight})
 	}
 }
 
@@ -373,15 +403,16 @@ func (l *Limiter) take(p int, now time.Duration) Token {
 
 // reject counts a rejection of partition p and describes it for the
 // observer. l.mu is held.
-func (l *Limiter) reject(p int) Rejection {
+func (l *Limiter) reject(p int) observe.Reject {
 	l.rejected++
 	l.parts[p].rejected++
-	return Rejection{Partition: l.parts[p].name, Limit: l.current, InFlight: l.inflight}
+	return observe.Reject{Name: l.name, Partition: l.parts[p].name, Limit: l.current, InFlight: l.inflight}
 }
 
-func (l *Limiter) notifyReject(r Rejection) {
-	if l.obs.OnReject != nil {
-		l.obs.OnReject(r)
+// notifyReject reports r to OnReject. l.mu is not held.
+func (l *Limiter) notifyReject(ctx context.Context, r observe.Reject) {
+	if l.onReject != nil {
+		l.onReject(ctx, r)
 	}
 }
 

@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 func TestMain(m *testing.M) {
@@ -92,10 +94,10 @@ func TestLimiterSamples(t *testing.T) {
 }
 
 func TestLimiterFollowsLimit(t *testing.T) {
-	var changes []LimitChange
+	var changes []observe.LimitChange
 	var l *Limiter
 	rec := &recorder{limit: 1, script: []int{3, 3, 0}}
-	l = newLimiter(t, rec, &LimiterOptions{Observer: Observer{OnLimitChange: func(c LimitChange) {
+	l = newLimiter(t, rec, &LimiterOptions{Observer: &observe.Observer{OnLimitChange: func(_ context.Context, c observe.LimitChange) {
 		changes = append(changes, c)
 		_ = l.Stats() // observers run without the lock: this must not deadlock
 	}}})
@@ -112,7 +114,7 @@ func TestLimiterFollowsLimit(t *testing.T) {
 	toks[2].Success()
 	last := mustAcquire(t, l, "")
 	last.Success()
-	assert.Equal(t, []LimitChange{{Old: 1, New: 3, InFlight: 0}, {Old: 3, New: 1, InFlight: 1}}, changes)
+	assert.Equal(t, []observe.LimitChange{{Name: "adaptive", Old: 1, New: 3, InFlight: 0}, {Name: "adaptive", Old: 3, New: 1, InFlight: 1}}, changes)
 }
 
 func TestTokenEndsOnce(t *testing.T) {
@@ -142,18 +144,19 @@ func TestLimiterContextDone(t *testing.T) {
 }
 
 func TestLimiterRejectionObserver(t *testing.T) {
-	var got []Rejection
+	var got []observe.Reject
 	l := newLimiter(t, fixed(t, 1), &LimiterOptions{
+		Name:       "api",
 		Partitions: []Partition{{Name: "live", Share: 0.5}},
-		Observer:   Observer{OnReject: func(r Rejection) { got = append(got, r) }},
+		Observer:   &observe.Observer{OnReject: func(_ context.Context, r observe.Reject) { got = append(got, r) }},
 	})
 	mustAcquire(t, l, "nobody") // unknown traffic may use the idle capacity
 	mustAcquire(t, l, "live")   // under its guarantee of ceil(1·0.5) = 1
 	mustReject(t, l, "live")
 	mustReject(t, l, "nobody")
-	assert.Equal(t, []Rejection{
-		{Partition: "live", Limit: 1, InFlight: 2},
-		{Partition: "", Limit: 1, InFlight: 2},
+	assert.Equal(t, []observe.Reject{
+		{Name: "api", Partition: "live", Limit: 1, InFlight: 2},
+		{Name: "api", Partition: "", Limit: 1, InFlight: 2},
 	}, got)
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // waitOrder queues three requests behind a held slot, one at a time, then
@@ -80,10 +82,10 @@ func TestWaitGivesUp(t *testing.T) {
 	// Three ways out of the backlog, in one bubble (t.Run is not allowed in
 	// one): MaxWait, the context's deadline, and a full backlog.
 	synctest.Test(t, func(t *testing.T) {
-		var rejections []Rejection
+		var rejections []observe.Reject
 		l := newLimiter(t, fixed(t, 1), &LimiterOptions{
 			Wait: WaitLIFO, MaxWait: time.Second, MaxWaiters: 1,
-			Observer: Observer{OnReject: func(r Rejection) { rejections = append(rejections, r) }},
+			Observer: &observe.Observer{OnReject: func(_ context.Context, r observe.Reject) { rejections = append(rejections, r) }},
 		})
 		hold := mustAcquire(t, l, "")
 		defer hold.Success()

@@ -51,4 +51,11 @@
 // limit until they end) and as long as each holder renews in time (a
 // process stalled past its TTL loses its slots to others while its
 // requests run on).
+//
+// # Observing
+//
+// Options.Observer, an observe.Observer, receives every Acquire
+// (OnAcquire: allowed, denied or failed, with the key's requests in
+// flight) and every release of a slot (OnRelease: how long it was held),
+// named by Options.Name, without an allocation.
 package inflight

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -17,6 +19,8 @@ const (
 	DefaultTTL = 10 * time.Second
 	// DefaultRetryAfter is the default of Options.RetryAfter.
 	DefaultRetryAfter = time.Second
+	// DefaultName is the default of Options.Name.
+	DefaultName = "inflight"
 )
 
 // MinTTL is the shortest Options.TTL: Redis expires keys in whole
@@ -59,6 +63,27 @@ type Options struct {
 	// is given. A slot frees as soon as any request of the key ends, so no
 	// exact time exists; the default is 1s.
 	RetryAfter time.Duration
+
+	// Name names the Limiter in the events it reports
+	// (observe.Acquire.Name, observe.Release.Name). The default is
+	// "inflight".
+	Name string
+
+	// Observer receives every Acquire (OnAcquire: allowed, denied or
+	// failed, with the key's limit and its requests in flight) with the
+	// context given to Acquire, and every release of a slot Acquire took
+	// (OnRelease: how long it was held, on the monotonic clock, and the
+	// store's error) with the context given to Release: once per slot,
+	// however many times it or its copies are released, and also for a
+	// slot whose hold a renewal found expired. They run on the goroutine
+	// of the call, under no lock of the Limiter's. The default (nil)
+	// reports nothing; the Observer's other fields do not apply.
+	//
+	// Observing allocates nothing. With OnRelease set, an Acquire reads
+	// the monotonic clock, and on a store whose holds do not expire
+	// (memstore) takes a pooled record that tells a slot's first Release
+	// from later ones, which Store.Release does not say.
+	Observer *observe.Observer
 }
 
 // Decision is the outcome of an Acquire.
@@ -87,6 +112,14 @@ type Limiter struct {
 	retryAfter time.Duration
 	closed     atomic.Bool
 	renew      renewer
+
+	name      string
+	onAcquire func(context.Context, observe.Acquire) // nil: none
+	onRelease func(context.Context, observe.Release) // nil: none
+	// base is the origin of the slots' start times: time.Since of a Time
+	// read with time.Now reads only the monotonic clock.
+	base  time.Time
+	onces sync.Pool // of *once, with onRelease only
 }
 
 // New returns a Limiter that lets at most limit requests of each key hold a
@@ -121,7 +154,16 @@ func New(store Store, limit int64, opts *Options) (*Limiter, error) {
 	if o.RetryAfter == 0 {
 		o.RetryAfter = DefaultRetryAfter
 	}
-	l := &Limiter{store: store, limit: limit, ttl: o.TTL, retryAfter: o.RetryAfter}
+	if err := o.Observer.Validate(); err != nil {
+		return nil, fmt.Errorf("inflight: Observer: %w", err)
+	}
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
+	l := &Limiter{store: store, limit: limit, ttl: o.TTL, retryAfter: o.RetryAfter, name: o.Name, base: time.Now()}
+	if o.Observer != nil {
+		l.onAcquire, l.onRelease = o.Observer.OnAcquire, o.Observer.OnRelease
+	}
 	l.renew.init(store, o.TTL, o.RenewEvery)
 	return l, nil
 }
@@ -149,7 +191,12 @@ func (l *Limiter) Limit() int64 { return l.limit }
 // On memstore, Acquire and Release allocate nothing for a key in use;
 // on a store whose holds expire, a slot held longer than
 // Options.RenewEvery is renewed by the Limiter until it is released.
-func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
+func (l *Limiter) Acquire(ctx context.Context, key string) (s Slot, err error) {
+	if l.onAcquire != nil {
+		// A deferred report rather than a wrapper: a Slot returned through
+		// two functions is copied twice, which costs more than the defer.
+		defer func() { l.reportAcquire(ctx, key, &s, err) }()
+	}
 	if key == "" || len(key) > floodgate.MaxKeyLen {
 		return Slot{}, step.CheckKey(key)
 	}
@@ -163,7 +210,7 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	if err != nil {
 		return Slot{}, err
 	}
-	s := Slot{Decision: Decision{Allowed: res.Allowed, Limit: l.limit, InFlight: res.InFlight}}
+	s = Slot{Decision: Decision{Allowed: res.Allowed, Limit: l.limit, InFlight: res.InFlight}}
 	if !res.Allowed {
 		s.RetryAfter = l.retryAfter
 		return s, nil
@@ -172,7 +219,31 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (Slot, error) {
 	if res.Hold.Expires {
 		s.reg, s.gen = l.renew.add(key, res.Hold)
 	}
+	if l.onRelease != nil {
+		s.start = time.Since(l.base)
+		if s.reg == nil {
+			// No registration tells the first Release from later ones:
+			// a pooled once does.
+			s.once, _ = l.onces.Get().(*once)
+			if s.once == nil {
+				s.once = new(once)
+			}
+			s.gen = s.once.gen.Load()
+		}
+	}
 	return s, nil
+}
+
+// reportAcquire tells OnAcquire of an Acquire that returned s and err.
+func (l *Limiter) reportAcquire(ctx context.Context, key string, s *Slot, err error) {
+	e := observe.Acquire{Name: l.name, Key: key, Outcome: observe.Allowed, Err: err, Limit: l.limit, InFlight: s.InFlight}
+	switch {
+	case err != nil:
+		e.Outcome = observe.Failed
+	case !s.Allowed:
+		e.Outcome = observe.Denied
+	}
+	l.onAcquire(ctx, e)
 }
 
 // Close stops the renewals of the slots still held: they then expire
@@ -196,12 +267,21 @@ func (l *Limiter) Close() error {
 type Slot struct {
 	Decision
 
-	l    *Limiter // nil unless Allowed
-	key  string
-	hold Hold
-	reg  *renewal // the hold's renewal, or nil
-	gen  uint64   // reg's generation when the hold was registered
+	l     *Limiter // nil unless Allowed
+	key   string
+	hold  Hold
+	reg   *renewal      // the hold's renewal, or nil
+	once  *once         // with OnRelease and no reg: tells the first Release
+	gen   uint64        // reg's or once's generation when the slot was taken
+	start time.Duration // with OnRelease: the acquisition, since l.base
 }
+
+// once tells the first Release of a slot (of any copy of its Slot) from
+// later ones, for a Limiter with an OnRelease to report it to once, when
+// no renewal registration does. It is pooled: its generation, which the
+// first Release advances, tells a Slot's Release from that of a later
+// Slot reusing it.
+type once struct{ gen atomic.Uint64 }
 
 // Release gives the slot back, once: later calls, on this Slot or a copy,
 // do nothing and return nil. It completes whether or not ctx has ended (it
@@ -213,13 +293,35 @@ func (s Slot) Release(ctx context.Context) error {
 	if s.l == nil {
 		return nil
 	}
-	if s.reg != nil {
+	switch {
+	case s.reg != nil:
 		held, ok := s.l.renew.remove(s.reg, s.gen)
-		if !ok || !held {
-			// Released before, or lost: a renewal found the hold
-			// gone, so there is nothing left to free.
+		if !ok {
+			return nil // released before
+		}
+		if !held {
+			// Lost: a renewal found the hold gone, so there is nothing
+			// left to free; the request that held it has ended all the
+			// same.
+			if s.l.onRelease != nil {
+				s.reportRelease(ctx, nil)
+			}
 			return nil
 		}
+	case s.once != nil:
+		if !s.once.gen.CompareAndSwap(s.gen, s.gen+1) {
+			return nil // released before
+		}
+		s.l.onces.Put(s.once)
 	}
-	return s.l.store.Release(ctx, s.key, s.hold)
+	err := s.l.store.Release(ctx, s.key, s.hold)
+	if s.l.onRelease != nil {
+		s.reportRelease(ctx, err)
+	}
+	return err
+}
+
+// reportRelease tells OnRelease of the release of s.
+func (s *Slot) reportRelease(ctx context.Context, err error) {
+	s.l.onRelease(ctx, observe.Release{Name: s.l.name, Key: s.key, Held: time.Since(s.l.base) - s.start, Err: err})
 }

@@ -138,4 +138,14 @@
 // Limiter owns one goroutine that returns expired units and forgets keys
 // idle for a TTL, plus one per refill in flight (at most one per key); Close
 // stops them all.
+//
+// # Observing
+//
+// [Limiter.Stats] counts decisions and round trips. For metrics, give
+// Options.Observer an observe.Observer: OnLease receives every round trip
+// (the units asked for and granted, its latency, and the decisions served
+// locally and waited since the key's previous one, from which the local
+// hit ratio follows) and OnReturn every return of unused units, named by
+// Options.Name. Decisions themselves are reported by observe.Wrap around
+// the Limiter (and around its remote, to see the round trips' steps).
 package lease

@@ -11,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // The tests below run on synctest's virtual clock, which starts at
@@ -38,7 +39,7 @@ func TestExpiryFixedWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRemote(t, floodgate.FixedWindow{Limit: 10, Window: time.Second})
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec})
+		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec.observer()})
 		time.Sleep(500 * ms)
 		require.Equal(t, 3, allowAll(t, l, "k", 3)) // a lease of 10 at 0.5 s; 7 left
 		require.EqualValues(t, 1, r.upTo.Load())
@@ -51,9 +52,9 @@ func TestExpiryFixedWindow(t *testing.T) {
 		assert.Zero(t, l.Held("k"))
 		assert.Zero(t, allowAll(t, l, "k", 5))
 		assert.Zero(t, r.refunds.Load())
-		returns := rec.of(lease.EventReturn)
+		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, lease.Event{Kind: lease.EventReturn, Key: "k", Units: 7, Reason: lease.ReturnExpired}, returns[0])
+		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 7, Reason: "expired"}, returns[0])
 
 		// The next window admits its Limit, and nothing of the last one.
 		time.Sleep(400 * time.Microsecond)
@@ -99,14 +100,14 @@ func TestExpirySlidingWindow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRemote(t, floodgate.SlidingWindow{Limit: 10, Window: time.Second})
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec})
+		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec.observer()})
 		time.Sleep(500 * ms)
 		require.Equal(t, 3, allowAll(t, l, "k", 3)) // a lease of 10 at 0.5 s
 		time.Sleep(500 * ms)
 		synctest.Wait()
-		returns := rec.of(lease.EventReturn)
+		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, lease.Event{Kind: lease.EventReturn, Key: "k", Units: 7, Granted: 7, Reason: lease.ReturnExpired}, returns[0])
+		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 7, Granted: 7, Reason: "expired"}, returns[0])
 		// At 1 s, the previous window counts the 3 used, at full weight:
 		// 7 units fit, none of them from the old lease.
 		assert.Equal(t, 7, allowAll(t, l, "k", 20))
@@ -123,7 +124,7 @@ func TestExpiryTokenBucket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRemote(t, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 10})
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: 5 * time.Second, Observer: rec})
+		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: 5 * time.Second, Observer: rec.observer()})
 		require.Equal(t, 2, allowAll(t, l, "k", 2)) // the whole bucket at 0
 		time.Sleep(4 * time.Second)
 		require.Equal(t, 1, allowAll(t, l, "k", 1))
@@ -132,9 +133,9 @@ func TestExpiryTokenBucket(t *testing.T) {
 		synctest.Wait()
 		// At 5 s, 5 of the 10 tokens have refilled: 5 of the 7 unused can
 		// come back, and the bucket is full again, no fuller.
-		returns := rec.of(lease.EventReturn)
+		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, lease.Event{Kind: lease.EventReturn, Key: "k", Units: 7, Granted: 5, Reason: lease.ReturnExpired}, returns[0])
+		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 7, Granted: 5, Reason: "expired"}, returns[0])
 		assert.EqualValues(t, 10, remoteLeft(t, r, "k", 10))
 		require.NoError(t, l.Close())
 	})
@@ -146,13 +147,13 @@ func TestExpirySlidingLog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRemote(t, floodgate.SlidingLog{Limit: 10, Window: 10 * time.Second})
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Second, Observer: rec})
+		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Second, Observer: rec.observer()})
 		require.Equal(t, 4, allowAll(t, l, "k", 4)) // 10 logged at 0
 		time.Sleep(time.Second)
 		synctest.Wait()
-		returns := rec.of(lease.EventReturn)
+		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, lease.Event{Kind: lease.EventReturn, Key: "k", Units: 6, Granted: 6, Reason: lease.ReturnExpired}, returns[0])
+		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 6, Granted: 6, Reason: "expired"}, returns[0])
 		assert.EqualValues(t, 6, remoteLeft(t, r, "k", 10), "the log holds the 4 used")
 		require.NoError(t, l.Close())
 	})

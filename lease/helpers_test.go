@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -160,28 +162,57 @@ func remoteLeft(t *testing.T, r floodgate.Limiter, key string, quota int64) int6
 	return res.Granted
 }
 
-// recorder is an Observer that keeps every event.
+// recorder keeps every event of the Observer it makes.
 type recorder struct {
-	mu     sync.Mutex
-	events []lease.Event
+	mu      sync.Mutex
+	leases  []observe.Lease
+	returns []observe.Return
+	ctxs    []context.Context
 }
 
-func (rec *recorder) Observe(e lease.Event) {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	rec.events = append(rec.events, e)
+// observer returns an Observer that records into rec.
+func (rec *recorder) observer() *observe.Observer {
+	return &observe.Observer{
+		OnLease: func(ctx context.Context, e observe.Lease) {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			rec.leases = append(rec.leases, e)
+			rec.ctxs = append(rec.ctxs, ctx)
+		},
+		OnReturn: func(ctx context.Context, e observe.Return) {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			rec.returns = append(rec.returns, e)
+			rec.ctxs = append(rec.ctxs, ctx)
+		},
+	}
 }
 
-func (rec *recorder) of(kind lease.EventKind) []lease.Event {
+// leased returns the lease events so far.
+func (rec *recorder) leased() []observe.Lease {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	var out []lease.Event
-	for _, e := range rec.events {
-		if e.Kind == kind {
-			out = append(out, e)
+	return slices.Clone(rec.leases)
+}
+
+// returned returns the return events so far.
+func (rec *recorder) returned() []observe.Return {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return slices.Clone(rec.returns)
+}
+
+// background reports whether every event came with context.Background():
+// the Limiter reports round trips of its own, never a caller's.
+func (rec *recorder) background() bool {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, ctx := range rec.ctxs {
+		if ctx != context.Background() {
+			return false
 		}
 	}
-	return out
+	return true
 }
 
 // errDown is a store failure.

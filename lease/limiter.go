@@ -56,7 +56,8 @@ var _ floodgate.Limiter = (*Limiter)(nil)
 // floodgate.ErrInvalidConfig when remote is nil, reports an invalid
 // algorithm or one whose policy disagrees with its own, or runs a leaky
 // bucket, whose shaping leases would defeat, or a floodgate.Limits; and an
-// error matching ErrInvalidOptions for unusable Options.
+// error matching ErrInvalidOptions for unusable Options (for an invalid
+// Options.Observer, floodgate.ErrInvalidConfig too).
 //
 // A Limits is refused because a pool's expiry follows one algorithm: units
 // leased from a fixed or sliding window expire when the window that
@@ -420,7 +421,7 @@ func (l *Limiter) Close() error {
 		e.dead = true
 		if p := e.pool.Load(); p != nil {
 			e.pool.Store(nil)
-			jobs = append(jobs, l.retireLocked(e, p, ReturnClosed, now)...)
+			jobs = append(jobs, l.retireLocked(e, p, returnClosed, now)...)
 		}
 		e.mu.Unlock()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // reporter is a remote that reports another algorithm than it runs.
@@ -112,7 +113,7 @@ func TestAllowServesFromPool(t *testing.T) {
 		ctx := context.Background()
 		r := newRemote(t, floodgate.FixedWindow{Limit: 1000, Window: time.Hour})
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec})
+		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec.observer()})
 
 		// The first decision waits for a lease of 10: 1 used, 9 left, and
 		// the remote has 990 more. The gate holds the round trip until the
@@ -155,10 +156,10 @@ func TestAllowServesFromPool(t *testing.T) {
 
 		assert.Equal(t, lease.Stats{Local: 6, Waited: 1, Leases: 2, Leased: 16}, l.Stats())
 		assert.InDelta(t, 6.0/7, l.Stats().LocalRatio(), 1e-9)
-		leases := rec.of(lease.EventLease)
+		leases := rec.leased()
 		require.Len(t, leases, 2)
-		assert.Equal(t, lease.Event{Kind: lease.EventLease, Key: "k", Units: 10, Granted: 10, Waited: 1}, leases[0])
-		assert.Equal(t, lease.Event{Kind: lease.EventLease, Key: "k", Units: 6, Granted: 6, Local: 5}, leases[1])
+		assert.Equal(t, observe.Lease{Name: "lease", Key: "k", Units: 10, Granted: 10, Waited: 1}, leases[0])
+		assert.Equal(t, observe.Lease{Name: "lease", Key: "k", Units: 6, Granted: 6, Local: 5}, leases[1])
 
 		require.NoError(t, l.Close())
 		assert.EqualValues(t, 1000-7, remoteLeft(t, r, "k", 1000), "after Close the remote counts the 7 admitted")
@@ -363,7 +364,7 @@ func TestCloseReturnsUnits(t *testing.T) {
 		ctx := context.Background()
 		r := newRemote(t, floodgate.FixedWindow{Limit: 1000, Window: time.Hour})
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, Observer: rec})
+		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, Observer: rec.observer()})
 		for _, key := range []string{"a", "b", "c"} {
 			_, err := l.AllowN(ctx, key, 3)
 			require.NoError(t, err)
@@ -373,10 +374,10 @@ func TestCloseReturnsUnits(t *testing.T) {
 		for _, key := range []string{"a", "b", "c"} {
 			assert.EqualValues(t, 997, remoteLeft(t, r, key, 1000), key)
 		}
-		returns := rec.of(lease.EventReturn)
+		returns := rec.returned()
 		require.Len(t, returns, 3)
 		for _, e := range returns {
-			assert.Equal(t, lease.Event{Kind: lease.EventReturn, Key: e.Key, Units: 7, Granted: 7, Reason: lease.ReturnClosed}, e)
+			assert.Equal(t, observe.Return{Name: "lease", Key: e.Key, Units: 7, Granted: 7, Reason: "closed"}, e)
 		}
 		_, err := l.Allow(ctx, "a")
 		assert.ErrorIs(t, err, lease.ErrClosed)
@@ -425,24 +426,35 @@ func TestCloseWaitsForRefills(t *testing.T) {
 	})
 }
 
+// TestObserverMayCallTheLimiter: observers run under no lock of the
+// Limiter's, so they may call it, its per-key lock included (Batch).
 func TestObserverMayCallTheLimiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRemote(t, floodgate.FixedWindow{Limit: 1000, Window: time.Hour})
 		var l *lease.Limiter
-		var calls atomic.Int64
-		obs := lease.ObserverFunc(func(e lease.Event) {
-			if calls.Add(1) == 1 {
+		var leases, returns atomic.Int64
+		obs := &observe.Observer{
+			OnLease: func(_ context.Context, e observe.Lease) {
 				_ = l.Stats()
-				_, err := l.Allow(context.Background(), "other")
-				assert.NoError(t, err)
-			}
-		})
-		l = newLease(t, r, &lease.Options{Observer: obs})
+				_ = l.Batch(e.Key)
+				if leases.Add(1) == 1 {
+					_, err := l.Allow(context.Background(), "other")
+					assert.NoError(t, err)
+				}
+			},
+			OnReturn: func(_ context.Context, e observe.Return) {
+				_ = l.Stats()
+				_ = l.Batch(e.Key)
+				returns.Add(1)
+			},
+		}
+		l = newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, Observer: obs})
 		_, err := l.Allow(context.Background(), "k")
 		require.NoError(t, err)
 		synctest.Wait()
 		require.NoError(t, l.Close())
-		assert.GreaterOrEqual(t, calls.Load(), int64(2))
+		assert.EqualValues(t, 2, leases.Load(), "k's lease and other's")
+		assert.EqualValues(t, 2, returns.Load(), "both pools, on Close")
 	})
 }
 
@@ -455,15 +467,15 @@ func TestFailOpenGrantsAreNotRefunded(t *testing.T) {
 				Decision: floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 1000 - n}}
 		}
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, Observer: rec})
+		l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, Observer: rec.observer()})
 		d, err := l.Allow(context.Background(), "k")
 		require.NoError(t, err)
 		assert.True(t, d.Allowed, "the store's fail-open policy admits")
 		require.NoError(t, l.Close())
 		assert.Zero(t, r.refunds.Load(), "units the remote never counted are not given back")
-		returns := rec.of(lease.EventReturn)
+		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, lease.Event{Kind: lease.EventReturn, Key: "k", Units: 9, Reason: lease.ReturnClosed}, returns[0])
+		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 9, Reason: "closed"}, returns[0])
 	})
 }
 
@@ -517,7 +529,10 @@ func TestLocalDecisionAllocatesNothing(t *testing.T) {
 	r := newRemote(t, floodgate.FixedWindow{Limit: 1 << 40, Window: 24 * time.Hour})
 	// A batch larger than the runs: no refill during the measurement, whose
 	// allocations (amortized over a batch) would otherwise round away.
-	l := newLease(t, r, &lease.Options{MinBatch: 1 << 20, MaxBatch: 1 << 20, TTL: time.Hour})
+	// Observed: what the Observer is told of is round trips, never a local
+	// decision.
+	rec := &recorder{}
+	l := newLease(t, r, &lease.Options{MinBatch: 1 << 20, MaxBatch: 1 << 20, TTL: time.Hour, Observer: rec.observer()})
 	defer func() { require.NoError(t, l.Close()) }()
 	ctx := context.Background()
 	_, err := l.Allow(ctx, "k")
@@ -529,4 +544,5 @@ func TestLocalDecisionAllocatesNothing(t *testing.T) {
 	})
 	assert.Zero(t, allocs)
 	assert.EqualValues(t, 1, r.upTo.Load())
+	assert.Len(t, rec.leased(), 1)
 }

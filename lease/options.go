@@ -1,10 +1,13 @@
 package lease
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // Defaults of Options.
@@ -23,6 +26,8 @@ const (
 	DefaultTTL = time.Second
 	// DefaultTimeout is the default of Options.Timeout.
 	DefaultTimeout = time.Second
+	// DefaultName is the default of Options.Name.
+	DefaultName = "lease"
 )
 
 // ErrInvalidOptions reports unusable Options.
@@ -84,9 +89,25 @@ type Options struct {
 	// time; tests use testing/synctest instead.
 	Now func() time.Time
 
-	// Observer is told of every lease round trip and every return of
-	// unused units. The default (nil) tells no one.
-	Observer Observer
+	// Name names the Limiter in the events it reports (observe.Lease.Name,
+	// observe.Return.Name), so that the leases of several Limiters can be
+	// told apart. The default is "lease".
+	Name string
+
+	// Observer receives every lease round trip (OnLease: the units asked
+	// for and granted, its latency on Now's clock, and the decisions served
+	// locally and waited since the key's previous one, whose ratio is the
+	// local hit ratio) and every return of unused units (OnReturn), whose
+	// Reason is "expired" (the units outlived TTL or the remote window they
+	// were counted in), "replaced" (a lease counted in a later window of
+	// the remote replaced them) or "closed" (Close, or a lease that landed
+	// after its key was forgotten). Both are called on the goroutine that
+	// made the round trip (a refill's own, Close's, or the expiry's), with
+	// context.Background() since it serves no one caller, and never under
+	// a lock of the Limiter: they may call it (Stats, for example). The
+	// default (nil) reports nothing. Its other fields do not apply: wrap
+	// the Limiter with observe.Wrap to see its decisions.
+	Observer *observe.Observer
 }
 
 // config is Options resolved against the remote's policy.
@@ -100,7 +121,9 @@ type config struct {
 	userNow        func() time.Time // Options.Now; nil for the monotonic clock
 	base           time.Time        // the monotonic clock's origin
 	baseNs         int64
-	observer       Observer
+	name           string
+	onLease        func(context.Context, observe.Lease)  // nil: none
+	onReturn       func(context.Context, observe.Return) // nil: none
 }
 
 // resolve validates o and fills in the defaults for a remote with quota.
@@ -123,6 +146,10 @@ func (o *Options) resolve(quota int64) (config, error) {
 	case v.Timeout < 0:
 		return config{}, fmt.Errorf("%w: Timeout must not be negative, got %v", ErrInvalidOptions, v.Timeout)
 	}
+	if err := v.Observer.Validate(); err != nil {
+		// Both ErrInvalidOptions and the Observer's ErrInvalidConfig match.
+		return config{}, fmt.Errorf("%w: Observer: %w", ErrInvalidOptions, err)
+	}
 	c := config{
 		minBatch:       v.MinBatch,
 		maxBatch:       v.MaxBatch,
@@ -130,7 +157,13 @@ func (o *Options) resolve(quota int64) (config, error) {
 		targetInterval: int64(v.TargetInterval),
 		ttl:            int64(v.TTL),
 		timeout:        v.Timeout,
-		observer:       v.Observer,
+		name:           v.Name,
+	}
+	if c.name == "" {
+		c.name = DefaultName
+	}
+	if v.Observer != nil {
+		c.onLease, c.onReturn = v.Observer.OnLease, v.Observer.OnReturn
 	}
 	if c.minBatch == 0 {
 		c.minBatch = DefaultMinBatch

@@ -12,6 +12,7 @@ import (
 	"github.com/puzpuzpuz/xsync/v4"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -19,7 +20,7 @@ import (
 //
 // Lock discipline: decisions served from the pool touch only atomics (pool,
 // the pool's counters, fill, quiet). mu guards the rest and every change of
-// pool, and is never held during a round trip or an Observer call. Lock
+// pool, and is never held during a round trip or an observer call. Lock
 // order: entry.mu, then Limiter.mu or the map's bucket lock; janitor.mu is
 // never held with another lock.
 type entry struct {
@@ -49,7 +50,8 @@ type entry struct {
 	// lastLease is the local instant the last lease round trip ended.
 	lastLease int64
 	// local counts decisions served by retired pools since the last
-	// EventLease; waiters counts those that waited for the last refill.
+	// lease round trip; waiters counts those that waited for the last
+	// refill.
 	local   int64
 	waiters int64
 
@@ -108,10 +110,17 @@ type refill struct {
 	err     error
 }
 
+// The reasons of an observe.Return (see Options.Observer).
+const (
+	returnExpired  = "expired"
+	returnReplaced = "replaced"
+	returnClosed   = "closed"
+)
+
 // returnJob is units a pool gave up, to refund to the remote.
 type returnJob struct {
 	key    string
-	reason ReturnReason
+	reason string // returnExpired, returnReplaced or returnClosed
 	units  int64
 	// parts are the refunds to make, newest lease first; none when the
 	// units cannot or need not be given back.
@@ -288,7 +297,7 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 	e.mu.Lock()
 	switch {
 	case granted > 0 && (e.dead || l.closed.Load()):
-		jobs = append(jobs, returnJob{key: e.key, reason: ReturnClosed, units: granted,
+		jobs = append(jobs, returnJob{key: e.key, reason: returnClosed, units: granted,
 			parts: refundParts(grantRefundable(res), []grant{{at: res.At.Add(res.Delay), n: granted}}, granted)})
 	case granted > 0:
 		jobs = l.installLocked(e, r, res, granted, end)
@@ -320,8 +329,11 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 	close(r.done)
 
 	l.jan.schedule(e, due)
-	if l.cfg.observer != nil {
-		l.cfg.observer.Observe(Event{Kind: EventLease, Key: e.key, Units: r.asked, Granted: granted, Err: err,
+	if l.cfg.onLease != nil {
+		// The round trip ran on this goroutine, for whichever callers
+		// waited for it (Waited of them, each with a context of its own)
+		// or for none: its context is the background's.
+		l.cfg.onLease(context.Background(), observe.Lease{Name: l.cfg.name, Key: e.key, Units: r.asked, Granted: granted, Err: err,
 			Latency: time.Duration(max(end-r.start, 0)), Local: local, Waited: waiters})
 	}
 	_ = l.giveBack(jobs)
@@ -393,9 +405,9 @@ func (l *Limiter) installLocked(e *entry, r *refill, res floodgate.Result, grant
 	if cur == nil {
 		return nil
 	}
-	reason := ReturnExpired
+	reason := returnExpired
 	if cur.window != window && end < cur.deadline.Load() {
-		reason = ReturnReplaced
+		reason = returnReplaced
 	}
 	return l.retireLocked(e, cur, reason, end)
 }
@@ -448,7 +460,7 @@ func refundParts(refundable bool, grants []grant, units int64) []grant {
 // retireLocked empties p, which is no longer e's pool, and returns its
 // unused units to give back. Decisions racing with it either took their
 // units before the swap or find none: no unit is both used and returned.
-func (l *Limiter) retireLocked(e *entry, p *pool, reason ReturnReason, now int64) []returnJob {
+func (l *Limiter) retireLocked(e *entry, p *pool, reason string, now int64) []returnJob {
 	units := p.left.Swap(0)
 	if h := p.hits.Swap(0); h != 0 {
 		e.local += h
@@ -459,7 +471,7 @@ func (l *Limiter) retireLocked(e *entry, p *pool, reason ReturnReason, now int64
 	}
 	e.dropped += units
 	refundable := p.refundable
-	if l.kind == step.KindFixedWindow && (reason == ReturnReplaced || now >= p.winDeadline) {
+	if l.kind == step.KindFixedWindow && (reason == returnReplaced || now >= p.winDeadline) {
 		// The remote's window has ended, or is ending within a round trip:
 		// its count resets and a refund would come back empty.
 		refundable = false
@@ -492,7 +504,7 @@ func (l *Limiter) expire(e *entry, now int64) ([]returnJob, int64) {
 	var jobs []returnJob
 	if p := e.pool.Load(); p != nil && (now < p.start || now >= p.deadline.Load()) {
 		e.pool.Store(nil)
-		jobs = l.retireLocked(e, p, ReturnExpired, now)
+		jobs = l.retireLocked(e, p, returnExpired, now)
 	}
 	switch {
 	case e.pool.Load() != nil || e.fill.Load() != nil:
@@ -513,7 +525,7 @@ func (l *Limiter) expire(e *entry, now int64) ([]returnJob, int64) {
 }
 
 // giveBack refunds the units of jobs to the remote, a few at a time, and
-// reports each job to the Observer. It returns the refunds' errors.
+// reports each job to Observer.OnReturn. It returns the refunds' errors.
 func (l *Limiter) giveBack(jobs []returnJob) error {
 	switch len(jobs) {
 	case 0:
@@ -551,8 +563,8 @@ func (l *Limiter) giveBackOne(j returnJob) error {
 	}
 	err := errors.Join(errs...)
 	l.returned.Add(back)
-	if l.cfg.observer != nil {
-		l.cfg.observer.Observe(Event{Kind: EventReturn, Key: j.key, Units: j.units, Granted: back, Err: err, Reason: j.reason})
+	if l.cfg.onReturn != nil {
+		l.cfg.onReturn(context.Background(), observe.Return{Name: l.cfg.name, Key: j.key, Units: j.units, Granted: back, Reason: j.reason, Err: err})
 	}
 	return err
 }

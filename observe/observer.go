@@ -30,7 +30,8 @@ import (
 // event (a decision's, an acquisition's, a round trip's), so that an
 // adapter can add to its trace span, or context.Background() for events
 // of background work (counted failures, a lease refill on its own
-// goroutine).
+// goroutine, an adaptive limit change) and of calls that take no context
+// (shed.Shedder.Allow).
 //
 // An Observer must not be changed once given to a component. The zero
 // value is an Observer of nothing.

@@ -1,10 +1,12 @@
 package shed
 
 import (
+	"context"
 	"math"
 	"sync/atomic"
 
 	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // Never is the threshold of a class that is never shed, whatever the gauge
@@ -75,7 +77,20 @@ type Options struct {
 	// Thresholds are the utilizations at which each class is shed. The
 	// default is the graduated rule (see Thresholds).
 	Thresholds Thresholds
+	// Name names the Shedder in the events it reports (observe.Shed.Name).
+	// The default is "shed".
+	Name string
+	// Observer receives every request the Shedder sheds (OnShed: its
+	// class as Decision.Class reports it, the utilization it was shed at
+	// and its class's threshold), on the goroutine of Allow, with no lock
+	// held, with context.Background() since Allow takes no context. The
+	// default (nil) reports nothing; the Observer's other fields do not
+	// apply. Allowed requests are counted by Stats.
+	Observer *observe.Observer
 }
+
+// DefaultName is the default of Options.Name.
+const DefaultName = "shed"
 
 // Decision is a Shedder's answer for one request.
 type Decision struct {
@@ -113,6 +128,8 @@ type Shedder struct {
 	gauge     Gauge
 	threshold [classes]float64
 	counts    [classes]counter
+	name      string
+	onShed    func(context.Context, observe.Shed) // nil: none
 }
 
 // counter is one class's counts, padded to a cache line of its own so that
@@ -150,6 +167,9 @@ func New(g Gauge, opts *Options) (*Shedder, error) {
 		return nil, invalid("Thresholds %+v: need Background <= Sheddable <= Default <= Critical", t)
 	}
 	s := &Shedder{gauge: g}
+	if err := s.observe(opts); err != nil {
+		return nil, err
+	}
 	s.threshold = [classes]float64{critical: t.Critical, standard: t.Default, sheddable: t.Sheddable, background: t.Background}
 	return s, nil
 }
@@ -169,6 +189,9 @@ func (s *Shedder) Allow(class string) Decision {
 		s.counts[c].allowed.Add(1)
 	} else {
 		s.counts[c].shed.Add(1)
+		if s.onShed != nil {
+			s.onShed(context.Background(), observe.Shed{Name: s.name, Class: d.Class, Utilization: u, Threshold: t})
+		}
 	}
 	return d
 }
@@ -179,4 +202,23 @@ func (s *Shedder) Stats() Stats {
 		return ClassStats{Allowed: s.counts[c].allowed.Load(), Shed: s.counts[c].shed.Load()}
 	}
 	return Stats{Critical: get(critical), Default: get(standard), Sheddable: get(sheddable), Background: get(background)}
+}
+
+// observe sets the name and the observer of opts (nil means the defaults),
+// after validating the observer.
+func (s *Shedder) observe(opts *Options) error {
+	s.name = DefaultName
+	if opts == nil {
+		return nil
+	}
+	if err := opts.Observer.Validate(); err != nil {
+		return invalid("Options.Observer: %w", err)
+	}
+	if opts.Name != "" {
+		s.name = opts.Name
+	}
+	if opts.Observer != nil {
+		s.onShed = opts.Observer.OnShed
+	}
+	return nil
 }

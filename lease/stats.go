@@ -1,0 +1,32 @@
+package lease
+
+// Stats are cumulative counts of a Limiter's decisions and round trips.
+type Stats struct {
+	// Local is the number of decisions served from a pool without waiting
+	// for a round trip.
+	Local int64
+	// Waited is the number of decisions that waited for a lease round
+	// trip: admitted, denied, or failed with the remote's error.
+	Waited int64
+	// Forwarded is the number of decisions passed to the remote limiter
+	// (more units than MaxBatch, Reserve or Wait that a pool could not
+	// serve, and pools too contended to serve after a refill).
+	Forwarded int64
+	// Leases is the number of lease round trips (Apply with OpTakeUpTo), successful or
+	// not, in the background or waited for.
+	Leases int64
+	// Leased is the number of units the remote leased.
+	Leased int64
+	// Returned is the number of unused units the remote took back.
+	Returned int64
+}
+
+// LocalRatio returns the fraction of decisions served without a round trip:
+// Local / (Local + Waited + Forwarded), or 0 before any decision.
+func (s Stats) LocalRatio() float64 {
+	total := s.Local + s.Waited + s.Forwarded
+	if total == 0 {
+		return 0
+	}
+	return float64(s.Local) / float64(total)
+}
