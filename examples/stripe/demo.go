@@ -41,9 +41,9 @@ type actor struct {
 //   - from 0.1s to 1.6s, abuser holds requests of 800ms from six
 //     goroutines, twice its limit of requests in flight (tier 2);
 //   - from 0.9s to 1.5s, a burst: ten batch keys, three goroutines each,
-//     send requests of 100ms, default (batch-0 to 4), sheddable (5 to 7)
-//     and background (8 and 9), more than the workers can take (tiers 3
-//     and 4).
+//     send requests of 100ms, background (batch-0 and 1), sheddable (2 to
+//     4) and default (5 to 9), one key joining every 30ms, until they ask
+//     for more than the workers (tiers 4, then 3).
 func script() []actor {
 	const run = 2400 * time.Millisecond
 	a := []actor{
@@ -58,12 +58,15 @@ func script() []actor {
 	for i := range batchKeys {
 		class := adaptive.ClassDefault
 		switch {
-		case i >= 8:
+		case i < 2:
 			class = adaptive.ClassBackground
-		case i >= 5:
+		case i < 5:
 			class = adaptive.ClassSheddable
 		}
-		a = append(a, actor{"batch-0..9", "batch-" + strconv.Itoa(i), class, 3, 900 * time.Millisecond, 1500 * time.Millisecond,
+		// A key joins every 30ms, the least important first, so that the
+		// workers fill up over 0.3s and the shedders act in turn.
+		start := 900*time.Millisecond + time.Duration(i)*30*time.Millisecond
+		a = append(a, actor{"batch-0..9", "batch-" + strconv.Itoa(i), class, 3, start, 1500 * time.Millisecond,
 			100 * time.Millisecond, 0, 100 * time.Millisecond})
 	}
 	return a
@@ -291,7 +294,11 @@ func demo(ctx context.Context, srv *server) (rep *report, base string, err error
 func printReport(w io.Writer, rep *report, srv *server, base string) {
 	rep.mu.Lock()
 	defer rep.mu.Unlock()
-	fmt.Fprintf(w, "Tiers 1 to 3 %s; %.1fs of scripted overload against %s\n\n", srv.where, rep.elapsed.Seconds(), base)
+	fmt.Fprintf(w, "Tiers 1 to 3 %s; %.1fs of scripted overload against %s\n", srv.where, rep.elapsed.Seconds(), base)
+	fmt.Fprintf(w, "Per API key %d requests/s with bursts of %d, %d in flight; %d workers, %d of them kept for critical requests;\n",
+		ratePerSecond, rateBurst, maxInFlight, workers, int(math.Ceil(criticalShare*workers)))
+	fmt.Fprintf(w, "non-critical shed at %.0f%% of the fleet; background at %.0f%% of this server's workers, sheddable at %.0f%%, default at %.0f%%.\n\n",
+		100*fleetThresholds.Default, 100*workerThresholds.Background, 100*workerThresholds.Sheddable, 100*workerThresholds.Default)
 	header := fmt.Sprintf("%-12s %5s %5s %7s %12s %8s %9s %6s", "", "sent", "200", "1 rate", "2 in flight", "3 fleet", "4 worker", "other")
 	line := func(name string, r *row, extra string) {
 		fmt.Fprintf(w, "%-12s %5d %5d %7d %12d %8d %9d %6d%s\n", name, r.sent, r.outcomes[served],
@@ -352,6 +359,4 @@ func printReport(w io.Writer, rep *report, srv *server, base string) {
 			srv.redisFallbacks.Load(), srv.redisTimeout, srv.releaseErrors.Load(), inflight.DefaultTTL)
 	}
 	fmt.Fprintf(w, "tier 4: %d shed by utilization, %d with every worker busy\n", all.outcomes[byWorker], all.outcomes[byWorkersFull])
-	fmt.Fprintf(w, "limits: %d requests/s with bursts of %d and %d in flight per API key; %d workers, %d of them kept for critical requests\n",
-		ratePerSecond, rateBurst, maxInFlight, workers, int(math.Ceil(criticalShare*workers)))
 }

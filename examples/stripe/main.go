@@ -29,8 +29,9 @@
 // With -demo it serves on a loopback port of its own instead, drives a
 // scripted overload against itself (steady users sending default and
 // critical requests throughout, a client sending as fast as it can, an
-// abusive user holding slow requests, and a burst of sheddable and
-// background traffic), prints what each tier rejected, and exits:
+// abusive user holding slow requests, and a burst of non-critical
+// traffic, the least important first), prints what each tier rejected,
+// and exits:
 //
 //	go run ./examples/stripe -demo
 //
