@@ -127,8 +127,8 @@ type config struct {
 	redis     redis.UniversalClient // set by tests: used instead of redisAddr
 	prefix    string                // of every Redis key; "" means "stripe:"
 	// redisTimeout is redisstore.Options.Timeout, 0 for its default
-	// (20ms); tests on a loaded machine raise it, so that a slow Redis
-	// does not turn a tier's answer into a 503.
+	// (20ms); tests on a loaded machine raise it, so that the tiers'
+	// answers are Redis's rather than the local fallback's.
 	redisTimeout time.Duration
 }
 
