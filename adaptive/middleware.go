@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/floodgate-go/floodgate/internal/reject"
 )
 
 // MiddlewareOptions configures Middleware. A nil *MiddlewareOptions, or a
@@ -78,35 +79,23 @@ func Middleware(l *Limiter, opts *MiddlewareOptions) (func(http.Handler) http.Ha
 	if opts != nil {
 		o = *opts
 	}
-	if o.RejectStatus == 0 {
-		o.RejectStatus = http.StatusServiceUnavailable
+	if o.Timeout < 0 {
+		return nil, invalid("MiddlewareOptions.Timeout %v is negative", o.Timeout)
 	}
-	if o.RejectStatus < 400 || o.RejectStatus > 599 {
-		return nil, invalid("MiddlewareOptions.RejectStatus %d is not a 4xx or 5xx code", o.RejectStatus)
+	answer, err := reject.New(o.RejectStatus, o.RetryAfter, o.Rejected, "concurrency limit exceeded")
+	if err != nil {
+		return nil, invalid("%v", err)
 	}
-	if o.RetryAfter < 0 || o.Timeout < 0 {
-		return nil, invalid("MiddlewareOptions has a negative duration")
-	}
-	if o.RetryAfter == 0 {
-		o.RetryAfter = time.Second
-	}
-	if o.Rejected == nil {
-		status := o.RejectStatus
-		o.Rejected = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			http.Error(w, "concurrency limit exceeded", status)
-		})
-	}
-	retryAfter := strconv.FormatInt(int64((o.RetryAfter+time.Second-1)/time.Second), 10)
 	return func(next http.Handler) http.Handler {
-		return &middleware{l: l, o: o, retryAfter: retryAfter, next: next}
+		return &middleware{l: l, o: o, reject: answer, next: next}
 	}, nil
 }
 
 type middleware struct {
-	l          *Limiter
-	o          MiddlewareOptions
-	retryAfter string
-	next       http.Handler
+	l      *Limiter
+	o      MiddlewareOptions
+	reject reject.Answer // the 503 (RejectStatus) with Retry-After
+	next   http.Handler
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -118,8 +107,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tok, err = m.l.Acquire(r.Context())
 	}
 	if err != nil {
-		w.Header().Set("Retry-After", m.retryAfter)
-		m.o.Rejected.ServeHTTP(w, r)
+		m.reject.ServeHTTP(w, r)
 		return
 	}
 	if m.o.Timeout > 0 {

@@ -625,39 +625,48 @@ func TestInflightArguments(t *testing.T) {
 // BenchmarkStoreAcquire measures a request's two round trips on a real
 // Redis (REDIS_ADDR), through an inflight.Limiter: an Acquire and its
 // Release, serially on one key, and from 64 goroutines on 10,000 keys.
+// (RunParallel runs parallelism × GOMAXPROCS goroutines, so "serial" is a
+// plain loop and the parallel case divides by GOMAXPROCS, as
+// BenchmarkStoreApply does.)
 func BenchmarkStoreAcquire(b *testing.B) {
 	ctx := context.Background()
 	names := make([]string, 10_000)
 	for i := range names {
 		names[i] = "bench:" + strconv.Itoa(i)
 	}
+	request := func(lim *inflight.Limiter, key string) error {
+		slot, err := lim.Acquire(ctx, key)
+		if err != nil || !slot.Allowed {
+			return fmt.Errorf("Acquire: %v, %v", slot.Decision, err)
+		}
+		return slot.Release(ctx)
+	}
 	for _, mode := range []struct {
 		name        string
-		parallelism int
+		parallelism int // goroutines
 	}{{"serial", 1}, {"parallel64", 64}} {
 		b.Run(mode.name, func(b *testing.B) {
-			c := benchClient(b, 64)
+			c := benchClient(b, mode.parallelism+8)
 			s := newStore(b, c, &Options{Timeout: time.Second})
 			lim, err := inflight.New(s, 1<<20, nil)
 			require.NoError(b, err)
 			defer lim.Close()
-			var seq atomic.Uint64
 			b.ReportAllocs()
-			b.SetParallelism(mode.parallelism)
+			if mode.parallelism == 1 {
+				for b.Loop() {
+					if err := request(lim, names[0]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return
+			}
+			var seq atomic.Uint64
+			b.SetParallelism(max(mode.parallelism/runtimeProcs(), 1))
 			b.RunParallel(func(pb *testing.PB) {
 				i := seq.Add(7919)
 				for pb.Next() {
-					key := names[0]
-					if mode.parallelism > 1 {
-						i++
-						key = names[i%uint64(len(names))]
-					}
-					slot, err := lim.Acquire(ctx, key)
-					if err != nil || !slot.Allowed {
-						b.Error(slot.Decision, err)
-						return
-					}
-					if err := slot.Release(ctx); err != nil {
+					i++
+					if err := request(lim, names[i%uint64(len(names))]); err != nil {
 						b.Error(err)
 						return
 					}

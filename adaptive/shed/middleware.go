@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
-	"github.com/floodgate-go/floodgate/headers"
+	"github.com/floodgate-go/floodgate/internal/reject"
 )
 
 // MiddlewareOptions configures Middleware. A nil *MiddlewareOptions, or a
@@ -21,7 +21,7 @@ type MiddlewareOptions struct {
 	// overloaded, not the client at fault (429 would blame the client).
 	RejectStatus int
 	// RetryAfter is the value of the Retry-After header of a shed request,
-	// in whole seconds rounded up, at least 1 (headers.FormatRetryAfter).
+	// in whole seconds rounded up, as adaptive.Middleware writes it.
 	// The default is 1s.
 	RetryAfter time.Duration
 	// Rejected writes the response to a shed request; the Retry-After
@@ -47,44 +47,28 @@ func Middleware(s *Shedder, opts *MiddlewareOptions) (func(http.Handler) http.Ha
 	if opts != nil {
 		o = *opts
 	}
-	if o.RejectStatus == 0 {
-		o.RejectStatus = http.StatusServiceUnavailable
-	}
-	if o.RejectStatus < 400 || o.RejectStatus > 599 {
-		return nil, invalid("MiddlewareOptions.RejectStatus %d is not a 4xx or 5xx code", o.RejectStatus)
-	}
-	if o.RetryAfter < 0 {
-		return nil, invalid("MiddlewareOptions.RetryAfter %v is negative", o.RetryAfter)
-	}
-	if o.RetryAfter == 0 {
-		o.RetryAfter = time.Second
-	}
 	if o.Class == nil {
 		o.Class = func(*http.Request) string { return adaptive.ClassDefault }
 	}
-	if o.Rejected == nil {
-		status := o.RejectStatus
-		o.Rejected = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			http.Error(w, "overloaded: request shed", status)
-		})
+	answer, err := reject.New(o.RejectStatus, o.RetryAfter, o.Rejected, "overloaded: request shed")
+	if err != nil {
+		return nil, invalid("%v", err)
 	}
-	retryAfter := headers.FormatRetryAfter(o.RetryAfter)
 	return func(next http.Handler) http.Handler {
-		return &middleware{s: s, o: o, retryAfter: retryAfter, next: next}
+		return &middleware{s: s, class: o.Class, reject: answer, next: next}
 	}, nil
 }
 
 type middleware struct {
-	s          *Shedder
-	o          MiddlewareOptions
-	retryAfter string
-	next       http.Handler
+	s      *Shedder
+	class  func(*http.Request) string
+	reject reject.Answer // the 503 (RejectStatus) with Retry-After
+	next   http.Handler
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if d := m.s.Allow(m.o.Class(r)); !d.Allowed {
-		w.Header().Set(headers.FieldRetryAfter, m.retryAfter)
-		m.o.Rejected.ServeHTTP(w, r)
+	if d := m.s.Allow(m.class(r)); !d.Allowed {
+		m.reject.ServeHTTP(w, r)
 		return
 	}
 	m.next.ServeHTTP(w, r)
