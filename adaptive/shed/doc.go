@@ -43,7 +43,15 @@
 //
 //	(fleet in flight - mine at the exchange + mine now) / (fleet capacity - ... + ...)
 //
-// per request: its own load live, the others' at most one Interval old. A
+// per request: its own load live, the others' at most one Interval old,
+// less the fall they have likely had since (as much, in proportion, as this
+// process's own load has fallen, or twice their fall over the last
+// Interval while its own load is not rising; [Fleet.Utilization]). That
+// discount is for requests that end together: admitted together on a view
+// an Interval old, they leave together a service time later, faster than
+// the exchanges follow, and a reading as of the exchange sheds on load that
+// has left (in the simulator, with deterministic service, at 64.5% of the
+// backend's true utilization; with the discount at 72.5% or more). A
 // request pays no I/O for it: one call of the local load function, one
 // atomic load, no allocation; a process pays one exchange per Interval. If
 // exchanges fail for longer than FleetOptions.MaxAge the Fleet falls back to
