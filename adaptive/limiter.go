@@ -462,8 +462,9 @@ func (l *Limiter) InFlight() int {
 
 // Utilization returns the requests in flight over the limit being enforced:
 // 0 when idle, 1 when the limit is in use, above 1 when partitions'
-// guarantees or critical requests' bursts took the total past the limit. It takes the Limiter's mutex
-// once and does not allocate; a *Limiter is a shed.Gauge through it.
+// guarantees or critical requests' bursts took the total past the limit. It
+// takes the Limiter's mutex once and does not allocate; a *Limiter is a
+// shed.Gauge through it.
 func (l *Limiter) Utilization() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

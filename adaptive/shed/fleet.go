@@ -115,9 +115,9 @@ type FleetOptions struct {
 // Cost per request (Utilization): one call of the local load function (for
 // LimiterLoad, two uncontended mutex acquisitions), one atomic load and a
 // few float operations; no I/O, no clock, no lock of its own, no
-// allocation. Cost per
-// process: one FleetSource exchange (one Redis round trip for the recipe in
-// the package doc) per Interval, off the request path.
+// allocation. Cost per process: one FleetSource exchange (one Redis round
+// trip for the recipe in the package doc) per Interval, off the request
+// path.
 //
 // The zero value is not usable; create one with NewFleet. A Fleet is safe
 // for concurrent use. Unless FleetOptions.Manual is set it runs one
@@ -254,7 +254,9 @@ func (f *Fleet) Utilization() float64 {
 		}
 	}
 	return Load{
-		InFlight: max(0, others+fall) + local.InFlight,
+		// The estimate stops at 0, or at the total's own figure when that
+		// is below 0 (a FleetSource at odds with itself): never a rise.
+		InFlight: max(min(others, 0), others+fall) + local.InFlight,
 		Capacity: v.fleet.Capacity - v.local.Capacity + local.Capacity,
 	}.Utilization()
 }

@@ -140,6 +140,16 @@ func TestFleetFalling(t *testing.T) {
 	other.set(Load{InFlight: 6, Capacity: 10})
 	sync(t)
 	assert.Equal(t, 0.55, f.Utilization(), "(5+6)/20")
+
+	// A total below this process's own load (a source at odds with
+	// itself) is not raised to 0.
+	odd := newFleet(t, FleetSourceFunc(func(context.Context, Load) (Load, error) {
+		return Load{InFlight: 1, Capacity: 20}, nil
+	}), mine.get, &FleetOptions{Manual: true})
+	mine.set(Load{InFlight: 3, Capacity: 10})
+	require.NoError(t, odd.Sync(ctx))
+	mine.set(Load{InFlight: 2, Capacity: 10})
+	assert.Equal(t, 0.0, odd.Utilization(), "(1-3+2)/20, as without the discount")
 }
 
 func TestFleetFailures(t *testing.T) {
