@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -152,8 +153,8 @@ func TestCriticalityOrder(t *testing.T) {
 func TestCriticalBurstWithoutPartitions(t *testing.T) {
 	// Without partitions every class counts alike against the limit, but
 	// ClassCritical may go ceil(2·sqrt(L)) above it: 8 above a limit of 16.
-	var got []Rejection
-	l := newLimiter(t, fixed(t, 16), &LimiterOptions{Observer: Observer{OnReject: func(r Rejection) { got = append(got, r) }}})
+	var got []observe.Reject
+	l := newLimiter(t, fixed(t, 16), &LimiterOptions{Observer: &observe.Observer{OnReject: func(_ context.Context, r observe.Reject) { got = append(got, r) }}})
 	for range 15 {
 		mustAcquire(t, l, ClassSheddable)
 	}
@@ -171,8 +172,8 @@ func TestCriticalBurstWithoutPartitions(t *testing.T) {
 	assert.Equal(t, 24, s.InFlight)
 	assert.Equal(t, uint64(6), s.Rejected)
 	assert.Empty(t, s.Partitions, "a limiter without partitions reports none")
-	assert.Equal(t, Rejection{Partition: "", Limit: 16, InFlight: 16}, got[0])
-	assert.Equal(t, Rejection{Partition: ClassCritical, Limit: 16, InFlight: 24}, got[5])
+	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: "", Limit: 16, InFlight: 16}, got[0])
+	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: ClassCritical, Limit: 16, InFlight: 24}, got[5])
 
 	// The burst frees its slots like any other request; the others are
 	// admitted again only below the limit.
