@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/scripts"
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -242,11 +243,11 @@ func TestMismatchIsAnError(t *testing.T) {
 			// (or 1ns less), where the mutants go wrong.
 			ctx := context.Background()
 			clock := floodgatetest.NewClock(t0)
-			var events []Event
+			rec := &recorder{}
 			opts := &Options{
 				Now:       srv.clock(clock),
 				OnFailure: FailOpen,
-				Observer:  ObserverFunc(func(e Event) { events = append(events, e) }),
+				Observer:  rec.observer(),
 			}
 			if tc.server {
 				// Redis TIME: miniredis' stands still at t0, a real
@@ -266,8 +267,9 @@ func TestMismatchIsAnError(t *testing.T) {
 			_, err = s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorIs(t, err, floodgate.ErrUnavailable)
-			require.Len(t, events, 1)
-			assert.Equal(t, EventError, events[0].Kind)
+			fs := rec.takeFailures(s)
+			require.Len(t, fs, 1)
+			assert.Equal(t, observe.Failures{Name: DefaultName, Node: s.single.addr, Policy: "error", Count: 1, Err: err}, fs[0], "Redis answered, and FailOpen does not absorb it")
 			assert.Equal(t, BreakerClosed, s.BreakerState("k"), "Redis answered: not a breaker failure")
 		})
 	}
