@@ -43,8 +43,34 @@ func TestNewValidatesOptions(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidOptions)
 		})
 	}
+	for name, o := range map[string]*observe.Observer{
+		"negative FailureInterval": {FailureInterval: -time.Second},
+		"negative LatencyEvery":    {LatencyEvery: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(c, &Options{Observer: o})
+			require.ErrorIs(t, err, ErrInvalidOptions)
+			require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "observe.Observer.Validate's error")
+		})
+	}
 	_, err := New(nil, nil)
 	require.ErrorIs(t, err, ErrInvalidOptions)
+
+	for _, tc := range []struct {
+		o    *Options
+		name string
+	}{
+		{nil, "redis"},
+		{&Options{}, DefaultName},
+		{&Options{Name: "sessions"}, "sessions"},
+		{&Options{Name: "sessions", Observer: &observe.Observer{}}, "sessions"},
+	} {
+		s, err := New(c, tc.o)
+		require.NoError(t, err)
+		require.Equal(t, tc.name, s.name, "New(%+v)", tc.o)
+		require.Nil(t, s.failTimer, "no OnFailures, no timer")
+		require.NoError(t, s.Close())
+	}
 
 	s, err := New(c, nil)
 	require.NoError(t, err)
