@@ -115,7 +115,10 @@ func TestObserverStoreCalls(t *testing.T) {
 			if tc.cluster {
 				cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), ContextTimeoutEnabled: true})
 				t.Cleanup(func() { _ = cc.Close() })
+				var mu sync.Mutex
 				require.NoError(t, cc.ForEachMaster(context.Background(), func(_ context.Context, m *redis.Client) error {
+					mu.Lock()
+					defer mu.Unlock()
 					nodes[m.Options().Addr] = true
 					return nil
 				}))
