@@ -20,9 +20,11 @@ import (
 // timer and reports what is left.
 //
 // The hot path takes no lock: under an open breaker a FailOpen decision
-// costs about as much as an atomic add, and 500,000 of them a second on
-// one node must not queue on a mutex. It allocates nothing either: the
-// box that holds an interval's first error is recycled (see failCount).
+// is fast, and 500,000 of them a second on one node must not queue on a
+// mutex for their counting (BenchmarkFailCount, two CPUs on one counter:
+// 15 ns a failure, 19-28 ns under a mutex, a gap that grows with the
+// CPUs). It allocates nothing either: the box that holds an interval's
+// first error is recycled (see failCount).
 
 // failCount counts the failed decisions of one node and policy label
 // since the last report, and holds the first error among them.
