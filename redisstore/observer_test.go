@@ -488,3 +488,41 @@ func TestObserverAllocs(t *testing.T) {
 	t.Logf("a FailOpen decision of an open breaker: %v allocations, observed %v", plain, observed)
 	require.Equal(t, plain, observed, "allocations of an observed failure")
 }
+
+// TestObserverRedirect sends a call to the wrong master of a Cluster: it
+// answers MOVED, a round trip answered (CallOK, with the MOVED error),
+// and the call made again through the ClusterClient is a second one, to
+// the master the redirection names.
+func TestObserverRedirect(t *testing.T) {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cc.Close() })
+	loadScripts(t, cc)
+	rec := &recorder{}
+	s := newStore(t, cc, &Options{Observer: rec.observer()})
+	ctx := context.Background()
+	kind := kindOf(observedBucket)
+	rkey := s.Key("moved", kind)
+	right, err := s.nodeFor(ctx, rkey)
+	require.NoError(t, err)
+	var wrong *node
+	for i := 0; wrong == nil; i++ {
+		n, err := s.nodeFor(ctx, s.Key(fmt.Sprint("other", i), kind))
+		require.NoError(t, err)
+		if n != right {
+			wrong = n
+		}
+	}
+	a, err := resolve(observedBucket)
+	require.NoError(t, err)
+	args := a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs)
+	_, err = s.runAt(ctx, wrong, prog(kind), []string{rkey}, args, s.trip(ctx, wrong, 1))
+	require.NoError(t, err)
+	cs := rec.takeCalls()
+	require.Len(t, cs, 2, "%+v", cs)
+	require.Equal(t, wrong.addr, cs[0].Node)
+	require.True(t, isRedirect(cs[0].Err), "%+v", cs[0])
+	require.Equal(t, observe.CallOK, cs[0].Outcome)
+	require.Equal(t, right.addr, cs[1].Node, "the node MOVED names")
+	require.Equal(t, observe.CallOK, cs[1].Outcome)
+	require.NoError(t, cs[1].Err)
+}
