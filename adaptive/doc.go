@@ -94,6 +94,10 @@
 // utilization instead: by the Limiter's (a *Limiter is a shed.Gauge), by any
 // other gauge (CPU, queue depth), or by a fleet's, with thresholds per class
 // (by default sheddable traffic at 80%, everything but critical at 95%).
+// For it, a Limiter without partitions lets requests of [ClassCritical]
+// burst ceil(2·sqrt(L)) above its limit L: the shedder keeps the last part
+// of the limit for critical traffic, which at a small limit is too small
+// for the critical demand's own spread ([LimiterOptions].Partitions).
 //
 // # Proof
 //

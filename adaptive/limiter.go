@@ -50,7 +50,19 @@ type LimiterOptions struct {
 	// is 1s (Netflix's LifoBlockingLimiter backlog timeout).
 	MaxWait time.Duration
 	// Partitions reserve guaranteed shares of the limit for named classes of
-	// traffic, the most important first; see Partition. The default is none.
+	// traffic, the most important first; see Partition. The default is none:
+	// every request counts alike against the limit L, except that a request
+	// of ClassCritical (AcquirePartition with ClassCritical) is admitted
+	// while fewer than L + ceil(2·sqrt(L)) requests are in flight. That is
+	// the burst allowance a Partition of Share 1 would have, the
+	// square-root staffing rule; it is for a load shedder in front of the
+	// limiter (package adaptive/shed) that keeps the last part of the limit
+	// for critical traffic, a part too small at a small limit for the
+	// critical demand's own spread (at 20 workers, 20% of the limit is 5
+	// slots: 1.4 standard deviations of critical traffic at 3x overload).
+	// The extra requests queue in the server; a latency-based limit sees
+	// them and shrinks, and the shedder, whose gauge is in flight over the
+	// limit, sheds the other classes sooner.
 	Partitions []Partition
 	// PartitionRule says how Partitions share the limit once it is in use;
 	// it matters only with Partitions. The default is PartitionBurst.
@@ -108,6 +120,7 @@ type Limiter struct {
 	inflight  int
 	parts     []partition
 	burstSum  int // PartitionBurst: the sum of the partitions' allowances
+	critBurst int // without partitions: ClassCritical's room above the limit, ceil(2·sqrt(current))
 	waiters   []*waiter
 	succeeded uint64
 	dropped   uint64
@@ -264,7 +277,9 @@ func (l *Limiter) Acquire(ctx context.Context) (Token, error) {
 
 // AcquirePartition is Acquire for a request of the named partition (a
 // Partition's Name, or a Class constant in the criticality mode). An unknown
-// name counts as no partition. Without partitions it is the same as Acquire.
+// name counts as no partition. Without partitions it is the same as Acquire,
+// except for ClassCritical, which may go ceil(2·sqrt(L)) above the limit
+// (see LimiterOptions.Partitions).
 func (l *Limiter) AcquirePartition(ctx context.Context, partition string) (Token, error) {
 	p, ok := l.index[partition]
 	if !ok {
@@ -387,7 +402,7 @@ func (l *Limiter) admits(p int, now time.Duration) bool {
 	case modeOrdered:
 		return l.inflight < l.parts[p].limit
 	default:
-		return l.inflight < l.current
+		return l.inflight < l.current || (p == plainCritical && l.inflight < l.current+l.critBurst)
 	}
 }
 
@@ -444,6 +459,10 @@ func (l *Limiter) grant(now time.Duration) {
 func (l *Limiter) setLimit(limit int, now time.Duration) {
 	l.current = limit
 	l.burstSum = 0
+	if l.mode == modePlain {
+		l.critBurst = int(math.Ceil(burstSpread * math.Sqrt(float64(limit))))
+		return
+	}
 	for i := range l.parts {
 		q := &l.parts[i]
 		if l.bursts {
@@ -474,8 +493,9 @@ func (l *Limiter) InFlight() int {
 
 // Utilization returns the requests in flight over the limit being enforced:
 // 0 when idle, 1 when the limit is in use, above 1 when partitions'
-// guarantees took the total past the limit. It takes the Limiter's mutex
-// once and does not allocate; a *Limiter is a shed.Gauge through it.
+// guarantees or critical requests' bursts took the total past the limit. It
+// takes the Limiter's mutex once and does not allocate; a *Limiter is a
+// shed.Gauge through it.
 func (l *Limiter) Utilization() float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -13,8 +13,9 @@ import (
 // zero field, means the default.
 type MiddlewareOptions struct {
 	// Partition returns the partition of a request (a Partition's Name or a
-	// Class constant). The default sends every request through Acquire, with
-	// no partition.
+	// Class constant; on a Limiter without partitions, ClassCritical is the
+	// one name that counts, see LimiterOptions.Partitions). The default
+	// sends every request through Acquire, with no partition.
 	Partition func(*http.Request) string
 	// RejectStatus is the status of a rejected request; it must be a 4xx or
 	// 5xx code. The default is 503 Service Unavailable, which tells clients

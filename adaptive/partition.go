@@ -78,6 +78,10 @@ const (
 	PartitionReference
 )
 
+// plainCritical is the index of ClassCritical in a Limiter without
+// partitions.
+const plainCritical = 1
+
 // Constants of PartitionBurst (see Partition).
 const (
 	// burstSpread is z in the burst allowance ceil(z·sqrt(g)).
@@ -126,7 +130,7 @@ type CriticalityOptions struct {
 type partitionMode uint8
 
 const (
-	modePlain       partitionMode = iota // one pool, admit while inflight < L
+	modePlain       partitionMode = iota // one pool, admit while inflight < L (ClassCritical: L + its burst)
 	modePartitioned                      // guaranteed shares (Partition)
 	modeOrdered                          // nested caps (CriticalityOptions)
 )
@@ -212,7 +216,10 @@ func buildPartitions(parts []Partition, crit *CriticalityOptions) ([]partition, 
 		}
 		return table, index, 0, modePartitioned, nil
 	default:
-		return []partition{{}}, nil, 0, modePlain, nil
+		// Index 0 holds every request but ClassCritical's, index
+		// plainCritical those of ClassCritical, which may burst above the
+		// limit (see LimiterOptions.Partitions).
+		return []partition{{}, {name: ClassCritical}}, map[string]int{ClassCritical: plainCritical}, 0, modePlain, nil
 	}
 }
 

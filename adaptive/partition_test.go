@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -147,6 +148,48 @@ func TestCriticalityOrder(t *testing.T) {
 		_, err := l.Acquire(t.Context())
 		require.ErrorIs(t, err, ErrLimitExceeded)
 	})
+}
+
+func TestCriticalBurstWithoutPartitions(t *testing.T) {
+	// Without partitions every class counts alike against the limit, but
+	// ClassCritical may go ceil(2·sqrt(L)) above it: 8 above a limit of 16.
+	var got []observe.Reject
+	l := newLimiter(t, fixed(t, 16), &LimiterOptions{Observer: &observe.Observer{OnReject: func(_ context.Context, r observe.Reject) { got = append(got, r) }}})
+	for range 15 {
+		mustAcquire(t, l, ClassSheddable)
+	}
+	mustAcquire(t, l, ClassCritical) // within the limit
+	for _, c := range []string{"", ClassDefault, ClassSheddable, ClassBackground, "unknown"} {
+		mustReject(t, l, c)
+	}
+	var burst []Token
+	for range 8 {
+		burst = append(burst, mustAcquire(t, l, ClassCritical))
+	}
+	mustReject(t, l, ClassCritical)
+	assert.Equal(t, 1.5, l.Utilization(), "24 in flight over a limit of 16")
+	s := l.Stats()
+	assert.Equal(t, 24, s.InFlight)
+	assert.Equal(t, uint64(6), s.Rejected)
+	assert.Empty(t, s.Partitions, "a limiter without partitions reports none")
+	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: "", Limit: 16, InFlight: 16}, got[0])
+	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: ClassCritical, Limit: 16, InFlight: 24}, got[5])
+
+	// The burst frees its slots like any other request; the others are
+	// admitted again only below the limit.
+	for _, tok := range burst {
+		tok.Success()
+	}
+	mustReject(t, l, ClassDefault)
+	_, err := l.Acquire(t.Context())
+	require.ErrorIs(t, err, ErrLimitExceeded)
+
+	small := newLimiter(t, fixed(t, 1), nil)
+	mustAcquire(t, small, "")
+	mustReject(t, small, "")
+	mustAcquire(t, small, ClassCritical) // ceil(2·sqrt(1)) = 2 above the limit
+	mustAcquire(t, small, ClassCritical)
+	mustReject(t, small, ClassCritical)
 }
 
 // burstLimiter returns a limiter of Fixed(10) with the partitions critical

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // batcher sends a node's concurrent decisions to Redis in pipelines: each
@@ -263,6 +265,7 @@ type group struct {
 	slot    uint16
 	members []*pending
 	cmd     *redis.Cmd
+	eval    bool // re-sent as EVAL, after NOSCRIPT
 	alone   bool // its members ran alone, after a redirection
 }
 
@@ -318,11 +321,15 @@ func (g *group) send(ctx context.Context, pipe redis.Pipeliner, eval bool) {
 
 // runAlone makes each of g's decisions alone through the ClusterClient,
 // which follows MOVED and ASK: a Cluster refused g's call (the slot moved
-// or is migrating), so none of its decisions ran.
-func (g *group) runAlone(ctx context.Context, c redis.UniversalClient) {
+// or is migrating), so none of its decisions ran. t reports each call,
+// to the node the redirection names.
+func (g *group) runAlone(ctx context.Context, c redis.UniversalClient, t trip) {
 	g.alone = true
+	if t.s != nil {
+		t.node, t.decisions = redirected(g.cmd.Err(), t.node), 1
+	}
 	for _, p := range g.members {
-		p.reply, p.err = run(ctx, c, p.prog, false, p.targets(), p.args)
+		p.reply, p.err = run(ctx, c, p.prog, false, p.targets(), p.args, t)
 	}
 }
 
@@ -396,6 +403,36 @@ func (b *batcher) pipeline() redis.Pipeliner {
 	return b.s.client.Pipeline()
 }
 
+// send sends pipe, whose script calls are those of the groups of gs in
+// it, and reports it to t as one round trip carrying their decisions:
+// its outcome is the worst of its commands', and its error the first of
+// that outcome.
+func (b *batcher) send(ctx context.Context, pipe redis.Pipeliner, gs []group, t trip, in func(*group) bool) {
+	if t.s == nil {
+		_, _ = pipe.Exec(ctx)
+		return
+	}
+	start := time.Since(mono)
+	_, _ = pipe.Exec(ctx)
+	latency := time.Since(mono) - start
+	var (
+		outcome = observe.CallOK
+		err     error
+	)
+	t.decisions = 0
+	for i := range gs {
+		if g := &gs[i]; in(g) {
+			t.decisions += len(g.members)
+			if e := g.cmd.Err(); e != nil {
+				if o := callOutcome(t.ctx, e); err == nil || worse(outcome, o) != outcome {
+					outcome, err = worse(outcome, o), e
+				}
+			}
+		}
+	}
+	t.tell(latency, outcome, err)
+}
+
 // exec sends one batch and delivers its replies.
 func (b *batcher) exec(batch []*pending) {
 	timeout, cold := b.s.timeout, false
@@ -409,12 +446,15 @@ func (b *batcher) exec(batch []*pending) {
 		defer cancel()
 	}
 	gs := b.groups(batch, time.Now())
+	// A pipeline serves many callers: OnStoreCall gets
+	// context.Background(), and the decisions it carries.
+	t := b.s.trip(context.Background(), b.n, 0)
 	if len(gs) > 0 {
 		pipe := b.pipeline()
 		for i := range gs {
 			gs[i].send(ctx, pipe, false)
 		}
-		_, _ = pipe.Exec(ctx)
+		b.send(ctx, pipe, gs, t, func(*group) bool { return true })
 	}
 	// A server that lacks a script (a new node, a restart, SCRIPT FLUSH)
 	// answers NOSCRIPT to each EVALSHA: send those again with the source.
@@ -425,14 +465,15 @@ func (b *batcher) exec(batch []*pending) {
 				retry = b.pipeline()
 			}
 			gs[i].send(ctx, retry, true)
+			gs[i].eval = true
 		}
 	}
 	if retry != nil {
-		_, _ = retry.Exec(ctx)
+		b.send(ctx, retry, gs, t, func(g *group) bool { return g.eval })
 	}
 	for i := range gs {
 		if b.s.cluster != nil && isRedirect(gs[i].cmd.Err()) {
-			gs[i].runAlone(ctx, b.s.client)
+			gs[i].runAlone(ctx, b.s.client, t)
 		}
 		gs[i].deliver()
 		b.n.answered(gs[i].cmd.Err())

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -254,4 +257,93 @@ func BenchmarkStoreFanIn(b *testing.B) {
 			b.ReportMetric(1000*float64(others.Load())/float64(b.N), "errors/1k")
 		})
 	}
+}
+
+// BenchmarkStoreFailOpen measures a FailOpen decision of an open breaker
+// (nothing listens at the address), serial and from every CPU at once,
+// unobserved and with an Observer that counts the failures: during an
+// outage these decisions are what a store makes, and the failures'
+// counting must neither allocate nor serialize them.
+func BenchmarkStoreFailOpen(b *testing.B) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(b, err)
+	addr := ln.Addr().String()
+	require.NoError(b, ln.Close())
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1, PoolSize: 100_000})
+	b.Cleanup(func() { _ = c.Close() })
+	var failures atomic.Int64
+	for _, tc := range []struct {
+		name string
+		o    *observe.Observer
+	}{
+		{"plain", nil},
+		{"observed", &observe.Observer{OnFailures: func(_ context.Context, f observe.Failures) { failures.Add(f.Count) }}},
+	} {
+		for _, parallel := range []bool{false, true} {
+			b.Run(tc.name+map[bool]string{false: "/serial", true: "/parallel"}[parallel], func(b *testing.B) {
+				s, err := New(c, &Options{Prefix: "fgbench:", OnFailure: FailOpen, BreakerCooldown: time.Hour, Observer: tc.o})
+				require.NoError(b, err)
+				b.Cleanup(func() { _ = s.Close() })
+				lim, err := floodgate.New(s, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10})
+				require.NoError(b, err)
+				ctx := context.Background()
+				for s.BreakerState("k") != BreakerOpen {
+					_, _ = lim.Allow(ctx, "k")
+				}
+				b.ReportAllocs()
+				if !parallel {
+					for b.Loop() {
+						_, _ = lim.Allow(ctx, "k")
+					}
+					return
+				}
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						_, _ = lim.Allow(ctx, "k")
+					}
+				})
+			})
+		}
+	}
+}
+
+// mutexCount is failCount as a mutex would make it, for
+// BenchmarkFailCount.
+type mutexCount struct {
+	mu    sync.Mutex
+	n     int64
+	first error
+}
+
+func (c *mutexCount) add(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.first == nil {
+		c.first = err
+	}
+	c.n++
+}
+
+// BenchmarkFailCount compares the counting of a failed decision with
+// atomics (failCount, the store's) and under a mutex, from every CPU at
+// once on one counter, as an outage's decisions on one node count.
+func BenchmarkFailCount(b *testing.B) {
+	b.Run("atomic", func(b *testing.B) {
+		var c failCount
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c.add(errBreakerOpen)
+			}
+		})
+	})
+	b.Run("mutex", func(b *testing.B) {
+		var c mutexCount
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c.add(errBreakerOpen)
+			}
+		})
+	})
 }

@@ -1,41 +1,32 @@
 package redisstore
 
 import (
-	"fmt"
 	"sync"
 	"time"
+
+	"github.com/floodgate-go/floodgate/observe"
 )
 
-// BreakerState is the state of a circuit breaker: each node of a Store has one.
-type BreakerState uint8
+// BreakerState is the state of a circuit breaker: each node of a Store has
+// one. It is observe.BreakerState, which Options.Observer's OnBreaker
+// receives.
+type BreakerState = observe.BreakerState
 
+// The states of a node's breaker.
 const (
 	// BreakerClosed sends every decision to Redis.
-	BreakerClosed BreakerState = iota
+	BreakerClosed = observe.BreakerClosed
 	// BreakerOpen sends none: decisions fail at once with ErrBreakerOpen and
 	// go to the failure policy, until Options.BreakerCooldown has passed.
 	// It opens when, over the last second or so, at least
 	// Options.BreakerThreshold calls failed and they were at least half of
 	// the calls.
-	BreakerOpen
+	BreakerOpen = observe.BreakerOpen
 	// BreakerHalfOpen sends one decision at a time to Redis as a probe; the
 	// others fail as when open. A successful probe closes the breaker, a
 	// failed one opens it again.
-	BreakerHalfOpen
+	BreakerHalfOpen = observe.BreakerHalfOpen
 )
-
-// String returns "closed", "open" or "half-open".
-func (s BreakerState) String() string {
-	switch s {
-	case BreakerClosed:
-		return "closed"
-	case BreakerOpen:
-		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
-	}
-	return fmt.Sprintf("BreakerState(%d)", uint8(s))
-}
 
 // breaker is a circuit breaker that opens when, over the last second or
 // so, at least threshold calls failed and they were at least half of the

@@ -28,6 +28,8 @@ func (s *Store) call(ctx context.Context, n *node, probe bool, id prog, rkey str
 	if n.batch != nil {
 		return n.batch.do(ctx, id, rkey, keys, args)
 	}
+	// The round trips are the caller's: OnStoreCall gets its context.
+	t := s.trip(ctx, n, 1)
 	timeout := s.timeout
 	if s.started.Load() < s.cold && s.started.Add(1) <= s.cold {
 		cold, timeout = true, max(timeout, coldTimeout)
@@ -55,7 +57,7 @@ func (s *Store) call(ctx context.Context, n *node, probe bool, id prog, rkey str
 	if !s.guard || timeout == NoTimeout {
 		// The client bounds the call by ctx (see derive); with NoTimeout
 		// the caller's context and go-redis' timeouts do.
-		reply, err = s.runAt(ctx, n, id, keys, args)
+		reply, err = s.runAt(ctx, n, id, keys, args, t)
 		if !probe {
 			<-n.gate
 		}
@@ -84,7 +86,7 @@ func (s *Store) call(ctx context.Context, n *node, probe bool, id prog, rkey str
 	ch := make(chan result, 1)
 	go func() {
 		defer s.inflight.Done()
-		v, err := s.runAt(ctx, n, id, keys, args)
+		v, err := s.runAt(ctx, n, id, keys, args, t)
 		if !probe {
 			<-n.gate
 		}
@@ -126,15 +128,20 @@ func (s *Store) waitSlot(ctx context.Context, n *node, timeout time.Duration) er
 // Ring, straight to the node's client, which the store already asked for
 // n; when a Cluster refuses it there (MOVED, ASK: the slot has moved or
 // is migrating), through the ClusterClient, which follows the
-// redirection. Neither sends a script twice (see once).
-func (s *Store) runAt(ctx context.Context, n *node, id prog, keys []string, args []any) (any, error) {
+// redirection. Neither sends a script twice (see once). t reports the
+// round trips: the redirected call as one to the node the redirection
+// names (the ClusterClient may make more, following further ones).
+func (s *Store) runAt(ctx context.Context, n *node, id prog, keys []string, args []any, t trip) (any, error) {
 	c := n.client.Load()
 	if c == nil || s.single != nil {
-		return run(ctx, s.client, id, false, keys, args)
+		return run(ctx, s.client, id, false, keys, args, t)
 	}
-	reply, err := run(ctx, c, id, false, keys, args)
+	reply, err := run(ctx, c, id, false, keys, args, t)
 	if s.cluster != nil && isRedirect(err) {
-		return run(ctx, s.cluster, id, false, keys, args)
+		if t.s != nil {
+			t.node = redirected(err, t.node)
+		}
+		return run(ctx, s.cluster, id, false, keys, args, t)
 	}
 	return reply, err
 }
@@ -214,11 +221,12 @@ func (s *Store) clock() time.Time {
 	return time.Now()
 }
 
-// fallback makes the decision Redis failed to make, as the failure policy
-// says. cause matches floodgate.ErrUnavailable.
-func (s *Store) fallback(ctx context.Context, key string, a algo, req floodgate.Request, cause error) (floodgate.Result, error) {
+// fallback makes the decision Redis failed to make on node n (nil: no
+// node was found), as the failure policy says, and counts it for
+// OnFailures. cause matches floodgate.ErrUnavailable.
+func (s *Store) fallback(ctx context.Context, n *node, key string, a algo, req floodgate.Request, cause error) (floodgate.Result, error) {
 	if s.policy == FailError {
-		s.observe(Event{Kind: EventError, Key: key, Err: cause})
+		s.failures(n, true, cause)
 		return floodgate.Result{}, cause
 	}
 	var res floodgate.Result
@@ -240,23 +248,10 @@ func (s *Store) fallback(ctx context.Context, key string, a algo, req floodgate.
 		}
 		if err != nil {
 			err = unavailable(ErrRedis, errors.Join(cause, err))
-			s.observe(Event{Kind: EventError, Key: key, Err: err})
+			s.failures(n, false, err)
 			return floodgate.Result{}, err
 		}
 	}
-	s.observe(Event{Kind: EventFallback, Key: key, Err: cause, Policy: s.policy})
+	s.failures(n, true, cause)
 	return res, nil
-}
-
-// report tells the observer of a change of n's breaker.
-func (s *Store) report(n *node, c change) {
-	if !c.none() {
-		s.observe(Event{Kind: EventBreaker, Node: n.addr, From: c.from, To: c.to})
-	}
-}
-
-func (s *Store) observe(e Event) {
-	if s.observer != nil {
-		s.observer.Observe(e)
-	}
 }

@@ -120,13 +120,13 @@ func evalCmd(ctx context.Context, id prog, batch, eval bool, keys []string, args
 }
 
 // run makes one script call on c, once: EVALSHA and, when the server
-// lacks the script, EVAL.
-func run(ctx context.Context, p processor, id prog, batch bool, keys []string, args []any) (any, error) {
+// lacks the script, EVAL. t reports each of the two as a round trip.
+func run(ctx context.Context, p processor, id prog, batch bool, keys []string, args []any, t trip) (any, error) {
 	cmd := evalCmd(ctx, id, batch, false, keys, args)
-	_ = p.Process(ctx, once{cmd})
+	t.process(ctx, p, cmd)
 	if isNoScript(cmd.Err()) {
 		cmd = evalCmd(ctx, id, batch, true, keys, args)
-		_ = p.Process(ctx, once{cmd})
+		t.process(ctx, p, cmd)
 	}
 	return cmd.Result()
 }

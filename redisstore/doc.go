@@ -141,9 +141,9 @@
 // Decision (Request.Each) and the binding one, FailLocal keeps the local
 // share of every limit and refuses a Limits any of whose limits it cannot
 // scale.
-// Options.Observer is told of every failed decision and every breaker
-// change. Errors that Redis answered (ErrReply, ErrMismatch) are returned
-// whatever the policy.
+// Errors that Redis answered (ErrReply, ErrMismatch) are returned
+// whatever the policy. Options.Observer counts the decisions Redis failed
+// to make and hears of every change of a breaker (see Observer below).
 //
 // On a Cluster, a failing node (an error, a timeout, an open breaker)
 // makes the store ask go-redis to reload its slot map, at most every
@@ -172,6 +172,54 @@
 // decision, or min-replicas-to-write on the masters, would close most of
 // that gap at the price of a replica's round trip per decision (or of
 // refusing writes when no replica is in sync); floodgate does neither.
+//
+// # Observer
+//
+// Options.Observer, the observe.Observer that the rest of floodgate takes
+// too, receives three kinds of events, each naming the store
+// (Options.Name, "redis" by default: the store label of the metrics
+// adapters) and the node as its breaker knows it: a Cluster master's
+// address, a Ring shard's, the server's of a Client, "" for a client of
+// another kind.
+//
+//   - OnStoreCall: every round trip to Redis, timed on the monotonic
+//     clock. Unbatched, a call's EVALSHA, with the caller's context and
+//     Decisions 1; when the server lacks the script, the EVAL that
+//     follows is a second round trip, the first being answered NOSCRIPT
+//     (CallOK, with that error). Batched, each pipeline, with
+//     context.Background() and Decisions the decisions it carries, and
+//     the pipeline that re-sends the NOSCRIPT ones as EVALs. A call a
+//     Cluster redirected (MOVED, ASK, TRYAGAIN), made again through the
+//     ClusterClient, is one more, to the node the redirection names (the
+//     ClusterClient may make more round trips, following further
+//     redirections). A Limits decision, and package inflight's
+//     acquisitions, renewals and releases, are calls alike. Outcome is
+//     CallOK when Redis answered, an error reply about the script or the
+//     data included; CallTimeout when no answer came within
+//     Options.Timeout (or go-redis' own timeouts); CallError otherwise:
+//     a network error, a refusal (CLUSTERDOWN, MASTERDOWN, LOADING, ...),
+//     a caller whose context ended first. Err is go-redis' error. A
+//     decision an open breaker refuses, or one that found no free slot in
+//     time, is no round trip.
+//   - OnFailures: the decisions (and in-flight acquisitions) Redis failed
+//     to make, because it was unreachable or slow or its node's breaker
+//     open, counted per node and Policy: "open", "closed" or "local" for
+//     those the failure policy made, "error" for those whose error the
+//     caller got (every one under FailError, and under any policy
+//     ErrReply, ErrMismatch and a failure of FailLocal's store). Each
+//     (node, Policy) has at most one event every Observer.FailureEvery
+//     (1s by default), with the Count since its previous one and the
+//     first error among them; Close reports what is left. The Counts add
+//     up to every such decision. Counting one takes an atomic add, no
+//     lock and no allocation, so an outage of half a million fail-open
+//     decisions a second is a few events. A failed renewal or release is
+//     no decision: OnStoreCall shows it.
+//   - OnBreaker: every change of a node's breaker, From and To.
+//
+// The functions run on the goroutine of the event (the caller's, a
+// batcher's, the timer's of OnFailures), never while the store holds a
+// lock. A nil Observer, or a nil function, costs a comparison; an
+// observed decision allocates nothing more than an unobserved one.
 //
 // # Batching
 //

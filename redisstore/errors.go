@@ -37,6 +37,10 @@ var (
 	ErrInvalidOptions = errors.New("redisstore: invalid options")
 )
 
+// errBreakerOpen is the error of every decision an open breaker refuses:
+// one value, so that an outage's fast failures allocate no error.
+var errBreakerOpen = unavailable(ErrBreakerOpen, nil)
+
 // unavailable wraps cause as a failure of the store of the kind sentinel.
 func unavailable(sentinel, cause error) error {
 	if cause == nil {

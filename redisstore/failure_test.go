@@ -22,6 +22,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 func TestMain(m *testing.M) {
@@ -116,24 +117,72 @@ func TestBreakerStateMachine(t *testing.T) {
 	require.True(t, b.done(at(3*time.Second), false, ignored).none())
 }
 
-// recorder is an Observer keeping every Event.
+// recorder keeps the events of a store's Observer.
 type recorder struct {
-	mu     sync.Mutex
-	events []Event
+	mu       sync.Mutex
+	calls    []observe.StoreCall
+	failures []observe.Failures
+	breakers []observe.BreakerChange
+	every    time.Duration // the Observer's FailureInterval
 }
 
-func (r *recorder) Observe(e Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.events = append(r.events, e)
+// observer returns an Observer that records the store's events.
+func (r *recorder) observer() *observe.Observer {
+	return &observe.Observer{
+		OnStoreCall: func(_ context.Context, c observe.StoreCall) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.calls = append(r.calls, c)
+		},
+		OnFailures: func(_ context.Context, f observe.Failures) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.failures = append(r.failures, f)
+		},
+		OnBreaker: func(_ context.Context, c observe.BreakerChange) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.breakers = append(r.breakers, c)
+		},
+		FailureInterval: r.every,
+	}
 }
 
-func (r *recorder) take() []Event {
+// takeCalls returns the round trips recorded since the last take.
+func (r *recorder) takeCalls() []observe.StoreCall {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	e := r.events
-	r.events = nil
-	return e
+	c := r.calls
+	r.calls = nil
+	return c
+}
+
+// takeBreakers returns the breaker changes recorded since the last take.
+func (r *recorder) takeBreakers() []observe.BreakerChange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.breakers
+	r.breakers = nil
+	return c
+}
+
+// takeFailures reports the failures s counted, as its timer would, and
+// returns the Failures recorded since the last take.
+func (r *recorder) takeFailures(s *Store) []observe.Failures {
+	s.flushFailures(nil)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.failures
+	r.failures = nil
+	return f
+}
+
+// counted returns the sum of the Counts of fs.
+func counted(fs []observe.Failures) (n int64) {
+	for _, f := range fs {
+		n += f.Count
+	}
+	return n
 }
 
 // virtualWall is a breaker clock a test moves by hand.
@@ -198,12 +247,13 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 			LocalShare:       share,
 			BreakerThreshold: threshold,
 			BreakerCooldown:  cooldown,
-			Observer:         rec,
+			Observer:         rec.observer(),
 			Timeout:          time.Second,
 		})
 		wall := &virtualWall{t: t0}
 		s.wall = wall.now
 		ctx := context.Background()
+		node := px.addr()
 
 		for i := range 10 {
 			res, err := s.Apply(ctx, "k", alg, take)
@@ -211,7 +261,15 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 			require.True(t, res.Allowed)
 			require.Equal(t, int64(limit-1-i), res.Remaining)
 		}
-		require.Empty(t, rec.take())
+		require.Empty(t, rec.takeFailures(s))
+		require.Empty(t, rec.takeBreakers())
+		for i, c := range rec.takeCalls() {
+			// The first meets NOSCRIPT (miniredis' scripts are the test's),
+			// and is sent again as EVAL.
+			require.Equal(t, observe.CallOK, c.Outcome, "call %d: %+v", i, c)
+			require.Equal(t, observe.StoreCall{Name: DefaultName, Node: node, Decisions: 1, Outcome: observe.CallOK, Err: c.Err, Latency: c.Latency}, c, "call %d", i)
+			require.Positive(t, c.Latency)
+		}
 		wall.advance(2 * time.Second) // the successes roll out of the breaker's window
 
 		px.setDown(true)
@@ -253,37 +311,39 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		case FailLocal:
 			require.Equal(t, int(float64(limit)*share), admitted, "FailLocal admits the local share of the quota")
 		}
-		events := rec.take()
-		require.Len(t, events, calls+1)
-		wantKind := EventFallback
-		if policy == FailError {
-			wantKind = EventError
+		// Every failed decision is counted, in one report of the node
+		// and the policy, with the first failure's error.
+		fs := rec.takeFailures(s)
+		require.Len(t, fs, 1, "%+v", fs)
+		require.Equal(t, DefaultName, fs[0].Name)
+		require.Equal(t, node, fs[0].Node)
+		require.Equal(t, policy.label(), fs[0].Policy)
+		require.Equal(t, int64(calls), fs[0].Count)
+		require.ErrorIs(t, fs[0].Err, floodgate.ErrUnavailable)
+		require.True(t, errors.Is(fs[0].Err, ErrRedis) || errors.Is(fs[0].Err, ErrTimeout), "the first failure is Redis', not the breaker's: %v", fs[0].Err)
+		// The calls up to the trip went to Redis, and failed; those after
+		// it are not round trips.
+		cs := rec.takeCalls()
+		require.Len(t, cs, threshold, "%+v", cs)
+		for i, c := range cs {
+			require.NotEqual(t, observe.CallOK, c.Outcome, "call %d: %+v", i, c)
+			require.Error(t, c.Err, "call %d", i)
+			require.Equal(t, node, c.Node)
+			require.Equal(t, 1, c.Decisions)
 		}
-		// The trip is reported by the call that trips the breaker,
-		// before that call's own failure.
-		for i, e := range events {
-			switch {
-			case i == threshold-1:
-				require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerClosed, To: BreakerOpen}, e, "the trip is reported")
-			default:
-				require.Equal(t, wantKind, e.Kind, "event %d", i)
-				require.Equal(t, "k", e.Key)
-				require.ErrorIs(t, e.Err, floodgate.ErrUnavailable)
-				require.Equal(t, i > threshold, errors.Is(e.Err, ErrBreakerOpen), "event %d: %v", i, e.Err)
-				if policy != FailError {
-					require.Equal(t, policy, e.Policy)
-				}
-			}
-		}
+		require.Equal(t, []observe.BreakerChange{{Name: DefaultName, Node: node, From: BreakerClosed, To: BreakerOpen}}, rec.takeBreakers())
 
 		// Still down after the cooldown: the probe fails and the
 		// breaker opens again.
 		wall.advance(cooldown)
 		_, _ = s.Apply(ctx, "k", alg, take)
 		require.Equal(t, BreakerOpen, s.BreakerState("k"))
-		events = rec.take()
-		require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerOpen, To: BreakerHalfOpen}, events[0])
-		require.Equal(t, Event{Kind: EventBreaker, Node: px.addr(), From: BreakerHalfOpen, To: BreakerOpen}, events[1])
+		require.Equal(t, []observe.BreakerChange{
+			{Name: DefaultName, Node: node, From: BreakerOpen, To: BreakerHalfOpen},
+			{Name: DefaultName, Node: node, From: BreakerHalfOpen, To: BreakerOpen},
+		}, rec.takeBreakers())
+		require.Len(t, rec.takeCalls(), 1, "the probe")
+		require.Equal(t, int64(1), counted(rec.takeFailures(s)))
 
 		// Redis is back: after the cooldown the probe succeeds, and the
 		// decision comes from Redis, which still holds the 10 units
@@ -295,10 +355,11 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		require.Equal(t, BreakerClosed, s.BreakerState("k"))
 		require.True(t, res.Allowed)
 		require.Equal(t, int64(limit-11), res.Remaining)
-		require.Equal(t, []Event{
-			{Kind: EventBreaker, Node: px.addr(), From: BreakerOpen, To: BreakerHalfOpen},
-			{Kind: EventBreaker, Node: px.addr(), From: BreakerHalfOpen, To: BreakerClosed},
-		}, rec.take())
+		require.Equal(t, []observe.BreakerChange{
+			{Name: DefaultName, Node: node, From: BreakerOpen, To: BreakerHalfOpen},
+			{Name: DefaultName, Node: node, From: BreakerHalfOpen, To: BreakerClosed},
+		}, rec.takeBreakers())
+		require.Empty(t, rec.takeFailures(s))
 	})
 }
 
@@ -343,7 +404,7 @@ func TestTimeout(t *testing.T) {
 			rec := &recorder{}
 			// One slot: only the first call is a cold one, with a longer
 			// timeout.
-			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: 50 * time.Millisecond, Observer: rec, BreakerThreshold: 100, MaxInFlight: 1})
+			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: 50 * time.Millisecond, Observer: rec.observer(), BreakerThreshold: 100, MaxInFlight: 1})
 			require.False(t, s.guard, "a *redis.Client is cloned to honour contexts")
 			ctx := context.Background()
 			_, err := s.Apply(ctx, "k", alg, take)
@@ -363,7 +424,21 @@ func TestTimeout(t *testing.T) {
 			_, err = s.Apply(short, "k", alg, take)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
-			require.Len(t, rec.take(), 1, "only the store's timeout is reported")
+			fs := rec.takeFailures(s)
+			require.Equal(t, int64(1), counted(fs), "only the store's timeout is counted: %+v", fs)
+			require.ErrorIs(t, fs[0].Err, ErrTimeout)
+			cs := rec.takeCalls()
+			if len(cs) == 4 {
+				// The first decision's EVALSHA met NOSCRIPT (a server
+				// without the script): two round trips.
+				require.True(t, isNoScript(cs[0].Err), "%+v", cs[0])
+				require.Equal(t, observe.CallOK, cs[0].Outcome, "NOSCRIPT is an answer: %+v", cs[0])
+				cs = cs[1:]
+			}
+			require.Len(t, cs, 3, "%+v", cs)
+			require.Equal(t, observe.CallOK, cs[0].Outcome, "%+v", cs[0])
+			require.Equal(t, observe.CallTimeout, cs[1].Outcome, "the store's timeout: %+v", cs[1])
+			require.Equal(t, observe.CallError, cs[2].Outcome, "the caller's deadline: %+v", cs[2])
 			require.Equal(t, 1, s.single.breaker.cur.failures+s.single.breaker.prev.failures)
 		})
 	}
@@ -394,7 +469,7 @@ func TestNoTimeout(t *testing.T) {
 			srv := newServer(t)
 			px, c := proxiedClient(t, srv, true, 10*time.Second)
 			rec := &recorder{}
-			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: NoTimeout, Observer: rec, BatchSize: batch})
+			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: NoTimeout, Observer: rec.observer(), BatchSize: batch})
 			ctx := context.Background()
 			_, err := s.Apply(ctx, "k", alg, take)
 			require.NoError(t, err)
@@ -417,7 +492,7 @@ func TestNoTimeout(t *testing.T) {
 			_, err = s.Apply(short, "k", alg, take)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
-			require.Empty(t, rec.take(), "the caller's deadline is not Redis failing")
+			require.Empty(t, rec.takeFailures(s), "the caller's deadline is not Redis failing")
 		})
 	}
 }
@@ -477,7 +552,7 @@ func TestClusterFailLocal(t *testing.T) {
 		LocalShare:       0.5,
 		BreakerThreshold: 3,
 		BreakerCooldown:  time.Minute,
-		Observer:         rec,
+		Observer:         rec.observer(),
 		Timeout:          time.Second,
 	})
 	wall := &virtualWall{t: t0}
@@ -503,10 +578,11 @@ func TestClusterFailLocal(t *testing.T) {
 	require.Equal(t, int64(30), granted(keys), "each key's local share, 10, is available")
 	require.Equal(t, int64(0), granted(keys), "and spent")
 	require.Equal(t, BreakerOpen, s.BreakerState("k"))
-	for _, e := range rec.take() {
-		if e.Kind == EventFallback {
-			require.Equal(t, FailLocal, e.Policy)
-		}
+	fs := rec.takeFailures(s)
+	require.Equal(t, int64(60), counted(fs), "every decision of the outage: %+v", fs)
+	for _, f := range fs {
+		require.Equal(t, "local", f.Policy)
+		require.NotEmpty(t, f.Node, "a master's address")
 	}
 
 	d.setDown(false)
@@ -626,7 +702,7 @@ func TestFanInKeepsBreakerClosed(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	rec := &recorder{}
 	const timeout = 20 * time.Millisecond
-	s := newStore(t, c, &Options{Timeout: timeout, MaxInFlight: 1, Observer: rec})
+	s := newStore(t, c, &Options{Timeout: timeout, MaxInFlight: 1, Observer: rec.observer()})
 	alg := floodgate.TokenBucket{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}
 	ctx := context.Background()
 	// Warm: the connection is dialed and the script loaded.
@@ -660,9 +736,7 @@ func TestFanInKeepsBreakerClosed(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("%d decisions: %d on Redis, %d timed out; slowest %v", goroutines*each, ok.Load(), starved.Load(), time.Duration(slowest.Load()))
-	for _, e := range rec.take() {
-		require.NotEqual(t, EventBreaker, e.Kind, "the breaker changed: %+v", e)
-	}
+	require.Empty(t, rec.takeBreakers(), "the breaker changed")
 	require.Equal(t, BreakerClosed, s.BreakerState("k"))
 	require.Greater(t, ok.Load(), int64(goroutines*each/20), "decisions go on being made on Redis")
 	require.LessOrEqual(t, time.Duration(slowest.Load()), timeout+200*time.Millisecond, "a decision's slot wait counts against Timeout")

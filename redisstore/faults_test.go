@@ -1222,7 +1222,7 @@ func TestRedisKilled(t *testing.T) {
 		LocalShare:       0.5,
 		BreakerThreshold: 2,
 		BreakerCooldown:  time.Minute,
-		Observer:         rec,
+		Observer:         rec.observer(),
 		Timeout:          time.Second,
 	})
 	wall := &virtualWall{t: t0}
@@ -1244,14 +1244,11 @@ func TestRedisKilled(t *testing.T) {
 	p.kill()
 	require.Equal(t, int64(5), count(20), "the local share: half of 10")
 	require.Equal(t, BreakerOpen, s.BreakerState("k"))
-	var fallbacks int
-	for _, e := range rec.take() {
-		if e.Kind == EventFallback {
-			fallbacks++
-			assert.Equal(t, FailLocal, e.Policy)
-		}
-	}
-	require.Equal(t, 20, fallbacks)
+	fs := rec.takeFailures(s)
+	require.Len(t, fs, 1, "one report of the node's failures: %+v", fs)
+	assert.Equal(t, "local", fs[0].Policy)
+	assert.Equal(t, p.addr(), fs[0].Node)
+	require.Equal(t, int64(20), fs[0].Count)
 
 	p.restart() // on the same port, without data
 	wall.advance(time.Minute)

@@ -90,7 +90,7 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.D
 	if err != nil {
 		return inflight.Result{}, err
 	}
-	reply, o, err := s.callInflight(ctx, s.InflightKey(key), args)
+	reply, o, n, err := s.callInflight(ctx, s.InflightKey(key), args)
 	if err == nil {
 		var ok bool
 		var n int64
@@ -103,11 +103,11 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.D
 	}
 	switch o {
 	case failed, timedOut, refused, busy:
-		return s.fallbackAcquire(ctx, key, limit, ttl, err)
+		return s.fallbackAcquire(ctx, n, key, limit, ttl, err)
 	case ignored:
 		return inflight.Result{}, err
 	}
-	s.observe(Event{Kind: EventError, Key: key, Err: err})
+	s.failures(n, false, err)
 	return inflight.Result{}, err
 }
 
@@ -134,13 +134,14 @@ func (s *Store) inflightArgs(a scripts.InflightArgs, ttl time.Duration) ([]any, 
 	return a.ARGV(), nil
 }
 
-// fallbackAcquire makes the Acquire Redis failed to make, as the failure
-// policy says. cause matches floodgate.ErrUnavailable.
-func (s *Store) fallbackAcquire(ctx context.Context, key string, limit int64, ttl time.Duration, cause error) (inflight.Result, error) {
+// fallbackAcquire makes the Acquire Redis failed to make on node n (nil:
+// no node was found), as the failure policy says, and counts it for
+// OnFailures. cause matches floodgate.ErrUnavailable.
+func (s *Store) fallbackAcquire(ctx context.Context, n *node, key string, limit int64, ttl time.Duration, cause error) (inflight.Result, error) {
 	var res inflight.Result
 	switch s.policy {
 	case FailError:
-		s.observe(Event{Kind: EventError, Key: key, Err: cause})
+		s.failures(n, true, cause)
 		return res, cause
 	case FailOpen:
 		res = inflight.Result{Allowed: true, InFlight: 1, Hold: inflight.Hold{Ref: openHold{}}}
@@ -151,11 +152,11 @@ func (s *Store) fallbackAcquire(ctx context.Context, key string, limit int64, tt
 		var err error
 		if res, err = s.local.Acquire(ctx, key, share, ttl); err != nil {
 			err = unavailable(ErrRedis, errors.Join(cause, err))
-			s.observe(Event{Kind: EventError, Key: key, Err: err})
+			s.failures(n, false, err)
 			return inflight.Result{}, err
 		}
 	}
-	s.observe(Event{Kind: EventFallback, Key: key, Err: cause, Policy: s.policy})
+	s.failures(n, true, cause)
 	return res, nil
 }
 
@@ -179,7 +180,7 @@ func (s *Store) Renew(ctx context.Context, key string, h inflight.Hold, ttl time
 	if err != nil {
 		return false, err
 	}
-	reply, _, err := s.callInflight(ctx, s.InflightKey(key), args)
+	reply, _, _, err := s.callInflight(ctx, s.InflightKey(key), args)
 	if err != nil {
 		return false, err
 	}
@@ -200,7 +201,7 @@ func (s *Store) Release(ctx context.Context, key string, h inflight.Hold) error 
 		return err
 	}
 	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: s.holder(h.ID)}.ARGV()
-	reply, _, err := s.callInflight(context.WithoutCancel(ctx), s.InflightKey(key), args)
+	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), s.InflightKey(key), args)
 	if err == nil {
 		_, _, err = decodeInflight(reply)
 	}
@@ -240,12 +241,12 @@ func decodeInflight(reply any) (ok bool, n int64, err error) {
 // callInflight sends inflight.lua with args on rkey through the path every
 // decision takes (Store.exec), after the checks of a decision: ctx has
 // not ended, the store is not closed.
-func (s *Store) callInflight(ctx context.Context, rkey string, args []any) (any, outcome, error) {
+func (s *Store) callInflight(ctx context.Context, rkey string, args []any) (any, outcome, *node, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, ignored, err
+		return nil, ignored, nil, err
 	}
 	if s.shut.Load() {
-		return nil, ignored, unavailable(ErrClosed, nil)
+		return nil, ignored, nil, unavailable(ErrClosed, nil)
 	}
 	return s.exec(ctx, progInflight, rkey, nil, args)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/inflight"
 	"github.com/floodgate-go/floodgate/inflight/inflighttest"
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 // inflightStores returns n stores on n go-redis clients built with
@@ -499,36 +500,36 @@ func deadAddr(t *testing.T) string {
 func TestInflightFailurePolicy(t *testing.T) {
 	ctx := context.Background()
 	addr := deadAddr(t)
-	newDead := func(t *testing.T, o *Options) (*Store, *[]Event) {
+	newDead := func(t *testing.T, o *Options) (*Store, *recorder) {
 		c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1})
 		t.Cleanup(func() { _ = c.Close() })
-		var (
-			mu     sync.Mutex
-			events []Event
-		)
+		rec := &recorder{}
 		o.Prefix, o.Timeout = "fgtest:dead:", time.Second
-		o.Observer = ObserverFunc(func(e Event) {
-			mu.Lock()
-			defer mu.Unlock()
-			events = append(events, e)
-		})
+		o.Observer = rec.observer()
 		s, err := New(c, o)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
-		return s, &events
+		return s, rec
 	}
 	t.Run("FailError", func(t *testing.T) {
-		s, events := newDead(t, &Options{})
-		_, err := s.Acquire(ctx, "k", 2, time.Second)
-		require.ErrorIs(t, err, floodgate.ErrUnavailable)
-		require.ErrorIs(t, err, ErrRedis)
-		require.Equal(t, EventError, (*events)[0].Kind)
-		_, err = s.Renew(ctx, "k", inflight.Hold{ID: 7, Expires: true}, time.Second)
+		s, rec := newDead(t, &Options{})
+		_, aerr := s.Acquire(ctx, "k", 2, time.Second)
+		require.ErrorIs(t, aerr, floodgate.ErrUnavailable)
+		require.ErrorIs(t, aerr, ErrRedis)
+		_, err := s.Renew(ctx, "k", inflight.Hold{ID: 7, Expires: true}, time.Second)
 		require.ErrorIs(t, err, floodgate.ErrUnavailable)
 		require.ErrorIs(t, s.Release(ctx, "k", inflight.Hold{ID: 7, Expires: true}), floodgate.ErrUnavailable)
+		// The Acquire is a failed decision; a renewal and a release are
+		// not decisions, but all three are round trips.
+		require.Equal(t, []observe.Failures{{Name: DefaultName, Node: addr, Policy: "error", Count: 1, Err: aerr}}, rec.takeFailures(s))
+		cs := rec.takeCalls()
+		require.Len(t, cs, 3)
+		for _, c := range cs {
+			require.Equal(t, observe.CallError, c.Outcome)
+		}
 	})
 	t.Run("FailOpen", func(t *testing.T) {
-		s, events := newDead(t, &Options{OnFailure: FailOpen})
+		s, rec := newDead(t, &Options{OnFailure: FailOpen})
 		for range 3 {
 			res, err := s.Acquire(ctx, "k", 1, time.Second)
 			require.NoError(t, err)
@@ -539,8 +540,10 @@ func TestInflightFailurePolicy(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.Release(ctx, "k", res.Hold))
 		}
-		require.Equal(t, EventFallback, (*events)[0].Kind)
-		require.Equal(t, FailOpen, (*events)[0].Policy)
+		fs := rec.takeFailures(s)
+		require.Len(t, fs, 1)
+		require.Equal(t, "open", fs[0].Policy)
+		require.Equal(t, int64(3), fs[0].Count, "the Acquires; a hold Redis does not know of is renewed and released without a round trip")
 	})
 	t.Run("FailClosed", func(t *testing.T) {
 		s, _ := newDead(t, &Options{OnFailure: FailClosed})

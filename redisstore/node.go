@@ -22,6 +22,7 @@ type node struct {
 	gate    chan struct{} // MaxInFlight slots for unbatched calls
 	batch   *batcher      // nil unless batching
 	served  atomic.Uint64 // calls the node answered (see busy)
+	fails   failCounts    // its failed decisions, for OnFailures (failures.go)
 }
 
 // busy reports whether a decision that timed out did so because the

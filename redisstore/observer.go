@@ -1,112 +1,123 @@
 package redisstore
 
-import "fmt"
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"time"
 
-// Observer is told of every decision Redis failed to make and of every
-// change of the circuit breaker, so that users can count, log and alert on
-// them (fail-open in particular) without floodgate depending on a metrics
-// library.
-//
-// Observe is called synchronously on the goroutine of the decision (or of
-// the breaker change), never while the Store holds a lock, possibly from
-// many goroutines at once: it must be safe for concurrent use and return
-// quickly.
-type Observer interface {
-	Observe(Event)
-}
+	"github.com/redis/go-redis/v9"
 
-// ObserverFunc adapts a function to Observer.
-type ObserverFunc func(Event)
-
-// Observe calls f(e).
-func (f ObserverFunc) Observe(e Event) { f(e) }
-
-// EventKind says what an Event reports.
-type EventKind uint8
-
-const (
-	// EventError reports a decision that failed and whose error Apply
-	// returned to the caller: under FailError, or when the failure is not
-	// one the policy absorbs (ErrReply, ErrMismatch, an invalid local
-	// quota).
-	EventError EventKind = iota + 1
-	// EventFallback reports a decision that Redis failed to make and that
-	// the failure policy made instead (FailOpen, FailClosed, FailLocal).
-	EventFallback
-	// EventBreaker reports a change of the circuit breaker's state.
-	EventBreaker
+	"github.com/floodgate-go/floodgate/observe"
 )
 
-// String returns "error", "fallback" or "breaker".
-func (k EventKind) String() string {
-	switch k {
-	case EventError:
-		return "error"
-	case EventFallback:
-		return "fallback"
-	case EventBreaker:
-		return "breaker"
-	}
-	return fmt.Sprintf("EventKind(%d)", uint8(k))
+// What the store tells Options.Observer (see the package doc, Observer):
+// every round trip (OnStoreCall, here), the decisions Redis failed to make
+// (OnFailures, counted: failures.go) and every change of a breaker
+// (OnBreaker, here).
+
+// mono is the origin of the round trips' monotonic readings: time.Since
+// of a Time that carries a monotonic reading reads only the monotonic
+// clock, which time.Now would read along with the wall clock.
+var mono = time.Now()
+
+// trip is how a script call reports its round trips to OnStoreCall: the
+// context given to the observer (the caller's, or context.Background()
+// for the batcher's own calls), the node called, and the decisions the
+// call carries. A trip whose s is nil reports nothing: a value, so that
+// reporting allocates nothing.
+type trip struct {
+	s         *Store
+	ctx       context.Context
+	node      string
+	decisions int
 }
 
-// Event is one report to an Observer: a plain value, which the Observer
-// may keep.
-type Event struct {
-	// Kind says what the event reports, and which fields are set.
-	Kind EventKind
-	// Key is the key given to Apply (EventError, EventFallback).
-	Key string
-	// Err is why the decision failed (EventError, EventFallback); it
-	// matches floodgate.ErrUnavailable and one of this package's errors.
-	Err error
-	// Policy is the failure policy that made the decision (EventFallback).
-	Policy FailurePolicy
-	// Node is the address of the node whose breaker changed
-	// (EventBreaker): a Cluster master's or a Ring shard's, the server's
-	// for a Client, "" for a client of another kind.
-	Node string
-	// From and To are the breaker's states before and after the change
-	// (EventBreaker).
-	From, To BreakerState
+// trip returns the trip of a call to node n carrying decisions, or one
+// that reports nothing when no one listens.
+func (s *Store) trip(ctx context.Context, n *node, decisions int) trip {
+	if s.onCall == nil {
+		return trip{}
+	}
+	return trip{s: s, ctx: ctx, node: n.addr, decisions: decisions}
 }
 
-// FailurePolicy says what a decision does when Redis cannot make it:
-// Redis is unreachable, slow (Options.Timeout), or the circuit breaker is
-// open.
-type FailurePolicy uint8
-
-const (
-	// FailError returns the error (matching floodgate.ErrUnavailable) to the
-	// caller, who decides. It is the default.
-	FailError FailurePolicy = iota
-	// FailOpen admits: Result.Allowed with Granted = n (for a take up to n,
-	// at most the quota) and Remaining = Limit − Granted, as if the quota
-	// were otherwise untouched; a refund gives nothing back. WARNING: while
-	// Redis is down nothing is limited; observe EventFallback and alert.
-	FailOpen
-	// FailClosed denies: Result.Allowed false, Remaining 0 and RetryAfter
-	// equal to Options.BreakerCooldown, when Redis is next probed. While
-	// Redis is down everything is refused.
-	FailClosed
-	// FailLocal decides on an in-process floodgate memstore holding
-	// Options.LocalShare of every quota (see Options.LocalShare), and
-	// returns to Redis when the breaker's probe succeeds. The local state
-	// starts full and is not merged back into Redis.
-	FailLocal
-)
-
-// String returns "FailError", "FailOpen", "FailClosed" or "FailLocal".
-func (p FailurePolicy) String() string {
-	switch p {
-	case FailError:
-		return "FailError"
-	case FailOpen:
-		return "FailOpen"
-	case FailClosed:
-		return "FailClosed"
-	case FailLocal:
-		return "FailLocal"
+// process sends cmd through p, timing it when t reports.
+func (t trip) process(ctx context.Context, p processor, cmd *redis.Cmd) {
+	if t.s == nil {
+		_ = p.Process(ctx, once{cmd})
+		return
 	}
-	return fmt.Sprintf("FailurePolicy(%d)", uint8(p))
+	start := time.Since(mono)
+	_ = p.Process(ctx, once{cmd})
+	t.report(time.Since(mono)-start, cmd.Err())
+}
+
+// report tells OnStoreCall of one round trip that took latency and ended
+// with err.
+func (t trip) report(latency time.Duration, err error) {
+	t.tell(latency, callOutcome(t.ctx, err), err)
+}
+
+// tell tells OnStoreCall of one round trip.
+func (t trip) tell(latency time.Duration, outcome observe.CallOutcome, err error) {
+	t.s.onCall(t.ctx, observe.StoreCall{Name: t.s.name, Node: t.node, Decisions: t.decisions, Outcome: outcome, Err: err, Latency: latency})
+}
+
+// callOutcome says how a round trip that ended with err went, for a
+// caller whose context is ctx: CallOK when Redis answered the command
+// (a reply, or an error reply about the script or the data: a script's
+// error, WRONGTYPE, NOSCRIPT, a Cluster's redirection), CallTimeout when
+// no answer came in time (the store's timeout, or go-redis' own), and
+// CallError otherwise: a network error, a refusal (CLUSTERDOWN,
+// MASTERDOWN, LOADING and the like), a caller who gave up. It tells
+// CallOK where classify says that Redis answered (succeeded), and
+// CallTimeout and CallError where it sends the decision to the failure
+// policy or to a caller who left.
+func callOutcome(ctx context.Context, err error) observe.CallOutcome {
+	if err == nil {
+		return observe.CallOK
+	}
+	if ctx.Err() != nil {
+		return observe.CallError // the caller gave up
+	}
+	var ne net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+			return observe.CallError // the caller's deadline, as classify says
+		}
+		return observe.CallTimeout
+	}
+	if isNoScript(err) || isRedirect(err) || isDataError(err) {
+		return observe.CallOK
+	}
+	return observe.CallError
+}
+
+// worse returns the worse of two outcomes of the commands of one
+// pipeline: a timeout or an error over an answer.
+func worse(a, b observe.CallOutcome) observe.CallOutcome {
+	if a == observe.CallOK {
+		return b
+	}
+	return a
+}
+
+// redirected returns the address a Cluster's redirection names ("MOVED
+// 3999 127.0.0.1:6381", "ASK ..."), or from for one that names none
+// (TRYAGAIN: the same node, later).
+func redirected(err error, from string) string {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "MOVED ") && !strings.HasPrefix(msg, "ASK ") {
+		return from
+	}
+	return msg[strings.LastIndexByte(msg, ' ')+1:]
+}
+
+// report tells OnBreaker of a change of n's breaker, if there was one.
+func (s *Store) report(ctx context.Context, n *node, c change) {
+	if !c.none() && s.onBreaker != nil {
+		s.onBreaker(ctx, observe.BreakerChange{Name: s.name, Node: n.addr, From: c.from, To: c.to})
+	}
 }

@@ -17,12 +17,14 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/scripts"
 	"github.com/floodgate-go/floodgate/step"
 )
 
 // Defaults of Options.
 const (
+	DefaultName             = "redis"
 	DefaultPrefix           = "fg:"
 	DefaultTimeout          = 20 * time.Millisecond
 	DefaultExpiryMargin     = time.Second
@@ -126,9 +128,19 @@ type Options struct {
 	// node before it lets one probe through. The default is 1s.
 	BreakerCooldown time.Duration
 
-	// Observer is told of every failed decision and breaker change. The
-	// default (nil) tells no one.
-	Observer Observer
+	// Name names the store in the events of Observer (observe.StoreCall,
+	// Failures and BreakerChange carry it): the store label of the
+	// metrics adapters, which tells the stores of one process apart. The
+	// default is "redis".
+	Name string
+
+	// Observer is told of every round trip to Redis (OnStoreCall), of the
+	// decisions Redis failed to make, counted per node and policy over
+	// Observer.FailureEvery (OnFailures), and of every change of a node's
+	// circuit breaker (OnBreaker); see the package doc. The store reads
+	// only those three functions and FailureInterval. The default (nil)
+	// tells no one, at the cost of a comparison per event.
+	Observer *observe.Observer
 
 	// BatchSize enables batching when at least 2: concurrent decisions are
 	// sent to Redis together, up to BatchSize per pipeline, which multiplies
@@ -174,7 +186,10 @@ type Store struct {
 	batchSize   int
 	linger      time.Duration
 	pipelines   int
-	observer    Observer
+	name        string
+	onCall      func(context.Context, observe.StoreCall)     // nil: not observed
+	onBreaker   func(context.Context, observe.BreakerChange) // nil: not observed
+	failState                                                // OnFailures' counters (failures.go)
 	local       *memstore.Store
 	wall        func() time.Time // the breakers' clock; tests replace it
 
@@ -272,6 +287,12 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	case o.MaxInFlight < 0:
 		return nil, fmt.Errorf("%w: negative MaxInFlight %d", ErrInvalidOptions, o.MaxInFlight)
 	}
+	if err := o.Observer.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: Observer: %w", ErrInvalidOptions, err)
+	}
+	if o.Name == "" {
+		o.Name = DefaultName
+	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
 	}
@@ -310,9 +331,18 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		batchSize:   o.BatchSize,
 		linger:      o.BatchLinger,
 		pipelines:   o.BatchPipelines,
-		observer:    o.Observer,
+		name:        o.Name,
 		cold:        int64(o.MaxInFlight),
 		wall:        time.Now,
+	}
+	if obs := o.Observer; obs != nil {
+		s.onCall, s.onBreaker = obs.OnStoreCall, obs.OnBreaker
+		if obs.OnFailures != nil {
+			s.onFailures, s.failEvery = obs.OnFailures, obs.FailureEvery()
+			// Armed by the first failure (armFailures); stopped by Close.
+			s.failTimer = time.AfterFunc(time.Duration(math.MaxInt64), s.failTick)
+			s.failTimer.Stop()
+		}
 	}
 	if o.OnFailure == FailLocal {
 		local, err := memstore.New(&memstore.Options{Now: o.Now})
@@ -357,10 +387,11 @@ func poolSize(c redis.UniversalClient) int {
 	return n
 }
 
-// Close stops the store's goroutines (the batching pipelines) and waits for
-// the calls still running on them; decisions after Close fail with
-// ErrClosed. It does not close the Redis client. Close is safe to call more
-// than once and always returns nil.
+// Close stops the store's goroutines (the batching pipelines, the timer of
+// Observer.OnFailures) and waits for the calls still running on them;
+// decisions after Close fail with ErrClosed. It reports to OnFailures the
+// failures counted since the last report. It does not close the Redis
+// client. Close is safe to call more than once and always returns nil.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	was := s.closed
@@ -379,6 +410,7 @@ func (s *Store) Close() error {
 	if s.owned {
 		_ = s.client.Close()
 	}
+	s.stopFailures()
 	return nil
 }
 
@@ -525,7 +557,7 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		}
 		rkey = keys[0]
 	}
-	reply, o, err := s.exec(ctx, a.prog(), rkey, keys, args.args(a, now, req, s.marginMs))
+	reply, o, n, err := s.exec(ctx, a.prog(), rkey, keys, args.args(a, now, req, s.marginMs))
 	if err == nil {
 		res, derr := a.decode(reply, req)
 		if derr == nil {
@@ -537,9 +569,9 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	case ignored:
 		return floodgate.Result{}, err
 	case failed, timedOut, refused, busy:
-		return s.fallback(ctx, key, a, req, err)
+		return s.fallback(ctx, n, key, a, req, err)
 	}
-	s.observe(Event{Kind: EventError, Key: key, Err: err})
+	s.failures(n, false, err)
 	return floodgate.Result{}, err
 }
 
@@ -550,9 +582,11 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 // the reply, or the error with what it says: ignored (the caller's context
 // ended, or Close did), a failure of Redis for the caller's failure policy
 // (failed, timedOut, refused, busy), or succeeded with an error no policy
-// absorbs (an error reply about the data). Decisions (apply) and package
-// inflight's calls (inflight.go) share it.
-func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, outcome, error) {
+// absorbs (an error reply about the data); and the node it called, nil
+// when the client could not tell which node serves rkey, for the counts
+// of failures. Decisions (apply) and package inflight's calls
+// (inflight.go) share it.
+func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, outcome, *node, error) {
 	// One reading of the clock serves the breaker before and after the
 	// call: its tallies count calls per second.
 	wall := s.wall()
@@ -562,23 +596,25 @@ func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, a
 		// whose slot map could not be loaded.
 		o, err := classify(ctx, err)
 		if o == ignored {
-			return nil, ignored, err
+			return nil, ignored, nil, err
 		}
 		s.reload(wall)
-		return nil, failed, err
+		return nil, failed, nil, err
 	}
 	ok, probe, c := n.breaker.allow(wall)
-	s.report(n, c)
+	s.report(ctx, n, c)
 	if !ok {
+		// Not a round trip: nothing for OnStoreCall; the decision's
+		// failure is counted for OnFailures.
 		s.reload(wall)
-		return nil, failed, unavailable(ErrBreakerOpen, nil)
+		return nil, failed, n, errBreakerOpen
 	}
 	seen := n.served.Load()
 	reply, err, cold := s.call(ctx, n, probe, id, rkey, keys, args)
 	if err != nil && s.shut.Load() {
 		// Close ended the call (it closes the store's own client).
-		s.report(n, n.breaker.done(wall, probe, ignored))
-		return nil, ignored, unavailable(ErrClosed, nil)
+		s.report(ctx, n, n.breaker.done(wall, probe, ignored))
+		return nil, ignored, n, unavailable(ErrClosed, nil)
 	}
 	o, err := classify(ctx, err)
 	if o == timedOut && cold {
@@ -597,9 +633,9 @@ func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, a
 		// connection) still count.
 		o = busy
 	}
-	s.report(n, n.breaker.done(wall, probe, o))
+	s.report(ctx, n, n.breaker.done(wall, probe, o))
 	if o == failed || o == timedOut || o == refused {
 		s.reload(wall)
 	}
-	return reply, o, err
+	return reply, o, n, err
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/scripts"
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -42,8 +43,34 @@ func TestNewValidatesOptions(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidOptions)
 		})
 	}
+	for name, o := range map[string]*observe.Observer{
+		"negative FailureInterval": {FailureInterval: -time.Second},
+		"negative LatencyEvery":    {LatencyEvery: -1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(c, &Options{Observer: o})
+			require.ErrorIs(t, err, ErrInvalidOptions)
+			require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "observe.Observer.Validate's error")
+		})
+	}
 	_, err := New(nil, nil)
 	require.ErrorIs(t, err, ErrInvalidOptions)
+
+	for _, tc := range []struct {
+		o    *Options
+		name string
+	}{
+		{nil, "redis"},
+		{&Options{}, DefaultName},
+		{&Options{Name: "sessions"}, "sessions"},
+		{&Options{Name: "sessions", Observer: &observe.Observer{}}, "sessions"},
+	} {
+		s, err := New(c, tc.o)
+		require.NoError(t, err)
+		require.Equal(t, tc.name, s.name, "New(%+v)", tc.o)
+		require.Nil(t, s.failTimer, "no OnFailures, no timer")
+		require.NoError(t, s.Close())
+	}
 
 	s, err := New(c, nil)
 	require.NoError(t, err)
@@ -242,11 +269,11 @@ func TestMismatchIsAnError(t *testing.T) {
 			// (or 1ns less), where the mutants go wrong.
 			ctx := context.Background()
 			clock := floodgatetest.NewClock(t0)
-			var events []Event
+			rec := &recorder{}
 			opts := &Options{
 				Now:       srv.clock(clock),
 				OnFailure: FailOpen,
-				Observer:  ObserverFunc(func(e Event) { events = append(events, e) }),
+				Observer:  rec.observer(),
 			}
 			if tc.server {
 				// Redis TIME: miniredis' stands still at t0, a real
@@ -266,8 +293,9 @@ func TestMismatchIsAnError(t *testing.T) {
 			_, err = s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorIs(t, err, floodgate.ErrUnavailable)
-			require.Len(t, events, 1)
-			assert.Equal(t, EventError, events[0].Kind)
+			fs := rec.takeFailures(s)
+			require.Len(t, fs, 1)
+			assert.Equal(t, observe.Failures{Name: DefaultName, Node: s.single.addr, Policy: "error", Count: 1, Err: err}, fs[0], "Redis answered, and FailOpen does not absorb it")
 			assert.Equal(t, BreakerClosed, s.BreakerState("k"), "Redis answered: not a breaker failure")
 		})
 	}

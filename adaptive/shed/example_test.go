@@ -43,16 +43,17 @@ func ExampleMiddleware() {
 		_, _ = l.Acquire(context.Background())
 	}
 	s, _ := shed.New(l, nil)
-	shedMW, _ := shed.Middleware(s, &shed.MiddlewareOptions{
-		// GETs are sheddable, everything else default.
-		Class: func(r *http.Request) string {
-			if r.Method == http.MethodGet {
-				return adaptive.ClassSheddable
-			}
-			return adaptive.ClassDefault
-		},
-	})
-	limitMW, _ := adaptive.Middleware(l, nil)
+	// GETs are sheddable, everything else default.
+	classOf := func(r *http.Request) string {
+		if r.Method == http.MethodGet {
+			return adaptive.ClassSheddable
+		}
+		return adaptive.ClassDefault
+	}
+	shedMW, _ := shed.Middleware(s, &shed.MiddlewareOptions{Class: classOf})
+	// The limiter gets the class too: it admits ClassCritical a little
+	// beyond its limit.
+	limitMW, _ := adaptive.Middleware(l, &adaptive.MiddlewareOptions{Partition: classOf})
 	h := shedMW(limitMW(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprintln(w, "ok")
 	})))

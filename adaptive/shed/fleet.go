@@ -70,13 +70,17 @@ type FleetOptions struct {
 	// exchanges the fleet's load moves: processes admit together on a view
 	// that lags by up to an Interval, overshoot, then shed together on a
 	// view that lags as much while the load drains, by about the arrival
-	// rate beyond the threshold times Interval, over the capacity. In the
-	// simulator (adaptive/sim: 8 processes sharing 200 workers, lognormal
-	// service of mean S, worst of 40 seeds), an Interval of S/40 kept every
-	// shed request at 73.5% or more of the backend's true utilization;
-	// S/20 shed some at 69%, S/10 at 66.5%, and S at 20%, with sheddable
-	// requests overshooting to 1.8 times the workers. Set it to a fortieth
-	// of the requests' mean duration or less. The default is 10ms.
+	// rate beyond the threshold times Interval, over the capacity (the
+	// Fleet's reading discounts a fall it has reason to expect, see
+	// Utilization, but cannot see one coming). In the simulator
+	// (adaptive/sim: 8 processes sharing 200 workers, lognormal service of
+	// mean S, worst of 40 seeds), an Interval of S/40 kept every shed
+	// request at 73.5% or more of the backend's true utilization (72.5%
+	// with deterministic service, whose requests admitted together all end
+	// together); S/20 shed some at 71.5%, S/10 at 69%, and S at 53%, with
+	// sheddable requests overshooting to 0.935 times the workers. Set it to
+	// a fortieth of the requests' mean duration or less. The default is
+	// 10ms.
 	Interval time.Duration
 	// Timeout bounds each exchange of the background refresh. The default
 	// is Interval.
@@ -102,16 +106,18 @@ type FleetOptions struct {
 // It reads its process's own load live and the rest of the fleet's from
 // the last exchange with a FleetSource:
 //
-//	(fleet.InFlight - mine then + mine now) / (fleet.Capacity - mine then + mine now)
+//	(others + mine now) / (fleet.Capacity - mine then + mine now)
 //
-// so that its own changes count at once and other processes' changes within
-// one Interval.
+// where others is fleet.InFlight - mine then, less the fall it has likely
+// had since (see Utilization), so that its own changes count at once and
+// other processes' rises within one Interval.
 //
 // Cost per request (Utilization): one call of the local load function (for
 // LimiterLoad, two uncontended mutex acquisitions), one atomic load and a
-// few float operations; no I/O, no lock of its own, no allocation. Cost per
-// process: one FleetSource exchange (one Redis round trip for the recipe in
-// the package doc) per Interval, off the request path.
+// few float operations; no I/O, no clock, no lock of its own, no
+// allocation. Cost per process: one FleetSource exchange (one Redis round
+// trip for the recipe in the package doc) per Interval, off the request
+// path.
 //
 // The zero value is not usable; create one with NewFleet. A Fleet is safe
 // for concurrent use. Unless FleetOptions.Manual is set it runs one
@@ -127,6 +133,10 @@ type Fleet struct {
 
 	view    atomic.Pointer[fleetView] // nil: no fresh fleet load, use the local one
 	syncing atomic.Bool
+	// failed reports that the last exchange failed, so that the next one
+	// measures no fall from a view older than an Interval. Only Sync,
+	// serialized by syncing, touches it.
+	failed bool
 
 	stop      context.CancelFunc // nil with Manual
 	done      chan struct{}
@@ -137,6 +147,11 @@ type Fleet struct {
 type fleetView struct {
 	fleet, local Load
 	at           time.Time
+	// others is the other processes' work in flight in the fleet's total,
+	// fleet.InFlight - local.InFlight, and falling how far it is likely to
+	// have fallen since they recorded it (<= 0): twice the fall between
+	// the last two exchanges (see Utilization).
+	others, falling float64
 }
 
 var _ Gauge = (*Fleet)(nil)
@@ -200,16 +215,48 @@ func (f *Fleet) refresh(ctx context.Context) {
 }
 
 // Utilization returns the fleet's utilization, with this process's load read
-// now and the others' as of the last exchange; this process's own when the
-// fleet's is older than MaxAge or was never fetched.
+// now and the others' as of the last exchange, less the fall they are likely
+// to have had since; this process's own when the fleet's is older than
+// MaxAge or was never fetched.
+//
+// The others' load is the lower of two estimates, so that the reading does
+// not overstate a fleet whose load is falling faster than the exchanges
+// follow (requests admitted together end together, and a reading an
+// Interval old would shed on load that has left):
+//
+//   - their load at the exchange, less the same fraction as this process's
+//     own load has fallen since (processes behind one load balancer rise and
+//     fall together);
+//   - their load at the exchange, less twice its fall between the last two
+//     exchanges: their records were up to an Interval old at the exchange
+//     and the reading is up to an Interval older, so up to two Intervals of
+//     a fall the total has not seen yet, at the last Interval's rate. This
+//     one holds only while this process's own load has not risen since the
+//     exchange: a process that admits again is refilling the room the fall
+//     left, as the others are, and counting the fall on would let the
+//     fleet overshoot until the next exchange.
+//
+// Neither adds a rise, so the reading is never above what the exchange and
+// this process's own load say; a rise of the others' load counts at the next
+// exchange.
 func (f *Fleet) Utilization() float64 {
 	local := f.local()
 	v := f.view.Load()
 	if v == nil {
 		return local.Utilization()
 	}
+	others := v.others
+	var fall float64
+	if mine := v.local.InFlight; local.InFlight <= mine {
+		fall = v.falling
+		if local.InFlight < mine && mine > 0 {
+			fall = min(fall, others*(local.InFlight-mine)/mine)
+		}
+	}
 	return Load{
-		InFlight: v.fleet.InFlight - v.local.InFlight + local.InFlight,
+		// The estimate stops at 0, or at the total's own figure when that
+		// is below 0 (a FleetSource at odds with itself): never a rise.
+		InFlight: max(min(others, 0), others+fall) + local.InFlight,
 		Capacity: v.fleet.Capacity - v.local.Capacity + local.Capacity,
 	}.Utilization()
 }
@@ -231,6 +278,7 @@ func (f *Fleet) Sync(ctx context.Context) error {
 	}
 	now := f.now()
 	if err != nil {
+		f.failed = true
 		if v := f.view.Load(); v != nil && now.Sub(v.at) > f.maxAge {
 			f.view.CompareAndSwap(v, nil)
 		}
@@ -240,7 +288,12 @@ func (f *Fleet) Sync(ctx context.Context) error {
 		}
 		return err
 	}
-	f.view.Store(&fleetView{fleet: fleet, local: local, at: now})
+	v := &fleetView{fleet: fleet, local: local, at: now, others: fleet.InFlight - local.InFlight}
+	if prev := f.view.Load(); prev != nil && !f.failed {
+		v.falling = 2 * min(0, v.others-prev.others)
+	}
+	f.failed = false
+	f.view.Store(v)
 	return nil
 }
 

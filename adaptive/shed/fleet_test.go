@@ -76,15 +76,80 @@ func TestFleetUtilization(t *testing.T) {
 	assert.Equal(t, 0.9, fa.Utilization(), "a's exchange came before b's")
 	require.NoError(t, fa.Sync(ctx))
 	assert.Equal(t, 0.5, fa.Utilization())
-	// Its own changes count at once, the others' at the next exchange.
-	a.set(Load{InFlight: 3, Capacity: 10})
-	assert.Equal(t, 0.2, fa.Utilization(), "(3+1)/20")
+	// Its own rise counts at once, the others' at the next exchange.
+	a.set(Load{InFlight: 10, Capacity: 10})
+	assert.Equal(t, 0.55, fa.Utilization(), "(10+1)/20")
 	b.set(Load{InFlight: 10, Capacity: 10})
-	assert.Equal(t, 0.2, fa.Utilization())
+	assert.Equal(t, 0.55, fa.Utilization())
 	require.NoError(t, fb.Sync(ctx))
 	require.NoError(t, fa.Sync(ctx))
-	assert.Equal(t, 0.65, fa.Utilization(), "(3+10)/20")
+	assert.Equal(t, 1.0, fa.Utilization(), "(10+10)/20")
+	// Its own fall counts at once, and the others' load is taken to have
+	// fallen by the same fraction.
+	a.set(Load{InFlight: 6, Capacity: 10})
+	assert.Equal(t, 0.6, fa.Utilization(), "(6 + 10·6/10)/20")
 	assert.Zero(t, testing.AllocsPerRun(100, func() { _ = fa.Utilization() }))
+}
+
+func TestFleetFalling(t *testing.T) {
+	// The others' fall between two exchanges counts twice at the second:
+	// the others' records in the total were up to an Interval old, and the
+	// reading gets up to an Interval older.
+	m := &memFleet{}
+	mine, other := &localLoad{}, &localLoad{}
+	mine.set(Load{InFlight: 5, Capacity: 10})
+	other.set(Load{InFlight: 10, Capacity: 10})
+	f := newFleet(t, m.source("mine"), mine.get, &FleetOptions{Manual: true})
+	fo := newFleet(t, m.source("other"), other.get, &FleetOptions{Manual: true})
+	ctx := context.Background()
+	sync := func(t *testing.T) {
+		t.Helper()
+		require.NoError(t, fo.Sync(ctx))
+		require.NoError(t, f.Sync(ctx))
+	}
+	sync(t)
+	assert.Equal(t, 0.75, f.Utilization(), "(5+10)/20")
+	other.set(Load{InFlight: 8, Capacity: 10})
+	sync(t)
+	assert.Equal(t, 0.45, f.Utilization(), "(5 + 8-2·2)/20")
+	sync(t)
+	assert.Equal(t, 0.65, f.Utilization(), "no fall since: (5+8)/20")
+	mine.set(Load{InFlight: 4, Capacity: 10})
+	assert.InDelta(t, 0.52, f.Utilization(), 1e-12, "its own fall by a fifth: (4 + 8·4/5)/20")
+	other.set(Load{InFlight: 7, Capacity: 10})
+	sync(t)
+	assert.Equal(t, 0.45, f.Utilization(), "the others' trend: (4 + 7-2·1)/20")
+	mine.set(Load{InFlight: 5, Capacity: 10})
+	assert.Equal(t, 0.6, f.Utilization(), "not while its own load rises: (5+7)/20")
+	mine.set(Load{InFlight: 2, Capacity: 10})
+	assert.Equal(t, 0.275, f.Utilization(), "its own fall by half, lower than the trend's: (2 + 7/2)/20")
+	other.set(Load{InFlight: 1, Capacity: 10})
+	sync(t)
+	assert.Equal(t, 0.1, f.Utilization(), "the others' estimate stops at 0: (2+0)/20")
+	other.set(Load{InFlight: 10, Capacity: 10})
+	mine.set(Load{InFlight: 5, Capacity: 10})
+	sync(t)
+	assert.Equal(t, 0.75, f.Utilization(), "a rise is not extrapolated")
+
+	// An exchange that follows a failed one measures no fall: the view it
+	// would compare with is older than an Interval.
+	boom := errors.New("boom")
+	m.err = boom
+	require.ErrorIs(t, f.Sync(ctx), boom)
+	m.err = nil
+	other.set(Load{InFlight: 6, Capacity: 10})
+	sync(t)
+	assert.Equal(t, 0.55, f.Utilization(), "(5+6)/20")
+
+	// A total below this process's own load (a source at odds with
+	// itself) is not raised to 0.
+	odd := newFleet(t, FleetSourceFunc(func(context.Context, Load) (Load, error) {
+		return Load{InFlight: 1, Capacity: 20}, nil
+	}), mine.get, &FleetOptions{Manual: true})
+	mine.set(Load{InFlight: 3, Capacity: 10})
+	require.NoError(t, odd.Sync(ctx))
+	mine.set(Load{InFlight: 2, Capacity: 10})
+	assert.Equal(t, 0.0, odd.Utilization(), "(1-3+2)/20, as without the discount")
 }
 
 func TestFleetFailures(t *testing.T) {

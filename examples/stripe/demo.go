@@ -266,6 +266,10 @@ func runDemo(ctx context.Context, cfg config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Closed first: the store reports its last failures when it closes.
+	if err := srv.Close(); err != nil {
+		return err
+	}
 	printReport(w, rep, srv, base)
 	return nil
 }

@@ -78,6 +78,7 @@ import (
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/inflight"
 	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/redisstore"
 )
 
@@ -223,11 +224,12 @@ func newServer(cfg config) (s *server, err error) {
 			// processes, LocalShare 1/N would keep about the quota).
 			// Stripe's limiters fail open; this stays limited.
 			OnFailure: redisstore.FailLocal,
-			Observer: redisstore.ObserverFunc(func(e redisstore.Event) {
-				if e.Kind == redisstore.EventFallback {
-					s.redisFallbacks.Add(1)
-				}
-			}),
+			// The store counts the decisions it could not make and
+			// reports them once per FailureInterval; Close reports the
+			// rest, so the count is whole once the server is closed.
+			Observer: &observe.Observer{
+				OnFailures: func(_ context.Context, f observe.Failures) { s.redisFallbacks.Add(f.Count) },
+			},
 		})
 		if err != nil {
 			return nil, err
