@@ -1,0 +1,538 @@
+package fgprom_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/observe"
+	fgprom "github.com/floodgate-go/floodgate/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func newMetrics(t testing.TB, opts *fgprom.Options) *fgprom.Metrics {
+	t.Helper()
+	m, err := fgprom.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func newLimiter(t testing.TB, alg floodgate.Algorithm, now func() time.Time) floodgate.Limiter {
+	t.Helper()
+	s, err := memstore.New(&memstore.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := floodgate.New(s, alg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// fireAll gives the Observer of m one event of every kind, so that every
+// metric has a series.
+func fireAll(o *observe.Observer) {
+	ctx := context.Background()
+	unavailable := floodgate.ErrUnavailable
+	o.OnDecision(ctx, observe.Decision{Name: "api", Key: "user-1", Op: floodgate.OpTake, N: 2, Outcome: observe.Allowed,
+		Decision: floodgate.Decision{Allowed: true, Binding: 1}, Limits: 2, Latency: 30 * time.Microsecond})
+	o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: "127.0.0.1:6379", Decisions: 3, Outcome: observe.CallOK, Latency: 400 * time.Microsecond})
+	o.OnFailures(ctx, observe.Failures{Name: "redis", Node: "127.0.0.1:6379", Policy: "open", Count: 7, Err: unavailable})
+	o.OnBreaker(ctx, observe.BreakerChange{Name: "redis", Node: "127.0.0.1:6379", From: observe.BreakerClosed, To: observe.BreakerOpen})
+	o.OnLease(ctx, observe.Lease{Name: "leased", Key: "user-1", Units: 10, Granted: 8, Latency: time.Millisecond, Local: 30, Waited: 2})
+	o.OnReturn(ctx, observe.Return{Name: "leased", Key: "user-1", Units: 5, Granted: 4, Reason: "expired"})
+	o.OnLimitChange(ctx, observe.LimitChange{Name: "adaptive", Old: 20, New: 24, InFlight: 3})
+	o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 24, InFlight: 24})
+	o.OnShed(ctx, observe.Shed{Name: "shedder", Class: "sheddable", Utilization: 0.93, Threshold: 0.9})
+	o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 1})
+	o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 2})
+	o.OnRelease(ctx, observe.Release{Name: "uploads", Key: "user-1", Held: 1500 * time.Millisecond})
+}
+
+// families gathers m after fireAll, by name.
+func families(t testing.TB, m *fgprom.Metrics) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	fireAll(m.Observer())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]*dto.MetricFamily, len(mfs))
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	// fireAll must reach every metric, or the tests built on it would
+	// miss one.
+	descs := make(chan *prometheus.Desc, 100)
+	m.Describe(descs)
+	close(descs)
+	if n := len(descs); n != len(out) {
+		t.Fatalf("fireAll gave %d of the %d metrics a series", len(out), n)
+	}
+	return out
+}
+
+func TestDecisionsFromWrap(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	o.LatencyEvery = 1
+	t0 := time.Unix(1_700_000_000, 0)
+	l, err := observe.Wrap(newLimiter(t, floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 3}, func() time.Time { return t0 }), "api", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 5 {
+		if _, err := l.AllowN(ctx, "user-1", 1); err != nil {
+			t.Fatalf("AllowN #%d: %v", i, err)
+		}
+	}
+	if _, err := l.AllowN(ctx, "", 1); !errors.Is(err, floodgate.ErrEmptyKey) {
+		t.Fatalf("AllowN(\"\") = %v, want ErrEmptyKey", err)
+	}
+	if _, err := l.Apply(ctx, "user-1", floodgate.Request{Op: floodgate.OpSettle, N: -2, At: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Apply(ctx, "user-1", floodgate.Request{Op: floodgate.OpTake, N: 1, Check: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	want := `
+# HELP floodgate_decisions_total Decisions of a limiter wrapped by observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+# TYPE floodgate_decisions_total counter
+floodgate_decisions_total{limiter="api",op="check",outcome="allowed"} 1
+floodgate_decisions_total{limiter="api",op="refund",outcome="allowed"} 1
+floodgate_decisions_total{limiter="api",op="take",outcome="allowed"} 3
+floodgate_decisions_total{limiter="api",op="take",outcome="denied"} 2
+floodgate_decisions_total{limiter="api",op="take",outcome="error"} 1
+# HELP floodgate_decision_units_total Units asked for by the decisions of a wrapped limiter (for settle, charged; for refund, given back), by op and outcome.
+# TYPE floodgate_decision_units_total counter
+floodgate_decision_units_total{limiter="api",op="check",outcome="allowed"} 1
+floodgate_decision_units_total{limiter="api",op="refund",outcome="allowed"} 2
+floodgate_decision_units_total{limiter="api",op="take",outcome="allowed"} 3
+floodgate_decision_units_total{limiter="api",op="take",outcome="denied"} 2
+floodgate_decision_units_total{limiter="api",op="take",outcome="error"} 1
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_decisions_total", "floodgate_decision_units_total"); err != nil {
+		t.Error(err)
+	}
+	// Every decision was timed (LatencyEvery 1): 8 observations, none of
+	// them 0.
+	if n := testutil.CollectAndCount(m, "floodgate_decision_duration_seconds"); n != 1 {
+		t.Errorf("decision_duration_seconds has %d series, want 1 (limiter api)", n)
+	}
+	h := histogram(t, m, "floodgate_decision_duration_seconds")
+	if h.GetSampleCount() != 8 || h.GetSampleSum() <= 0 {
+		t.Errorf("decision_duration_seconds: count %d sum %v, want 8 and > 0", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// histogram returns the one histogram series of name in c.
+func histogram(t *testing.T, c prometheus.Collector, name string) *dto.Histogram {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			if len(mf.Metric) != 1 {
+				t.Fatalf("%s has %d series, want 1", name, len(mf.Metric))
+			}
+			return mf.Metric[0].GetHistogram()
+		}
+	}
+	t.Fatalf("no %s", name)
+	return nil
+}
+
+func TestDecisionsOfWaitAndLimits(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	lim := newLimiter(t, floodgate.Limits{
+		floodgate.TokenBucket{Rate: 10, Per: time.Hour, Burst: 10},
+		floodgate.FixedWindow{Limit: 2, Window: time.Hour},
+	}, nil)
+	l, err := observe.Wrap(lim, "plans", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 3 {
+		if _, err := l.Allow(ctx, "user-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	if err := l.Wait(short, "user-1", 1); err == nil {
+		t.Fatal("Wait admitted past the window's limit")
+	}
+	if err := l.Wait(ctx, "user-2", 1); err != nil {
+		t.Fatal(err)
+	}
+
+	want := `
+# HELP floodgate_decisions_total Decisions of a limiter wrapped by observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+# TYPE floodgate_decisions_total counter
+floodgate_decisions_total{limiter="plans",op="take",outcome="allowed"} 2
+floodgate_decisions_total{limiter="plans",op="take",outcome="denied"} 1
+floodgate_decisions_total{limiter="plans",op="take",outcome="error"} 0
+floodgate_decisions_total{limiter="plans",op="wait",outcome="allowed"} 1
+floodgate_decisions_total{limiter="plans",op="wait",outcome="denied"} 1
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_decisions_total"); err != nil {
+		t.Error(err)
+	}
+	// The fixed window (index 1) denied the third Allow.
+	var denied *dto.Metric
+	for _, mt := range families(t, m)["floodgate_limit_binding_total"].Metric {
+		if label(mt, "limiter") == "plans" && label(mt, "outcome") == "denied" {
+			denied = mt
+		}
+	}
+	if denied == nil || label(denied, "limit") != "1" || denied.GetCounter().GetValue() != 1 {
+		t.Errorf("limit_binding_total{limiter=plans,outcome=denied} = %v, want limit 1, value 1", denied)
+	}
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.Label {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+func TestEveryEvent(t *testing.T) {
+	m := newMetrics(t, &fgprom.Options{ConstLabels: prometheus.Labels{"region": "eu"}})
+	families(t, m) // fires every event once
+	want := `
+# HELP floodgate_store_calls_total Round trips of a remote store to a node, by outcome (ok, timeout, error).
+# TYPE floodgate_store_calls_total counter
+floodgate_store_calls_total{node="127.0.0.1:6379",outcome="ok",region="eu",store="redis"} 1
+floodgate_store_calls_total{node="127.0.0.1:6379",outcome="timeout",region="eu",store="redis"} 0
+floodgate_store_calls_total{node="127.0.0.1:6379",outcome="error",region="eu",store="redis"} 0
+# HELP floodgate_store_failures_total Decisions a store could not make on a node, by what its failure policy did (open, closed, local, error).
+# TYPE floodgate_store_failures_total counter
+floodgate_store_failures_total{node="127.0.0.1:6379",policy="open",region="eu",store="redis"} 7
+floodgate_store_failures_total{node="127.0.0.1:6379",policy="closed",region="eu",store="redis"} 0
+floodgate_store_failures_total{node="127.0.0.1:6379",policy="local",region="eu",store="redis"} 0
+floodgate_store_failures_total{node="127.0.0.1:6379",policy="error",region="eu",store="redis"} 0
+# HELP floodgate_breaker_state State of a node's circuit breaker: 0 closed, 1 half-open, 2 open. Set at the node's first round trip (closed) and at every change.
+# TYPE floodgate_breaker_state gauge
+floodgate_breaker_state{node="127.0.0.1:6379",region="eu",store="redis"} 2
+# HELP floodgate_breaker_transitions_total Changes of a node's circuit breaker, by the state changed to (closed, half-open, open).
+# TYPE floodgate_breaker_transitions_total counter
+floodgate_breaker_transitions_total{node="127.0.0.1:6379",region="eu",store="redis",to="open"} 1
+floodgate_breaker_transitions_total{node="127.0.0.1:6379",region="eu",store="redis",to="closed"} 0
+floodgate_breaker_transitions_total{node="127.0.0.1:6379",region="eu",store="redis",to="half-open"} 0
+# HELP floodgate_lease_round_trips_total Lease round trips of a lease.Limiter to its remote, by outcome (granted: some units leased, denied: none, error).
+# TYPE floodgate_lease_round_trips_total counter
+floodgate_lease_round_trips_total{limiter="leased",outcome="granted",region="eu"} 1
+floodgate_lease_round_trips_total{limiter="leased",outcome="denied",region="eu"} 0
+floodgate_lease_round_trips_total{limiter="leased",outcome="error",region="eu"} 0
+# HELP floodgate_lease_units_total Units a lease.Limiter leased from its remote (kind leased) and gave back to it (kind returned, as many as the remote took back).
+# TYPE floodgate_lease_units_total counter
+floodgate_lease_units_total{kind="leased",limiter="leased",region="eu"} 8
+floodgate_lease_units_total{kind="returned",limiter="leased",region="eu"} 4
+# HELP floodgate_lease_returns_total Returns of unused units by a lease.Limiter, by reason (expired, replaced, closed).
+# TYPE floodgate_lease_returns_total counter
+floodgate_lease_returns_total{limiter="leased",reason="expired",region="eu"} 1
+# HELP floodgate_lease_decisions_total Decisions of a lease.Limiter served from its local pool (source local) or that waited for a round trip (source waited): the local hit ratio.
+# TYPE floodgate_lease_decisions_total counter
+floodgate_lease_decisions_total{limiter="leased",region="eu",source="local"} 30
+floodgate_lease_decisions_total{limiter="leased",region="eu",source="waited"} 2
+# HELP floodgate_adaptive_limit Concurrency limit of an adaptive.Limiter, set at each change.
+# TYPE floodgate_adaptive_limit gauge
+floodgate_adaptive_limit{limiter="adaptive",region="eu"} 24
+# HELP floodgate_adaptive_rejections_total Requests an adaptive.Limiter rejected, by the partition they asked for (empty for none).
+# TYPE floodgate_adaptive_rejections_total counter
+floodgate_adaptive_rejections_total{limiter="adaptive",partition="batch",region="eu"} 1
+# HELP floodgate_shed_total Requests a shed.Shedder shed, by criticality class.
+# TYPE floodgate_shed_total counter
+floodgate_shed_total{class="sheddable",region="eu",shedder="shedder"} 1
+# HELP floodgate_inflight_acquires_total Acquisitions of an inflight.Limiter, by outcome (allowed, denied, error).
+# TYPE floodgate_inflight_acquires_total counter
+floodgate_inflight_acquires_total{limiter="uploads",outcome="allowed",region="eu"} 2
+floodgate_inflight_acquires_total{limiter="uploads",outcome="denied",region="eu"} 0
+floodgate_inflight_acquires_total{limiter="uploads",outcome="error",region="eu"} 0
+# HELP floodgate_inflight_requests Slots of an inflight.Limiter this process holds: its admitted acquisitions minus its releases.
+# TYPE floodgate_inflight_requests gauge
+floodgate_inflight_requests{limiter="uploads",region="eu"} 1
+# HELP floodgate_limit_binding_total Takes of a floodgate.Limits composite by the index of the limit that bound them (the denying one on a denial), by outcome.
+# TYPE floodgate_limit_binding_total counter
+floodgate_limit_binding_total{limit="1",limiter="api",outcome="allowed",region="eu"} 1
+`
+	names := []string{
+		"floodgate_store_calls_total", "floodgate_store_failures_total", "floodgate_breaker_state",
+		"floodgate_breaker_transitions_total", "floodgate_lease_round_trips_total", "floodgate_lease_units_total",
+		"floodgate_lease_returns_total", "floodgate_lease_decisions_total", "floodgate_adaptive_limit",
+		"floodgate_adaptive_rejections_total", "floodgate_shed_total", "floodgate_inflight_acquires_total",
+		"floodgate_inflight_requests", "floodgate_limit_binding_total",
+	}
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
+	}
+	for name, want := range map[string]struct {
+		count uint64
+		sum   float64
+	}{
+		"floodgate_store_call_duration_seconds":       {1, 400e-6},
+		"floodgate_store_call_decisions":              {1, 3},
+		"floodgate_lease_round_trip_duration_seconds": {1, 1e-3},
+		"floodgate_inflight_hold_seconds":             {1, 1.5},
+		"floodgate_decision_duration_seconds":         {1, 30e-6},
+	} {
+		h := histogram(t, m, name)
+		if h.GetSampleCount() != want.count || h.GetSampleSum() != want.sum {
+			t.Errorf("%s: count %d sum %v, want %d and %v", name, h.GetSampleCount(), h.GetSampleSum(), want.count, want.sum)
+		}
+	}
+}
+
+func TestBreakerStateValues(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	ctx := context.Background()
+	node := func(n string) float64 {
+		for _, mt := range gather(t, m)["floodgate_breaker_state"].GetMetric() {
+			if label(mt, "node") == n {
+				return mt.GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no breaker_state for node %q", n)
+		return 0
+	}
+	// A node's first round trip shows its breaker closed.
+	o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: "a:6379", Decisions: 1, Outcome: observe.CallOK, Latency: time.Millisecond})
+	if v := node("a:6379"); v != 0 {
+		t.Errorf("breaker_state after a round trip = %v, want 0", v)
+	}
+	for _, tc := range []struct {
+		from, to observe.BreakerState
+		want     float64
+	}{
+		{observe.BreakerClosed, observe.BreakerOpen, 2},
+		{observe.BreakerOpen, observe.BreakerHalfOpen, 1},
+		{observe.BreakerHalfOpen, observe.BreakerOpen, 2},
+		{observe.BreakerOpen, observe.BreakerHalfOpen, 1},
+		{observe.BreakerHalfOpen, observe.BreakerClosed, 0},
+	} {
+		o.OnBreaker(ctx, observe.BreakerChange{Name: "redis", Node: "a:6379", From: tc.from, To: tc.to})
+		if v := node("a:6379"); v != tc.want {
+			t.Errorf("breaker_state after %v -> %v = %v, want %v", tc.from, tc.to, v, tc.want)
+		}
+	}
+	// A later round trip does not reset it.
+	o.OnBreaker(ctx, observe.BreakerChange{Name: "redis", Node: "a:6379", From: observe.BreakerClosed, To: observe.BreakerOpen})
+	o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: "a:6379", Decisions: 1, Outcome: observe.CallError})
+	if v := node("a:6379"); v != 2 {
+		t.Errorf("breaker_state after a failed round trip of an open breaker = %v, want 2", v)
+	}
+	want := `
+# HELP floodgate_breaker_transitions_total Changes of a node's circuit breaker, by the state changed to (closed, half-open, open).
+# TYPE floodgate_breaker_transitions_total counter
+floodgate_breaker_transitions_total{node="a:6379",store="redis",to="closed"} 1
+floodgate_breaker_transitions_total{node="a:6379",store="redis",to="half-open"} 2
+floodgate_breaker_transitions_total{node="a:6379",store="redis",to="open"} 3
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_breaker_transitions_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+// gather gathers c, by name.
+func gather(t testing.TB, c prometheus.Collector) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string]*dto.MetricFamily, len(mfs))
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+func TestLeaseOutcomes(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	ctx := context.Background()
+	o.OnLease(ctx, observe.Lease{Name: "l", Units: 10, Granted: 10, Waited: 1})
+	o.OnLease(ctx, observe.Lease{Name: "l", Units: 10, Granted: 0, Local: 9})
+	o.OnLease(ctx, observe.Lease{Name: "l", Units: 10, Err: floodgate.ErrUnavailable, Waited: 3})
+	o.OnReturn(ctx, observe.Return{Name: "l", Units: 6, Granted: 0, Reason: "closed", Err: floodgate.ErrUnavailable})
+	want := `
+# HELP floodgate_lease_round_trips_total Lease round trips of a lease.Limiter to its remote, by outcome (granted: some units leased, denied: none, error).
+# TYPE floodgate_lease_round_trips_total counter
+floodgate_lease_round_trips_total{limiter="l",outcome="denied"} 1
+floodgate_lease_round_trips_total{limiter="l",outcome="error"} 1
+floodgate_lease_round_trips_total{limiter="l",outcome="granted"} 1
+# HELP floodgate_lease_units_total Units a lease.Limiter leased from its remote (kind leased) and gave back to it (kind returned, as many as the remote took back).
+# TYPE floodgate_lease_units_total counter
+floodgate_lease_units_total{kind="leased",limiter="l"} 10
+floodgate_lease_units_total{kind="returned",limiter="l"} 0
+# HELP floodgate_lease_decisions_total Decisions of a lease.Limiter served from its local pool (source local) or that waited for a round trip (source waited): the local hit ratio.
+# TYPE floodgate_lease_decisions_total counter
+floodgate_lease_decisions_total{limiter="l",source="local"} 9
+floodgate_lease_decisions_total{limiter="l",source="waited"} 4
+# HELP floodgate_lease_returns_total Returns of unused units by a lease.Limiter, by reason (expired, replaced, closed).
+# TYPE floodgate_lease_returns_total counter
+floodgate_lease_returns_total{limiter="l",reason="closed"} 1
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
+		"floodgate_lease_round_trips_total", "floodgate_lease_units_total", "floodgate_lease_decisions_total", "floodgate_lease_returns_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestInflightGauge(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	ctx := context.Background()
+	for range 5 {
+		o.OnAcquire(ctx, observe.Acquire{Name: "up", Outcome: observe.Allowed})
+	}
+	o.OnAcquire(ctx, observe.Acquire{Name: "up", Outcome: observe.Denied})
+	o.OnAcquire(ctx, observe.Acquire{Name: "up", Outcome: observe.Failed, Err: floodgate.ErrUnavailable})
+	for range 3 {
+		o.OnRelease(ctx, observe.Release{Name: "up", Held: time.Second})
+	}
+	o.OnRelease(ctx, observe.Release{Name: "up", Held: time.Second, Err: floodgate.ErrUnavailable})
+	want := `
+# HELP floodgate_inflight_acquires_total Acquisitions of an inflight.Limiter, by outcome (allowed, denied, error).
+# TYPE floodgate_inflight_acquires_total counter
+floodgate_inflight_acquires_total{limiter="up",outcome="allowed"} 5
+floodgate_inflight_acquires_total{limiter="up",outcome="denied"} 1
+floodgate_inflight_acquires_total{limiter="up",outcome="error"} 1
+# HELP floodgate_inflight_requests Slots of an inflight.Limiter this process holds: its admitted acquisitions minus its releases.
+# TYPE floodgate_inflight_requests gauge
+floodgate_inflight_requests{limiter="up"} 1
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_inflight_acquires_total", "floodgate_inflight_requests"); err != nil {
+		t.Error(err)
+	}
+	if h := histogram(t, m, "floodgate_inflight_hold_seconds"); h.GetSampleCount() != 4 {
+		t.Errorf("inflight_hold_seconds count = %d, want 4", h.GetSampleCount())
+	}
+}
+
+func TestLint(t *testing.T) {
+	m := newMetrics(t, nil)
+	families(t, m)
+	problems, err := testutil.CollectAndLint(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("%s: %s", p.Metric, p.Text)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	m := newMetrics(t, &fgprom.Options{Namespace: "edge", Buckets: []float64{0.001, 0.01}})
+	mfs := families(t, m)
+	if _, ok := mfs["edge_decisions_total"]; !ok {
+		t.Errorf("Namespace edge: no edge_decisions_total in %v", keys(mfs))
+	}
+	if n := len(mfs["edge_store_call_duration_seconds"].Metric[0].GetHistogram().Bucket); n != 2 {
+		t.Errorf("Buckets of 2 bounds: %d buckets", n)
+	}
+	if n := len(mfs["edge_inflight_hold_seconds"].Metric[0].GetHistogram().Bucket); n != len(fgprom.DefaultHoldBuckets) {
+		t.Errorf("default HoldBuckets: %d buckets, want %d", n, len(fgprom.DefaultHoldBuckets))
+	}
+
+	for name, opts := range map[string]*fgprom.Options{
+		"namespace with a dash":      {Namespace: "my-app"},
+		"namespace with a digit":     {Namespace: "1app"},
+		"const label with a dash":    {ConstLabels: prometheus.Labels{"my-label": "x"}},
+		"reserved const label":       {ConstLabels: prometheus.Labels{"__name": "x"}},
+		"const label of a metric":    {ConstLabels: prometheus.Labels{"limiter": "x"}},
+		"decreasing buckets":         {Buckets: []float64{0.01, 0.001}},
+		"repeated bucket":            {Buckets: []float64{0.01, 0.01}},
+		"hold buckets out of order":  {HoldBuckets: []float64{2, 1}},
+		"const label value not utf8": {ConstLabels: prometheus.Labels{"region": "\xff"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := fgprom.New(opts); !errors.Is(err, floodgate.ErrInvalidConfig) {
+				t.Errorf("New(%+v) error = %v, want ErrInvalidConfig", opts, err)
+			}
+		})
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestRegistersWithOthers(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	a := newMetrics(t, nil)
+	reg.MustRegister(a)
+	// A second Metrics of the same names clashes, as two collectors of
+	// one metric do; under another namespace it does not.
+	if err := reg.Register(newMetrics(t, nil)); err == nil {
+		t.Error("a second Metrics of the same namespace registered")
+	}
+	if err := reg.Register(newMetrics(t, &fgprom.Options{Namespace: "other"})); err != nil {
+		t.Errorf("a Metrics of another namespace: %v", err)
+	}
+}
+
+// TestConcurrentEvents sends events of many label sets from many
+// goroutines at once: every one is counted (go test -race checks the
+// copy-on-write map).
+func TestConcurrentEvents(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	const goroutines, each = 8, 500
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			ctx := context.Background()
+			for i := range each {
+				name := names[(g+i)%len(names)]
+				o.OnDecision(ctx, observe.Decision{Name: name, Op: floodgate.OpTake, N: 1, Outcome: observe.Outcome(1 + i%3)})
+				o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: name, Decisions: 1, Outcome: observe.CallOK})
+			}
+		})
+	}
+	wg.Wait()
+	var decisions, calls float64
+	for _, mt := range gather(t, m)["floodgate_decisions_total"].Metric {
+		decisions += mt.GetCounter().GetValue()
+	}
+	for _, mt := range gather(t, m)["floodgate_store_calls_total"].Metric {
+		calls += mt.GetCounter().GetValue()
+	}
+	if decisions != goroutines*each || calls != goroutines*each {
+		t.Errorf("counted %v decisions and %v calls, want %d of each", decisions, calls, goroutines*each)
+	}
+	if n := testutil.CollectAndCount(m, "floodgate_decisions_total"); n != len(names)*3 {
+		t.Errorf("%d series of decisions_total, want %d", n, len(names)*3)
+	}
+}
