@@ -24,6 +24,7 @@ func BenchmarkWrapAllow(b *testing.B) {
 		{"observed", &observe.Observer{OnDecision: count}},
 		{"observed/every", &observe.Observer{OnDecision: count, LatencyEvery: 1}},
 		{"observed/untimed", &observe.Observer{OnDecision: count, LatencyEvery: 1 << 30}},
+		{"observed/nop", &observe.Observer{OnDecision: func(context.Context, observe.Decision) {}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			l := newLimiter(b, floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40}, nil)

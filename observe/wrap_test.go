@@ -215,9 +215,9 @@ func TestWrapSamplesLatency(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// One in DefaultLatencyEvery: 4000 expected, a binomial with standard
-	// deviation 61; the bounds are 10 of them away.
-	if all.Load() != n || timed.Load() < 3400 || timed.Load() > 4600 {
+	// One in DefaultLatencyEvery (64): 1000 expected, a binomial with
+	// standard deviation 31; the bounds are 10 of them away.
+	if all.Load() != n || timed.Load() < 690 || timed.Load() > 1310 {
 		t.Errorf("%d events, %d timed; want %d and about %d", all.Load(), timed.Load(), n, n/observe.DefaultLatencyEvery)
 	}
 }

@@ -61,7 +61,7 @@
 //
 // # Latency
 //
-// observe.Wrap times one decision in observe.Observer.LatencyEvery (16 by
+// observe.Wrap times one decision in observe.Observer.LatencyEvery (64 by
 // default), so decision_duration_seconds counts a sample of the
 // decisions: its quantiles are the decisions', its _count is not their
 // number. Use decisions_total for rates. A store's round trips are all
