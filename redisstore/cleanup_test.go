@@ -2,6 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -230,6 +235,66 @@ func TestInflightFailedCallsProxy(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			f := proxyStall(px)
 			tc.check(t, rdb, c, f)
+		})
+	}
+}
+
+// TestCleanupBounds: the queue of removals holds at most cleanupQueue,
+// drops and counts the next, and Close drops and counts what is queued
+// and stops the workers (goleak checks them at the end of the package).
+func TestCleanupBounds(t *testing.T) {
+	parallelOnMiniredis(t)
+	srv := newServer(t)
+	s := newStore(t, srv.client(t), nil)
+	due := time.Now().Add(time.Hour) // never due within the test
+	for i := range cleanupQueue + 1 {
+		s.addCleanup(cleanup{rkey: "k", member: strconv.Itoa(i), due: due, ttl: leakTTL})
+	}
+	require.Equal(t, uint64(1), s.AbandonedHolds(), "AbandonedHolds() with a full queue")
+	require.NoError(t, s.Close())
+	require.Equal(t, uint64(cleanupQueue+1), s.AbandonedHolds(), "AbandonedHolds() after Close")
+	s.addCleanup(cleanup{rkey: "k", member: "late", due: due, ttl: leakTTL})
+	require.Equal(t, uint64(cleanupQueue+2), s.AbandonedHolds(), "AbandonedHolds() after a removal added after Close")
+}
+
+// TestCleanupDelay: the attempts fall at 1/16, 1/8, 1/4 and 1/2 of the TTL.
+func TestCleanupDelay(t *testing.T) {
+	for i, want := range []time.Duration{1 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		require.Equal(t, want, delay(16*time.Second, i), "delay(16s, %d)", i)
+	}
+}
+
+// replyError is an error reply of Redis, as go-redis returns one
+// (redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// TestMayHaveRun: which failures of an Acquire leave a hold to remove.
+func TestMayHaveRun(t *testing.T) {
+	n := &node{}
+	for _, tc := range []struct {
+		name    string
+		n       *node
+		err     error
+		ctxDone bool
+		want    bool
+	}{
+		{"timeout", n, unavailable(ErrTimeout, context.DeadlineExceeded), false, true},
+		{"broken connection", n, unavailable(ErrRedis, io.EOF), false, true},
+		{"caller's context ended", n, context.Canceled, true, true},
+		{"breaker open", n, errBreakerOpen, false, false},
+		{"no free slot", n, unavailable(ErrTimeout, fmt.Errorf("%w: %w", errStarved, context.DeadlineExceeded)), false, false},
+		{"dial", n, unavailable(ErrRedis, &net.OpError{Op: "dial", Err: errors.New("refused")}), false, false},
+		{"pool timeout", n, unavailable(ErrTimeout, redis.ErrPoolTimeout), false, false},
+		{"error reply", n, unavailable(ErrRedis, replyError("CLUSTERDOWN the cluster is down")), false, false},
+		{"script error", n, unavailable(ErrReply, errors.New("floodgate: holder id already holds a slot")), false, false},
+		{"closed", n, unavailable(ErrClosed, nil), false, false},
+		{"no node", nil, unavailable(ErrRedis, io.EOF), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, mayHaveRun(tc.n, tc.err, tc.ctxDone), "mayHaveRun(%v)", tc.err)
 		})
 	}
 }
