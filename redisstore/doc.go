@@ -106,10 +106,34 @@
 // Options.OnFailure: FailOpen admits with a hold Redis does not know of,
 // FailClosed denies, FailLocal counts on the local memstore with
 // Options.LocalShare of the limit (rounded down, at least 1), FailError
-// returns the error. A Release or a renewal that fails returns its error:
-// the hold then expires at its TTL. As for the quotas, a failover can lose
+// returns the error. A renewal that fails returns its error (the Limiter
+// tries again RenewEvery later). As for the quotas, a failover can lose
 // the newest holds (asynchronous replication), which then admits more
 // than the limit until those requests end.
+//
+// A failed call can leave a hold in the set that no caller holds: an
+// Acquire that timed out or lost its connection after the command may
+// have been written (Redis runs what it has read once a stall ends) adds
+// its hold though its caller was told it failed, and a failed Release
+// leaves its hold. Either would keep a slot taken for the hold's TTL. So
+// the Store removes such holds in the background: the member of a failed
+// Acquire (its holder id is known before the call is sent) and that of
+// every failed Release, by the release script, through the path of every
+// call (Options.Timeout, the node's breaker and slots). An Acquire never
+// sent (an open breaker, no free slot, a connection that could not be
+// dialled) or answered with an error reply leaves nothing to remove. Each
+// removal has 4 attempts, at 1/16, 1/8, 1/4 and 1/2 of the hold's TTL after
+// the failure (a Release, which does not know its hold's TTL, takes the
+// shortest the store has granted): an Acquire's continues until an
+// attempt removes the member, since its script may still be queued, and a
+// Release's stops at the first reply. An open breaker refuses an attempt
+// as it refuses any call; the attempt is not held for it, and the next
+// comes later (with the defaults, past the breaker's 1s cooldown). The
+// work is bounded: 4 goroutines, started by the first removal and stopped
+// by Close, and at most 4096 removals waiting; one that finds the queue
+// full, or fails all its attempts, or that Close finds waiting, is dropped
+// and counted (Store.AbandonedHolds), and its hold frees at its TTL. A
+// call that succeeds costs nothing more.
 //
 // # Failures
 //

@@ -74,7 +74,10 @@ type openHold struct{}
 // answer, the failure policy decides, as for a rate decision: FailOpen
 // admits (with a hold Redis does not know of), FailClosed denies,
 // FailLocal asks the local store with the LocalShare of limit (rounded
-// down, at least 1), FailError returns the error.
+// down, at least 1), FailError returns the error. A call that may have
+// run in Redis though it failed (it timed out, or its connection broke,
+// after the command may have been written) leaves its hold to the store
+// to remove in the background (see "In flight" in the package doc).
 func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.Duration) (inflight.Result, error) {
 	if err := step.CheckKey(key); err != nil {
 		return inflight.Result{}, err
@@ -90,7 +93,9 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.D
 	if err != nil {
 		return inflight.Result{}, err
 	}
-	reply, o, n, err := s.callInflight(ctx, s.InflightKey(key), args)
+	s.cleaner.noteTTL(ttl)
+	rkey := s.InflightKey(key)
+	reply, o, n, err := s.callInflight(ctx, rkey, args)
 	if err == nil {
 		var ok bool
 		var n int64
@@ -100,6 +105,11 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.D
 			}
 			return inflight.Result{Allowed: true, InFlight: n, Hold: inflight.Hold{ID: id, Expires: true}}, nil
 		}
+	} else if mayHaveRun(n, err, o == ignored && ctx.Err() != nil) {
+		// The script may have added member though the caller is told
+		// it failed (or is given the failure policy's hold): remove it
+		// in the background, or its slot stays taken until ttl.
+		s.addCleanup(cleanup{rkey: rkey, member: member, due: time.Now().Add(delay(ttl, 0)), ttl: ttl, acquire: true})
 	}
 	switch o {
 	case failed, timedOut, refused, busy:
@@ -190,8 +200,11 @@ func (s *Store) Renew(ctx context.Context, key string, h inflight.Hold, ttl time
 
 // Release removes h, a hold of key, in one script call; see
 // inflight.Store. It runs on a context that keeps ctx's values but not its
-// end, bounded by Options.Timeout as every call is. A failure is returned
-// (the hold then expires at its TTL), never the failure policy's.
+// end, bounded by Options.Timeout as every call is. A failure is returned,
+// never the failure policy's, and the store releases the hold again in
+// the background, a few times within the shortest TTL it has granted; if
+// those fail too, the hold expires at its TTL (see "In flight" in the
+// package doc).
 func (s *Store) Release(ctx context.Context, key string, h inflight.Hold) error {
 	if err := step.CheckKey(key); err != nil {
 		return err
@@ -200,10 +213,20 @@ func (s *Store) Release(ctx context.Context, key string, h inflight.Hold) error 
 		_, err := s.otherHold(h, func() (bool, error) { return true, s.local.Release(ctx, key, h) })
 		return err
 	}
-	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: s.holder(h.ID)}.ARGV()
-	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), s.InflightKey(key), args)
+	member := s.holder(h.ID)
+	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: member}.ARGV()
+	rkey := s.InflightKey(key)
+	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), rkey, args)
 	if err == nil {
 		_, _, err = decodeInflight(reply)
+	} else if !errors.Is(err, ErrReply) && !errors.Is(err, ErrClosed) {
+		// The hold may still be there: release it again in the
+		// background. A release that was never sent (an open breaker,
+		// no free slot) or that a node refused (CLUSTERDOWN, LOADING) is
+		// retried too: unlike an Acquire's, its hold is certainly in the
+		// set. One whose script failed (ErrReply) would fail again.
+		ttl := s.cleaner.releaseTTL()
+		s.addCleanup(cleanup{rkey: rkey, member: member, due: time.Now().Add(delay(ttl, 0)), ttl: ttl})
 	}
 	return err
 }

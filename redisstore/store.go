@@ -200,6 +200,7 @@ type Store struct {
 	cold     int64          // the number of first calls with coldTimeout
 	inflight sync.WaitGroup // guarded calls still running
 	holds    holdIDs        // package inflight's holds (inflight.go)
+	cleaner  cleaner        // removes the holds failed calls left (cleanup.go)
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -388,7 +389,9 @@ func poolSize(c redis.UniversalClient) int {
 }
 
 // Close stops the store's goroutines (the batching pipelines, the timer of
-// Observer.OnFailures) and waits for the calls still running on them;
+// Observer.OnFailures, the background removal of holds that failed
+// in-flight calls may have left, whose queued removals it drops) and
+// waits for the calls still running on them;
 // decisions after Close fail with ErrClosed. It reports to OnFailures the
 // failures counted since the last report. It does not close the Redis
 // client. Close is safe to call more than once and always returns nil.
@@ -401,6 +404,8 @@ func (s *Store) Close() error {
 	if was {
 		return nil
 	}
+	// Before the batchers: a removal in flight may be in a batch.
+	s.stopCleanup()
 	for _, n := range s.all() {
 		if n.batch != nil {
 			n.batch.stop()

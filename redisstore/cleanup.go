@@ -1,0 +1,274 @@
+package redisstore
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/floodgate-go/floodgate/inflight"
+	"github.com/floodgate-go/floodgate/scripts"
+)
+
+// The bounds of the cleaner: the holds it removes in the background, after
+// an Acquire or a Release whose script call failed without saying whether
+// Redis ran it.
+const (
+	// cleanupWorkers is the number of goroutines sending the removals: a
+	// few of a node's MaxInFlight slots at most, so that the removals
+	// after an outage never crowd out the decisions.
+	cleanupWorkers = 4
+	// cleanupQueue is the most removals waiting at once. During an
+	// outage at 500k decisions per second, the calls that can leave a
+	// hold behind are those sent before the breaker opened: the breaker
+	// refuses the others unsent, and they leave nothing to remove. Past
+	// the bound a removal is dropped and counted (Store.AbandonedHolds):
+	// its hold frees at its TTL. An entry costs about 120 bytes with its
+	// strings, so a full queue holds about half a megabyte.
+	cleanupQueue = 4096
+	// cleanupAttempts is the number of attempts of one removal, at
+	// 1/16, 1/8, 1/4 and 1/2 of the hold's TTL after the failed call: a
+	// stall that made the call fail is likely over by the later ones, an
+	// open breaker (1s by default) has let a probe through, and the last
+	// leaves half the TTL for the attempt itself.
+	cleanupAttempts = 4
+)
+
+// cleanup is one hold to remove: its key and member, when the next
+// attempt is due, how many were made, and the TTL that spaces them.
+type cleanup struct {
+	rkey, member string
+	due          time.Time
+	ttl          time.Duration
+	tries        int
+	// acquire is set for the hold of a failed Acquire, which may not be
+	// in the set yet: its script may still be queued in Redis (behind a
+	// DEBUG SLEEP, a CLIENT PAUSE, a stopped process) and run after an
+	// attempt found nothing to remove. Such a removal stops at the
+	// attempt that removes the member, or after the last. A Release's
+	// stops at the first reply.
+	acquire bool
+}
+
+// cleanups is a min-heap of removals by due time (container/heap).
+type cleanups []cleanup
+
+func (q cleanups) Len() int           { return len(q) }
+func (q cleanups) Less(i, j int) bool { return q[i].due.Before(q[j].due) }
+func (q cleanups) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *cleanups) Push(x any)        { *q = append(*q, x.(cleanup)) }
+func (q *cleanups) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = cleanup{} // drop the strings
+	*q = old[:len(old)-1]
+	return e
+}
+
+// cleaner removes, in the background, the holds that failed calls may
+// have left in Redis: the store's own, stopped by Store.Close. Its
+// goroutines start with the first removal, so a Store whose calls never
+// fail ambiguously runs none. mu guards every field but dropped; the
+// removals are sent without it.
+type cleaner struct {
+	mu      sync.Mutex
+	q       cleanups
+	started bool
+	closed  bool
+	changed chan struct{} // closed and replaced when q gets a new entry
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	dropped  atomic.Uint64 // removals given up (Store.AbandonedHolds)
+	leastTTL atomic.Int64  // the shortest TTL of an Acquire, in ns; 0: none yet
+}
+
+// noteTTL records ttl, an Acquire's: a Release does not know its hold's
+// TTL, and spaces its attempts by the shortest the store has granted. It
+// costs an atomic load on the success path, and no allocation.
+func (c *cleaner) noteTTL(ttl time.Duration) {
+	for {
+		old := c.leastTTL.Load()
+		if old != 0 && old <= int64(ttl) {
+			return
+		}
+		if c.leastTTL.CompareAndSwap(old, int64(ttl)) {
+			return
+		}
+	}
+}
+
+// releaseTTL is the TTL that spaces the attempts of a Release.
+func (c *cleaner) releaseTTL() time.Duration {
+	if t := c.leastTTL.Load(); t > 0 {
+		return time.Duration(t)
+	}
+	return inflight.DefaultTTL
+}
+
+// delay returns when attempt number tries (from 0) of a removal of a hold
+// of ttl is due, after the failed call: ttl/16, ttl/8, ttl/4, ttl/2.
+func delay(ttl time.Duration, tries int) time.Duration {
+	return ttl / time.Duration(int64(16)>>tries)
+}
+
+// add queues e, or drops and counts it when the queue is full or the
+// store closed. s owns the goroutines it starts.
+func (s *Store) addCleanup(e cleanup) {
+	c := &s.cleaner
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || len(c.q) >= cleanupQueue {
+		c.dropped.Add(1)
+		return
+	}
+	heap.Push(&c.q, e)
+	if !c.started {
+		c.started = true
+		c.changed = make(chan struct{})
+		c.ctx, c.cancel = context.WithCancel(context.Background())
+		c.wg.Add(cleanupWorkers)
+		for range cleanupWorkers {
+			go s.cleanupWorker()
+		}
+		return
+	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// stopCleanup stops the cleaner's goroutines and waits for them: an
+// attempt in flight ends at once (its context is cancelled). The removals
+// still queued are dropped and counted; their holds free at their TTLs.
+func (s *Store) stopCleanup() {
+	c := &s.cleaner
+	c.mu.Lock()
+	c.closed = true
+	started := c.started
+	c.dropped.Add(uint64(len(c.q)))
+	c.q = nil
+	c.mu.Unlock()
+	if started {
+		c.cancel()
+		c.wg.Wait()
+	}
+}
+
+// AbandonedHolds returns the number of holds the store gave up removing
+// in the background: the queue of removals was full, every attempt
+// failed, or Close came first. Each such hold keeps its slot until its
+// TTL. See "In flight" in the package doc.
+func (s *Store) AbandonedHolds() uint64 { return s.cleaner.dropped.Load() }
+
+// cleanupWorker sends the removals as they fall due, until Close.
+func (s *Store) cleanupWorker() {
+	c := &s.cleaner
+	defer c.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		var e cleanup
+		for {
+			if c.closed {
+				c.mu.Unlock()
+				return
+			}
+			var wait <-chan time.Time
+			if len(c.q) > 0 {
+				d := time.Until(c.q[0].due)
+				if d <= 0 {
+					e = heap.Pop(&c.q).(cleanup)
+					break
+				}
+				t.Reset(d)
+				wait = t.C
+			}
+			changed := c.changed
+			c.mu.Unlock()
+			select {
+			case <-wait:
+			case <-changed:
+				t.Stop()
+			case <-c.ctx.Done():
+				t.Stop()
+			}
+			c.mu.Lock()
+		}
+		c.mu.Unlock()
+		s.attemptCleanup(e)
+	}
+}
+
+// attemptCleanup makes one attempt of e: a Release's script call (ZREM)
+// through the path of every call, Options.Timeout and the node's breaker
+// included. An open breaker refuses it like any call; that is one of
+// its attempts, and the next is due later (the breaker is not waited
+// for, so that the attempts stay within the hold's TTL). A failed
+// attempt is queued again until the last; then the hold is abandoned.
+func (s *Store) attemptCleanup(e cleanup) {
+	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: e.member}.ARGV()
+	reply, _, _, err := s.callInflight(s.cleaner.ctx, e.rkey, args)
+	if err == nil {
+		removed, _, derr := decodeInflight(reply)
+		if derr == nil && (removed || !e.acquire) {
+			return
+		}
+	}
+	e.tries++
+	if e.tries >= cleanupAttempts || s.shut.Load() {
+		if !(err == nil && e.acquire) {
+			// An Acquire's hold that no attempt found was most likely
+			// never added: not counted.
+			s.cleaner.dropped.Add(1)
+		}
+		return
+	}
+	e.due = e.due.Add(delay(e.ttl, e.tries) - delay(e.ttl, e.tries-1))
+	s.addCleanup(e)
+}
+
+// mayHaveRun reports whether a failed script call on node n (nil: none was
+// found) may have run in Redis: it timed out or its connection broke
+// after the command may have been written, or the caller's context ended
+// during the call (ctxDone: classify then returns the context's error
+// without its cause, and a call that never got a slot counts too, which
+// costs a removal of nothing). It is false for a call never sent and for
+// one Redis answered (see answered).
+func mayHaveRun(n *node, err error, ctxDone bool) bool {
+	if err == nil || n == nil || answered(err) || unsent(err) {
+		return false
+	}
+	return true
+}
+
+// unsent reports whether err is that of a call never written to Redis:
+// refused by an open breaker, starved of a slot, a connection that could
+// not be dialled or taken from the pool, a closed store.
+func unsent(err error) bool {
+	if errors.Is(err, ErrBreakerOpen) || errors.Is(err, errStarved) || errors.Is(err, ErrClosed) ||
+		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
+		errors.Is(err, redis.ErrClosed) {
+		return true
+	}
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
+}
+
+// answered reports whether err is Redis' error reply (a script error, a
+// refusal such as CLUSTERDOWN or OOM) or a reply of the wrong form: the
+// script ran no write of inflight.lua, or ran to its end.
+func answered(err error) bool {
+	if errors.Is(err, ErrReply) {
+		return true
+	}
+	var re redis.Error
+	return errors.As(err, &re)
+}

@@ -1,0 +1,300 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate/inflight"
+)
+
+// leakTTL is the TTL of the holds of the tests of failed in-flight calls:
+// long enough that no hold expires while they wait, so that only the
+// store's own removals can bring the count down.
+const leakTTL = 30 * time.Second
+
+// leakWait bounds a test's wait for the count of holds to settle: well
+// within leakTTL, and past the last of the removals' attempts that a
+// test's stall allows for (ttl/2 after the failure is the last).
+const leakWait = 25 * time.Second
+
+// stall is a fault that makes Redis answer nothing from begin to end.
+type stall struct {
+	name       string
+	begin, end func(t *testing.T)
+}
+
+// debugSleep is DEBUG SLEEP of d on the server p: begin returns once the
+// server has stopped answering, end once it answers again.
+func debugSleep(p *redisProc, d time.Duration) stall {
+	done := make(chan error, 1)
+	return stall{
+		name: "DEBUG SLEEP",
+		begin: func(t *testing.T) {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), d+5*time.Second)
+				defer cancel()
+				done <- p.admin.Do(ctx, "DEBUG", "SLEEP", d.Seconds()).Err()
+			}()
+			probe := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+			defer func() { _ = probe.Close() }()
+			deadline := time.Now().Add(d / 2)
+			for time.Now().Before(deadline) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+				err := probe.Ping(ctx).Err()
+				cancel()
+				if err != nil {
+					return // asleep
+				}
+			}
+			t.Fatalf("DEBUG SLEEP %v: the server still answers after %v", d, d/2)
+		},
+		end: func(t *testing.T) { require.NoError(t, <-done) },
+	}
+}
+
+// proxyStall holds the traffic of px: what a client wrote during the stall
+// reaches Redis when it ends, as after a stalled server or network.
+func proxyStall(px *proxy) stall {
+	return stall{
+		name:  "proxy stall",
+		begin: func(*testing.T) { px.setStalled(true) },
+		end:   func(*testing.T) { px.setStalled(false) },
+	}
+}
+
+// leakSetup returns a limiter of limit on a store over c with a short
+// Timeout, warmed up (its connections dialled, its script loaded, its cold
+// calls spent), and the client to count its holds with.
+func leakSetup(t *testing.T, c *redis.Client, limit int64) (*Store, *inflight.Limiter) {
+	t.Helper()
+	s := newStore(t, c, &Options{Timeout: 200 * time.Millisecond})
+	lim, err := inflight.New(s, limit, &inflight.Options{TTL: leakTTL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lim.Close() })
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 2 * s.maxInFlight {
+		wg.Go(func() {
+			slot, err := lim.Acquire(ctx, "warm")
+			if err == nil {
+				_ = slot.Release(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	return s, lim
+}
+
+// waitHolds waits, within leakWait, until the key holds want holds.
+func waitHolds(t *testing.T, rdb *redis.Client, rkey string, want int64, what string) {
+	t.Helper()
+	var n int64
+	ok := func() bool {
+		var err error
+		n, err = rdb.ZCard(context.Background(), rkey).Result()
+		return err == nil && n == want
+	}
+	deadline := time.Now().Add(leakWait)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: ZCARD %s = %d after %v, want %d (the holds live %v)", what, rkey, n, leakWait, want, leakTTL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkFailedAcquires: Acquires that fail during the stall (timed out,
+// their scripts run by Redis after the stall) leave no hold behind once
+// the store has removed them, well before their TTL: the key holds
+// exactly the slots callers hold.
+func checkFailedAcquires(t *testing.T, rdb, c *redis.Client, f stall) {
+	s, lim := leakSetup(t, c, 1000)
+	ctx := context.Background()
+	const key, held, callers = "k", 5, 64
+	var slots []inflight.Slot
+	for range held {
+		slot, err := lim.Acquire(ctx, key)
+		require.NoError(t, err)
+		require.True(t, slot.Allowed)
+		slots = append(slots, slot)
+	}
+	f.begin(t)
+	var (
+		mu     sync.Mutex
+		failed int
+		wg     sync.WaitGroup
+	)
+	for range callers {
+		wg.Go(func() {
+			slot, err := lim.Acquire(ctx, key)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed++
+			} else if slot.Allowed {
+				slots = append(slots, slot)
+			}
+		})
+	}
+	wg.Wait()
+	f.end(t)
+	require.Positive(t, failed, "Acquires failed during the %s", f.name)
+	rkey := s.InflightKey(key)
+	waitHolds(t, rdb, rkey, int64(len(slots)), f.name+": after failed Acquires")
+	for _, slot := range slots {
+		require.NoError(t, slot.Release(ctx))
+	}
+	waitHolds(t, rdb, rkey, 0, f.name+": after the Releases")
+	t.Logf("%s: %d of %d Acquires failed; %d holds abandoned", f.name, failed, callers, s.AbandonedHolds())
+}
+
+// checkFailedReleases: Releases that fail during the stall (timed out, or
+// never sent for want of a slot) are tried again by the store, which
+// frees every slot well before its TTL.
+func checkFailedReleases(t *testing.T, rdb, c *redis.Client, f stall) {
+	s, lim := leakSetup(t, c, 1000)
+	ctx := context.Background()
+	const key, held = "k", 50
+	slots := make([]inflight.Slot, held)
+	for i := range slots {
+		slot, err := lim.Acquire(ctx, key)
+		require.NoError(t, err)
+		require.True(t, slot.Allowed)
+		slots[i] = slot
+	}
+	f.begin(t)
+	var (
+		mu     sync.Mutex
+		failed int
+		wg     sync.WaitGroup
+	)
+	for _, slot := range slots {
+		wg.Go(func() {
+			if err := slot.Release(ctx); err != nil {
+				mu.Lock()
+				failed++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	f.end(t)
+	require.Positive(t, failed, "Releases failed during the %s", f.name)
+	waitHolds(t, rdb, s.InflightKey(key), 0, f.name+": after failed Releases")
+	t.Logf("%s: %d of %d Releases failed; %d holds abandoned", f.name, failed, held, s.AbandonedHolds())
+}
+
+// TestInflightFailedAcquireLeavesNoHold stalls a Redis of the test's own
+// (DEBUG SLEEP 1s, longer than the store's 200ms Timeout) while 64
+// goroutines Acquire: the Acquires fail, Redis runs the scripts already
+// written once it wakes, and the store removes their holds in the
+// background. Without the removal those holds kept their slots for the
+// whole TTL.
+func TestInflightFailedAcquireLeavesNoHold(t *testing.T) {
+	p := startRedisProc(t)
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	checkFailedAcquires(t, p.admin, c, debugSleep(p, time.Second))
+}
+
+// TestInflightFailedReleaseRetried: as TestInflightFailedAcquireLeavesNoHold,
+// for 50 Releases during the stall; the store releases again the holds
+// whose Releases failed.
+func TestInflightFailedReleaseRetried(t *testing.T) {
+	p := startRedisProc(t)
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	checkFailedReleases(t, p.admin, c, debugSleep(p, time.Second))
+}
+
+// TestInflightFailedCallsProxy: both, on any server (miniredis without
+// REDIS_ADDR) behind a proxy that holds the traffic until every call of
+// the stall has failed: what the store wrote meanwhile reaches Redis after
+// it.
+func TestInflightFailedCallsProxy(t *testing.T) {
+	parallelOnMiniredis(t)
+	for _, tc := range []struct {
+		name  string
+		check func(t *testing.T, rdb, c *redis.Client, f stall)
+	}{{"Acquire", checkFailedAcquires}, {"Release", checkFailedReleases}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newServer(t)
+			rdb := srv.client(t)
+			px := newProxy(t, srv.addr)
+			c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			f := proxyStall(px)
+			tc.check(t, rdb, c, f)
+		})
+	}
+}
+
+// TestCleanupBounds: the queue of removals holds at most cleanupQueue,
+// drops and counts the next, and Close drops and counts what is queued
+// and stops the workers (goleak checks them at the end of the package).
+func TestCleanupBounds(t *testing.T) {
+	parallelOnMiniredis(t)
+	srv := newServer(t)
+	s := newStore(t, srv.client(t), nil)
+	due := time.Now().Add(time.Hour) // never due within the test
+	for i := range cleanupQueue + 1 {
+		s.addCleanup(cleanup{rkey: "k", member: strconv.Itoa(i), due: due, ttl: leakTTL})
+	}
+	require.Equal(t, uint64(1), s.AbandonedHolds(), "AbandonedHolds() with a full queue")
+	require.NoError(t, s.Close())
+	require.Equal(t, uint64(cleanupQueue+1), s.AbandonedHolds(), "AbandonedHolds() after Close")
+	s.addCleanup(cleanup{rkey: "k", member: "late", due: due, ttl: leakTTL})
+	require.Equal(t, uint64(cleanupQueue+2), s.AbandonedHolds(), "AbandonedHolds() after a removal added after Close")
+}
+
+// TestCleanupDelay: the attempts fall at 1/16, 1/8, 1/4 and 1/2 of the TTL.
+func TestCleanupDelay(t *testing.T) {
+	for i, want := range []time.Duration{1 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		require.Equal(t, want, delay(16*time.Second, i), "delay(16s, %d)", i)
+	}
+}
+
+// replyError is an error reply of Redis, as go-redis returns one
+// (redis.Error).
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// TestMayHaveRun: which failures of an Acquire leave a hold to remove.
+func TestMayHaveRun(t *testing.T) {
+	n := &node{}
+	for _, tc := range []struct {
+		name    string
+		n       *node
+		err     error
+		ctxDone bool
+		want    bool
+	}{
+		{"timeout", n, unavailable(ErrTimeout, context.DeadlineExceeded), false, true},
+		{"broken connection", n, unavailable(ErrRedis, io.EOF), false, true},
+		{"caller's context ended", n, context.Canceled, true, true},
+		{"breaker open", n, errBreakerOpen, false, false},
+		{"no free slot", n, unavailable(ErrTimeout, fmt.Errorf("%w: %w", errStarved, context.DeadlineExceeded)), false, false},
+		{"dial", n, unavailable(ErrRedis, &net.OpError{Op: "dial", Err: errors.New("refused")}), false, false},
+		{"pool timeout", n, unavailable(ErrTimeout, redis.ErrPoolTimeout), false, false},
+		{"error reply", n, unavailable(ErrRedis, replyError("CLUSTERDOWN the cluster is down")), false, false},
+		{"script error", n, unavailable(ErrReply, errors.New("floodgate: holder id already holds a slot")), false, false},
+		{"closed", n, unavailable(ErrClosed, nil), false, false},
+		{"no node", nil, unavailable(ErrRedis, io.EOF), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, mayHaveRun(tc.n, tc.err, tc.ctxDone), "mayHaveRun(%v)", tc.err)
+		})
+	}
+}
