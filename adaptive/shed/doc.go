@@ -65,27 +65,11 @@
 //
 // # A FleetSource on Redis
 //
-// One hash per fleet holds each process's load and the time it was
-// recorded, and one script call per exchange records this process's load,
-// drops processes not heard from within an expiry, and sums the rest
-// (ExampleFleet runs it on an embedded Redis):
-//
-//	-- KEYS[1]: the fleet's hash; ARGV: process id, in flight, capacity, expiry in ms
-//	local t = redis.call('TIME')
-//	local now = t[1] * 1000 + math.floor(t[2] / 1000)
-//	redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. now)
-//	redis.call('PEXPIRE', KEYS[1], ARGV[4])
-//	local inflight, capacity = 0, 0
-//	local all = redis.call('HGETALL', KEYS[1])
-//	for i = 1, #all, 2 do
-//	  local f, c, at = string.match(all[i + 1], '(%S+) (%S+) (%S+)')
-//	  if now - tonumber(at) > tonumber(ARGV[4]) then
-//	    redis.call('HDEL', KEYS[1], all[i])
-//	  else
-//	    inflight, capacity = inflight + tonumber(f), capacity + tonumber(c)
-//	  end
-//	end
-//	return {tostring(inflight), tostring(capacity)}
+// redisstore's Store.FleetSource is one: one hash per fleet holds each
+// process's load and the time Redis recorded it, and one script call per
+// exchange records this process's load, drops processes not heard from
+// within an expiry, and sums the rest (ExampleFleet runs it on an embedded
+// Redis). Another store needs the same three steps, atomically.
 //
 // The clock is Redis's TIME, so processes' clocks do not matter. The expiry
 // should be a few Intervals or more: a killed process stops counting after
@@ -95,7 +79,7 @@
 // fleet, or a shorter Interval, keeps running totals (HINCRBY of the change)
 // and a sorted set of last-seen times instead. On a Redis Cluster the hash
 // is one key, on one node. Stripe's fleet shedder counts every request in
-// Redis instead (two round trips per request); this recipe costs
+// Redis instead (two round trips per request); this costs
 // 1/Interval round trips a second per process, whatever its traffic, for a
 // view up to one Interval old.
 //

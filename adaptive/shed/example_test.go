@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/adaptive/shed"
+	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -67,52 +67,6 @@ func ExampleMiddleware() {
 	// POST 200
 }
 
-// redisFleet is the package doc's FleetSource on Redis: one hash per fleet,
-// one script call per exchange.
-type redisFleet struct {
-	rdb    redis.UniversalClient
-	key    string        // the fleet's hash
-	id     string        // this process
-	expiry time.Duration // a process not heard from for this long drops out
-}
-
-var exchange = redis.NewScript(`
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. now)
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
-local inflight, capacity = 0, 0
-local all = redis.call('HGETALL', KEYS[1])
-for i = 1, #all, 2 do
-  local f, c, at = string.match(all[i + 1], '(%S+) (%S+) (%S+)')
-  if now - tonumber(at) > tonumber(ARGV[4]) then
-    redis.call('HDEL', KEYS[1], all[i])
-  else
-    inflight, capacity = inflight + tonumber(f), capacity + tonumber(c)
-  end
-end
-return {tostring(inflight), tostring(capacity)}
-`)
-
-func (r *redisFleet) Exchange(ctx context.Context, local shed.Load) (shed.Load, error) {
-	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	res, err := exchange.Run(ctx, r.rdb, []string{r.key}, r.id, f(local.InFlight), f(local.Capacity), r.expiry.Milliseconds()).StringSlice()
-	if err != nil {
-		return shed.Load{}, err
-	}
-	if len(res) != 2 {
-		return shed.Load{}, fmt.Errorf("fleet exchange: reply %q", res)
-	}
-	var total shed.Load
-	if total.InFlight, err = strconv.ParseFloat(res[0], 64); err != nil {
-		return shed.Load{}, err
-	}
-	if total.Capacity, err = strconv.ParseFloat(res[1], 64); err != nil {
-		return shed.Load{}, err
-	}
-	return total, nil
-}
-
 func ExampleFleet() {
 	// Two processes share a fleet through Redis (here an embedded one).
 	srv, err := miniredis.Run()
@@ -122,13 +76,23 @@ func ExampleFleet() {
 	defer srv.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
+	store, err := redisstore.New(rdb, nil)
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
 
 	// Each process has a limit of 10; process a has 9 requests in flight,
 	// process b 6.
 	busy := map[string]float64{"a": 9, "b": 6}
 	fleets := map[string]*shed.Fleet{}
 	for _, id := range []string{"a", "b"} {
-		src := &redisFleet{rdb: rdb, key: "fleet:{api}", id: id, expiry: 300 * time.Millisecond}
+		// Each process makes its FleetSource; a process not heard from
+		// for 300ms drops out of the sum.
+		src, err := store.FleetSource("api", 300*time.Millisecond)
+		if err != nil {
+			panic(err)
+		}
 		local := func() shed.Load { return shed.Load{InFlight: busy[id], Capacity: 10} }
 		// Manual: the example exchanges by hand; a server leaves it off
 		// and the Fleet exchanges every Interval (10ms) until Close.

@@ -42,7 +42,7 @@
 // then the rate limits and the requests in flight are kept in Redis (one
 // script call per rate decision, two per request in flight, see
 // redisstore), and the fleet's load is exchanged through it every 10ms
-// (redisfleet.go), so that every instance of the server shares tiers 1 to
+// (redisstore's Store.FleetSource), so that every instance of the server shares tiers 1 to
 // 3. On one process, the fleet of tier 3 is that process alone: tier 3
 // then sheds on the same utilization as tier 4, and it is with several
 // processes, unevenly loaded or sharing a backend, that the two differ.
@@ -52,8 +52,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -236,7 +234,7 @@ func newServer(cfg config) (s *server, err error) {
 		}
 		s.closers = append([]func() error{rs.Close}, s.closers...)
 		rates, holds = rs, releaseCounter{rs, &s.releaseErrors}
-		src, err = newRedisFleet(client, prefix+"fleet", randomID(), 100*time.Millisecond)
+		src, err = rs.FleetSource("fleet", 100*time.Millisecond)
 		if err != nil {
 			return nil, err
 		}
@@ -451,11 +449,4 @@ func (c releaseCounter) Release(ctx context.Context, key string, h inflight.Hold
 		c.failed.Add(1)
 	}
 	return err
-}
-
-// randomID names this process in the fleet's hash.
-func randomID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

@@ -198,7 +198,7 @@ func TestRedis(t *testing.T) {
 	} else {
 		t.Logf("%d holds left; %d fallbacks, %d failed releases", left, srv.redisFallbacks.Load(), srv.releaseErrors.Load())
 	}
-	assert.Equal(t, int64(1), client.Exists(ctx, prefix+"fleet").Val(), "the fleet's hash")
+	assert.Equal(t, int64(1), client.Exists(ctx, prefix+"{fleet}:fleet").Val(), "the fleet's hash (Store.FleetKey)")
 }
 
 func TestClassOf(t *testing.T) {

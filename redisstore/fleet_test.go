@@ -1,0 +1,151 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/adaptive/shed"
+)
+
+func TestFleetSource(t *testing.T) {
+	srv := newServer(t)
+	s := newStore(t, srv.client(t), nil)
+	ctx := context.Background()
+	a, err := s.FleetSource("api", time.Minute)
+	require.NoError(t, err)
+	b, err := s.FleetSource("api", time.Minute)
+	require.NoError(t, err)
+	other, err := s.FleetSource("batch", time.Minute)
+	require.NoError(t, err)
+
+	got, err := a.Exchange(ctx, shed.Load{InFlight: 9, Capacity: 10})
+	require.NoError(t, err)
+	assert.Equal(t, shed.Load{InFlight: 9, Capacity: 10}, got, "a alone")
+	got, err = b.Exchange(ctx, shed.Load{InFlight: 6, Capacity: 10})
+	require.NoError(t, err)
+	assert.Equal(t, shed.Load{InFlight: 15, Capacity: 20}, got, "a and b")
+	got, err = other.Exchange(ctx, shed.Load{InFlight: 0.5, Capacity: 4})
+	require.NoError(t, err)
+	assert.Equal(t, shed.Load{InFlight: 0.5, Capacity: 4}, got, "another fleet")
+	// An exchange replaces what the process recorded before.
+	got, err = a.Exchange(ctx, shed.Load{InFlight: 1, Capacity: 10})
+	require.NoError(t, err)
+	assert.Equal(t, shed.Load{InFlight: 7, Capacity: 20}, got, "a's second exchange")
+	assert.Equal(t, s.prefix+"{api}:fleet", s.FleetKey("api"))
+}
+
+func TestFleetSourceExpiry(t *testing.T) {
+	srv := newServer(t)
+	if !srv.real() {
+		// miniredis' TIME only moves with the test's clock: FastForward
+		// does not move it, so expiry is checked on a real Redis.
+		t.Skip("expiry on Redis's TIME: set REDIS_ADDR")
+	}
+	s := newStore(t, srv.client(t), nil)
+	ctx := context.Background()
+	dead, err := s.FleetSource("expiry", 50*time.Millisecond)
+	require.NoError(t, err)
+	live, err := s.FleetSource("expiry", 50*time.Millisecond)
+	require.NoError(t, err)
+	_, err = dead.Exchange(ctx, shed.Load{InFlight: 5, Capacity: 5})
+	require.NoError(t, err)
+	// The dead process never exchanges again; the live one does until
+	// the dead one has dropped out (a bounded wait, not a timing bar).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := live.Exchange(ctx, shed.Load{InFlight: 1, Capacity: 10})
+		require.NoError(t, err)
+		if got == (shed.Load{InFlight: 1, Capacity: 10}) {
+			return
+		}
+		require.Equal(t, shed.Load{InFlight: 6, Capacity: 15}, got, "both, before the expiry")
+		require.True(t, time.Now().Before(deadline), "the dead process never dropped out")
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestFleetSourceInvalid(t *testing.T) {
+	srv := newServer(t)
+	s := newStore(t, srv.client(t), nil)
+	for _, tc := range []struct {
+		name   string
+		fleet  string
+		expiry time.Duration
+	}{
+		{"empty name", "", time.Second},
+		{"brace", "a{b", time.Second},
+		{"long name", string(make([]byte, 257)), time.Second},
+		{"zero expiry", "a", 0},
+		{"sub-millisecond expiry", "a", time.Microsecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := s.FleetSource(tc.fleet, tc.expiry)
+			assert.Nil(t, f)
+			assert.ErrorIs(t, err, ErrInvalidOptions)
+		})
+	}
+}
+
+func TestFleetSourceDown(t *testing.T) {
+	// Nothing listens on port 1 of the loopback: every exchange fails.
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := New(c, &Options{Prefix: "fleet-down:", Timeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	f, err := s.FleetSource("down", time.Second)
+	require.NoError(t, err)
+	_, err = f.Exchange(context.Background(), shed.Load{InFlight: 1, Capacity: 1})
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, floodgate.ErrUnavailable), "error %v, want ErrUnavailable", err)
+}
+
+// TestFleetSourceExpiryBoundary runs on miniredis, whose TIME the test
+// sets: a silent process still counts expiry after its last exchange and
+// drops out a millisecond later, and its field is deleted.
+func TestFleetSourceExpiryBoundary(t *testing.T) {
+	srv := miniredis.RunT(t)
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	srv.SetTime(now)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, &Options{Prefix: "fg:"})
+	ctx := context.Background()
+	a, err := s.FleetSource("test", 300*time.Millisecond)
+	require.NoError(t, err)
+	b, err := s.FleetSource("test", 300*time.Millisecond)
+	require.NoError(t, err)
+
+	_, err = a.Exchange(ctx, shed.Load{InFlight: 2.5, Capacity: 10})
+	require.NoError(t, err)
+	got, err := b.Exchange(ctx, shed.Load{InFlight: 4, Capacity: 10})
+	require.NoError(t, err)
+	assert.Equal(t, shed.Load{InFlight: 6.5, Capacity: 20}, got)
+
+	srv.SetTime(now.Add(300 * time.Millisecond))
+	got, err = a.Exchange(ctx, shed.Load{InFlight: 1, Capacity: 10})
+	require.NoError(t, err)
+	assert.Equal(t, shed.Load{InFlight: 5, Capacity: 20}, got, "b still counts at its expiry")
+	srv.SetTime(now.Add(301 * time.Millisecond))
+	got, err = a.Exchange(ctx, shed.Load{InFlight: 1, Capacity: 10})
+	require.NoError(t, err)
+	assert.Equal(t, shed.Load{InFlight: 1, Capacity: 10}, got, "b expired")
+	keys, err := srv.HKeys("fg:{test}:fleet")
+	require.NoError(t, err)
+	assert.Equal(t, []string{a.id}, keys, "b's field is deleted")
+
+	// Through a Fleet.
+	f, err := shed.NewFleet(b, func() shed.Load { return shed.Load{InFlight: 9, Capacity: 10} }, &shed.FleetOptions{Manual: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = f.Close() })
+	require.NoError(t, f.Sync(ctx))
+	assert.Equal(t, 0.5, f.Utilization(), "(1+9)/20")
+}
