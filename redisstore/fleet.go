@@ -61,7 +61,8 @@ return {tostring(inflight), tostring(capacity)}
 // was given a UniversalClient of a kind other than Client, ClusterClient
 // and Ring: see New), but not by its breakers or failure policy: a failed
 // exchange, an error matching floodgate.ErrUnavailable, leaves the Fleet
-// on its previous reading. It returns an error matching
+// on its previous reading. Nor does Options.Observer see them: OnStoreCall
+// reports the round trips of decisions and holds, not of exchanges. It returns an error matching
 // ErrInvalidOptions for an empty fleet name, one with a brace, or an
 // expiry below MinFleetExpiry.
 func (s *Store) FleetSource(fleet string, expiry time.Duration) (*FleetSource, error) {
