@@ -33,10 +33,10 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// Decision reports one decision of a limiter returned by Wrap: a call of
+// Decision reports one decision of a limiter of New or Wrap: a call of
 // Allow, AllowN, Reserve, Wait or Apply.
 type Decision struct {
-	// Name is the limiter's name, given to Wrap.
+	// Name is the limiter's name, given to New or Wrap.
 	Name string
 	// Key is the key decided on. It identifies a user: log it if you
 	// must, but never make it a metric label (one series per user).

@@ -9,7 +9,7 @@ import (
 )
 
 // Observer receives the events of the floodgate components it is given
-// to: decisions of a limiter made by Wrap, round trips, failures and
+// to: decisions of a limiter observed by New or Wrap, round trips, failures and
 // breaker changes of a store (redisstore.Options.Observer), leases
 // (lease.Options.Observer), adaptive limits and rejections
 // (adaptive.LimiterOptions.Observer), sheds (shed.Options.Observer) and
@@ -36,8 +36,23 @@ import (
 // An Observer must not be changed once given to a component. The zero
 // value is an Observer of nothing.
 type Observer struct {
-	// OnDecision receives every decision of a limiter returned by Wrap.
+	// Tally, when set, counts every decision of the limiters observed
+	// by New or Wrap with this Observer, for an adapter to read when it
+	// is scraped: the cheap way to count decisions (one atomic addition
+	// each).
+	Tally *Tally
+
+	// OnDecision receives every decision of a limiter observed by New
+	// or Wrap, as an event: for logs and traces, at the cost of building
+	// the event and calling the function (docs/observability.md has the
+	// figures). Count decisions with Tally instead.
 	OnDecision func(context.Context, Decision)
+
+	// OnTimed receives the decisions that were timed (one in
+	// LatencyEvery), with their Latency: what an adapter that counts with
+	// Tally needs for a latency histogram. With OnDecision set too, a
+	// timed decision goes to both.
+	OnTimed func(context.Context, Decision)
 
 	// OnStoreCall receives every round trip a remote store makes: one
 	// script call, or one pipeline of a batching store.
@@ -72,8 +87,10 @@ type Observer struct {
 	OnAcquire func(context.Context, Acquire)
 	OnRelease func(context.Context, Release)
 
-	// LatencyEvery is how often Wrap times a decision: one decision in
-	// LatencyEvery, chosen at random, has Decision.Latency set. Timing
+	// LatencyEvery is how often New and Wrap time a decision: one
+	// decision in LatencyEvery has Decision.Latency set (chosen by the
+	// Tally's counts when there is one, at random otherwise), when
+	// OnDecision or OnTimed is set. Timing
 	// reads the monotonic clock twice, which costs more than an
 	// in-process decision (a memstore Allow takes about 70 ns; two clock
 	// readings took 82 to 95 ns on the kvm-clock of the machine the
@@ -110,6 +127,11 @@ func (o *Observer) Validate() error {
 		return fmt.Errorf("%w: observe: FailureInterval %v is negative", floodgate.ErrInvalidConfig, o.FailureInterval)
 	}
 	return nil
+}
+
+// decisions reports whether o observes decisions at all.
+func (o *Observer) decisions() bool {
+	return o != nil && (o.Tally != nil || o.OnDecision != nil || o.OnTimed != nil)
 }
 
 // latencyThreshold returns the bound under which a random uint32 selects
