@@ -89,11 +89,11 @@ func unitsOf(op floodgate.Op, n int64) uint64 {
 // much less than an OnDecision call (docs/observability.md has the
 // figures).
 //
-// Limiters observed under one name are counted as one. A Tally is safe
-// for concurrent use; its zero value is an empty Tally, ready to use, and
-// it must not be copied once used. It holds its limiters' counters for as
-// long as it is reachable: give one Tally the limiters of one process,
-// not one per request.
+// Limiters observed under one name are counted as one, and share their
+// counters: a Tally grows with the names it counts (a few kilobytes
+// each), not with the limiters built under them. A Tally is safe for
+// concurrent use; its zero value is an empty Tally, ready to use, and it
+// must not be copied once used.
 type Tally struct {
 	mu   sync.Mutex
 	sets []*counters // in the order the limiters were observed
@@ -144,12 +144,19 @@ func (t *Tally) Read() []Counts {
 	return out
 }
 
-// add registers the counters of a limiter observed under name.
+// add returns the counters of a limiter observed under name: those of an
+// earlier limiter of the same name and number of limits, so that the
+// Tally grows with the names it counts, not with the limiters built.
 func (t *Tally) add(name string, limits int) *counters {
-	c := newCounters(name, limits)
 	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.sets {
+		if c.name == name && c.limits == limits {
+			return c
+		}
+	}
+	c := newCounters(name, limits)
 	t.sets = append(t.sets, c)
-	t.mu.Unlock()
 	return c
 }
 

@@ -411,3 +411,20 @@ func TestTallyEmpty(t *testing.T) {
 		t.Errorf("Read() of an empty Tally = %v, want none", cs)
 	}
 }
+
+// TestTallySharesNames checks that limiters built again under a name
+// count into that name's counters instead of adding some.
+func TestTallySharesNames(t *testing.T) {
+	var tally observe.Tally
+	o := &observe.Observer{Tally: &tally}
+	for range 100 {
+		l := newObserved(t, floodgate.FixedWindow{Limit: 10, Window: time.Second}, nil, "r", o)
+		if _, err := l.Allow(context.Background(), "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := tally.Read()
+	if len(cs) != 1 || cs[0].Decisions[observe.KindTake][observe.Allowed] != 100 {
+		t.Errorf("Read() = %+v, want one name with 100 admitted takes", cs)
+	}
+}

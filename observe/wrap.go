@@ -202,7 +202,7 @@ func (w *observed) count(s *stripe, k Kind, o Outcome, units uint64, d *floodgat
 	}
 	// 0x9e3779b9 is 2^32 over the golden ratio: the hashes of
 	// consecutive values spread evenly over [0, 2^32).
-	if uint64(uint32(v)*0x9e3779b9) < w.every {
+	if w.every != timeAll && uint64(uint32(v)*0x9e3779b9) < w.every {
 		s.timeNext.Store(true)
 	}
 }

@@ -1,6 +1,6 @@
 // Command observability serves a rate-limited API with Prometheus metrics:
 // floodgate's net/http middleware (package httplimit) over a limiter
-// wrapped by observe.Wrap, whose decisions, and the Redis store's round
+// observed by observe.New (and a lease pool by observe.Wrap), whose decisions, and the Redis store's round
 // trips, failures and breaker changes, feed the Prometheus adapter
 // (github.com/floodgate-go/floodgate/prometheus) behind /metrics.
 //
@@ -208,11 +208,7 @@ func newService(cfg config) (*service, error) {
 // helloMiddleware limits /api/hello: alg per key, on the store, each
 // decision reported under the name "api".
 func helloMiddleware(store floodgate.Store, alg floodgate.Algorithm, key httplimit.KeyFunc, obs *observe.Observer) (func(http.Handler) http.Handler, error) {
-	base, err := floodgate.New(store, alg)
-	if err != nil {
-		return nil, err
-	}
-	limiter, err := observe.Wrap(base, "api", obs)
+	limiter, err := observe.New(store, alg, "api", obs)
 	if err != nil {
 		return nil, err
 	}
