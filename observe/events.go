@@ -106,7 +106,8 @@ type StoreCall struct {
 	// shard's, the server's; "" when the client does not say.
 	Node string
 	// Decisions is the number of decisions the call carried: 1, or more
-	// in a batching store's pipeline.
+	// in a batching store's pipeline; 0 for a call that carries none (an
+	// exchange of a redisstore.FleetSource).
 	Decisions int
 	// Outcome says how the call ended, and Err why it failed.
 	Outcome CallOutcome

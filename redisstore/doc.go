@@ -217,7 +217,8 @@
 //     ClusterClient, is one more, to the node the redirection names (the
 //     ClusterClient may make more round trips, following further
 //     redirections). A Limits decision, and package inflight's
-//     acquisitions, renewals and releases, are calls alike. Outcome is
+//     acquisitions, renewals and releases, are calls alike; so is a
+//     FleetSource's exchange, with Decisions 0. Outcome is
 //     CallOK when Redis answered, an error reply about the script or the
 //     data included; CallTimeout when no answer came within
 //     Options.Timeout (or go-redis' own timeouts); CallError otherwise:

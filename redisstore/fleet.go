@@ -61,9 +61,9 @@ return {tostring(inflight), tostring(capacity)}
 // was given a UniversalClient of a kind other than Client, ClusterClient
 // and Ring: see New), but not by its breakers or failure policy: a failed
 // exchange, an error matching floodgate.ErrUnavailable, leaves the Fleet
-// on its previous reading. Nor does Options.Observer see them: OnStoreCall
-// reports the round trips of decisions and holds, not of exchanges. It returns an error matching
-// ErrInvalidOptions for an empty fleet name, one with a brace, or an
+// on its previous reading. Options.Observer's OnStoreCall sees each of
+// its round trips, carrying no decision (StoreCall.Decisions 0). It
+// returns an error matching ErrInvalidOptions for an empty fleet name, one with a brace, or an
 // expiry below MinFleetExpiry.
 func (s *Store) FleetSource(fleet string, expiry time.Duration) (*FleetSource, error) {
 	switch {
@@ -107,7 +107,7 @@ func (f *FleetSource) Exchange(ctx context.Context, local shed.Load) (shed.Load,
 		defer cancel()
 	}
 	num := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
-	res, err := fleetScript.Run(ctx, f.s.client, []string{f.key}, f.id, num(local.InFlight), num(local.Capacity), f.expiry).StringSlice()
+	res, err := f.run(ctx, f.id, num(local.InFlight), num(local.Capacity), f.expiry).StringSlice()
 	if err != nil {
 		return shed.Load{}, fmt.Errorf("%w: fleet exchange: %w", floodgate.ErrUnavailable, err)
 	}
@@ -122,4 +122,23 @@ func (f *FleetSource) Exchange(ctx context.Context, local shed.Load) (shed.Load,
 		return shed.Load{}, fmt.Errorf("%w: fleet exchange: %v", ErrReply, err)
 	}
 	return total, nil
+}
+
+// run runs the fleet script: EVALSHA, then EVAL if Redis does not have
+// it, each round trip told to OnStoreCall (as the Store's own calls are,
+// a NOSCRIPT answer included) with the node serving the fleet's key.
+func (f *FleetSource) run(ctx context.Context, args ...any) *redis.Cmd {
+	keys := []string{f.key}
+	t := trip{}
+	if f.s.onCall != nil {
+		t = trip{s: f.s, ctx: ctx}
+		if n, err := f.s.nodeFor(ctx, f.key); err == nil {
+			t.node = n.addr
+		}
+	}
+	cmd := t.timed(func() *redis.Cmd { return fleetScript.EvalSha(ctx, f.s.client, keys, args...) })
+	if isNoScript(cmd.Err()) {
+		cmd = t.timed(func() *redis.Cmd { return fleetScript.Eval(ctx, f.s.client, keys, args...) })
+	}
+	return cmd
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive/shed"
+	"github.com/floodgate-go/floodgate/observe"
 )
 
 func TestFleetSource(t *testing.T) {
@@ -148,4 +150,57 @@ func TestFleetSourceExpiryBoundary(t *testing.T) {
 	t.Cleanup(func() { _ = f.Close() })
 	require.NoError(t, f.Sync(ctx))
 	assert.Equal(t, 0.5, f.Utilization(), "(1+9)/20")
+}
+
+// TestFleetSourceObserved checks that OnStoreCall sees an exchange's
+// round trips: the first, on a server that does not have the script yet,
+// is EVALSHA answered NOSCRIPT and then EVAL; the next one EVALSHA; each
+// names the node and carries no decision. On a server that is down, the
+// exchange's call is reported as failed. It runs on a miniredis of its
+// own, so that the script is missing without flushing a shared server's.
+func TestFleetSourceObserved(t *testing.T) {
+	m := miniredis.RunT(t)
+	srv := &server{addr: m.Addr(), mini: m}
+	c := srv.client(t)
+	var mu sync.Mutex
+	var calls []observe.StoreCall
+	obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
+		mu.Lock()
+		calls = append(calls, e)
+		mu.Unlock()
+	}}
+	s := newStore(t, c, &Options{Name: "fleet", Observer: obs})
+	f, err := s.FleetSource("obs", time.Second)
+	require.NoError(t, err)
+	for range 2 {
+		_, err := f.Exchange(context.Background(), shed.Load{InFlight: 1, Capacity: 4})
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	got := append([]observe.StoreCall(nil), calls...)
+	mu.Unlock()
+	require.Len(t, got, 3, "EVALSHA (NOSCRIPT), EVAL, EVALSHA: %+v", got)
+	for i, e := range got {
+		assert.Equal(t, "fleet", e.Name, "call %d", i)
+		assert.Equal(t, srv.addr, e.Node, "call %d", i)
+		assert.Zero(t, e.Decisions, "call %d carries no decision", i)
+		assert.Equal(t, observe.CallOK, e.Outcome, "call %d: %v", i, e.Err)
+		assert.Positive(t, e.Latency, "call %d", i)
+	}
+
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = down.Close() })
+	calls = nil
+	ds, err := New(down, &Options{Name: "down", Observer: obs, Timeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ds.Close() })
+	df, err := ds.FleetSource("obs", time.Second)
+	require.NoError(t, err)
+	_, err = df.Exchange(context.Background(), shed.Load{InFlight: 1, Capacity: 1})
+	require.Error(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 1)
+	assert.Equal(t, observe.CallError, calls[0].Outcome, "%+v", calls[0])
+	assert.Equal(t, "127.0.0.1:1", calls[0].Node)
 }

@@ -54,6 +54,17 @@ func (t trip) process(ctx context.Context, p processor, cmd *redis.Cmd) {
 	t.report(time.Since(mono)-start, cmd.Err())
 }
 
+// timed runs one round trip, timing it when t reports.
+func (t trip) timed(call func() *redis.Cmd) *redis.Cmd {
+	if t.s == nil {
+		return call()
+	}
+	start := time.Since(mono)
+	cmd := call()
+	t.report(time.Since(mono)-start, cmd.Err())
+	return cmd
+}
+
 // report tells OnStoreCall of one round trip that took latency and ended
 // with err.
 func (t trip) report(latency time.Duration, err error) {
