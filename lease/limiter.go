@@ -300,7 +300,7 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) 
 				return l.decision(p, left, now), true, nil
 			}
 		}
-		r, err := l.startRefill(e, n)
+		r, err := l.startRefill(e, n, true)
 		switch {
 		case err == errDead && l.closed.Load():
 			return floodgate.Decision{}, true, ErrClosed
@@ -321,30 +321,8 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) 
 			}
 			continue
 		}
-		r.waiters.Add(1)
-		select {
-		case <-r.done:
-		case <-ctx.Done():
-			return floodgate.Decision{}, true, ctx.Err()
-		}
-		if r.err != nil {
-			l.waited.Add(1)
-			return floodgate.Decision{}, true, r.err
-		}
-		if p, left, now, ok := l.take(e, n, false); ok {
-			l.waited.Add(1)
-			return l.decision(p, left, now), true, nil
-		}
-		if r.granted == 0 && final && n == 1 && r.res.RetryAfter > 0 {
-			// The remote had no unit: that is the decision for one unit.
-			// For more units its RetryAfter (for one) would be too short.
-			l.waited.Add(1)
-			return floodgate.Decision{
-				Limit:      l.policy.Quota,
-				Remaining:  max(r.res.Remaining, 0),
-				RetryAfter: r.res.RetryAfter,
-				ResetAfter: r.res.ResetAfter,
-			}, true, nil
+		if d, decided, err := l.await(ctx, e, r, n, final); decided {
+			return d, true, err
 		}
 		if r.granted < r.asked && !(final && n == 1) {
 			// The remote ran short: it decides n units exactly. One unit
@@ -355,6 +333,47 @@ func (l *Limiter) acquire(ctx context.Context, key string, n int64, final bool) 
 		}
 	}
 	return floodgate.Decision{}, false, nil
+}
+
+// await waits for r, a refill of e that this caller joined (startRefill),
+// and decides n units from it: decided is false when the caller must go
+// on (others drained the units, or the remote ran short). Before it
+// returns it tells r that this caller is done with it, having counted the
+// decision it made in r, so that the round trip's Lease event reports
+// exactly the decisions it served (Waited).
+func (l *Limiter) await(ctx context.Context, e *entry, r *refill, n int64, final bool) (floodgate.Decision, bool, error) {
+	defer r.joined.Done()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return floodgate.Decision{}, true, ctx.Err()
+	}
+	if r.err != nil {
+		l.waitedFor(r)
+		return floodgate.Decision{}, true, r.err
+	}
+	if p, left, now, ok := l.take(e, n, false); ok {
+		l.waitedFor(r)
+		return l.decision(p, left, now), true, nil
+	}
+	if r.granted == 0 && final && n == 1 && r.res.RetryAfter > 0 {
+		// The remote had no unit: that is the decision for one unit.
+		// For more units its RetryAfter (for one) would be too short.
+		l.waitedFor(r)
+		return floodgate.Decision{
+			Limit:      l.policy.Quota,
+			Remaining:  max(r.res.Remaining, 0),
+			RetryAfter: r.res.RetryAfter,
+			ResetAfter: r.res.ResetAfter,
+		}, true, nil
+	}
+	return floodgate.Decision{}, false, nil
+}
+
+// waitedFor counts a decision made after waiting for r.
+func (l *Limiter) waitedFor(r *refill) {
+	l.waited.Add(1)
+	r.decided.Add(1)
 }
 
 // lookup returns key's entry, adding one if needed.

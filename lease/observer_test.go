@@ -179,3 +179,37 @@ func TestObserverInvalid(t *testing.T) {
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	}
 }
+
+// TestObserverWaitedAddsUp has many goroutines drain small pools, so
+// that callers keep joining refills in flight: the events' Waited must
+// add up to Stats.Waited, the callers that waited for a round trip, even
+// for a caller that joined a refill just as it landed.
+func TestObserverWaitedAddsUp(t *testing.T) {
+	store, err := memstore.New(nil)
+	require.NoError(t, err)
+	r := wrap(t, store, floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40})
+	rec := &recorder{}
+	l := newLease(t, r, &lease.Options{MinBatch: 1, MaxBatch: 2, Observer: rec.observer()})
+	const goroutines, each = 16, 3000
+	done := make(chan struct{})
+	for g := range goroutines {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range each {
+				_, err := l.Allow(context.Background(), []string{"a", "b"}[(g+i)%2])
+				assert.NoError(t, err)
+			}
+		}()
+	}
+	for range goroutines {
+		<-done
+	}
+	require.NoError(t, l.Close())
+	var waited int64
+	for _, e := range rec.leased() {
+		waited += e.Waited
+	}
+	s := l.Stats()
+	require.Positive(t, s.Waited)
+	assert.Equal(t, s.Waited, waited, "Waited of the events against Stats.Waited (%+v)", s)
+}

@@ -100,10 +100,15 @@ type grant struct {
 // refill is one lease round trip. res, granted and err are written before
 // done is closed and read after.
 type refill struct {
-	done    chan struct{}
-	asked   int64
-	start   int64 // local ns
+	done  chan struct{}
+	asked int64
+	start int64 // local ns
+	// waiters counts the callers that joined the refill to wait for it,
+	// joined has each of them until it is done with it, and decided
+	// counts the decisions they made from it.
 	waiters atomic.Int64
+	joined  sync.WaitGroup
+	decided atomic.Int64
 
 	res     floodgate.Result
 	granted int64
@@ -174,6 +179,12 @@ func (l *Limiter) take(e *entry, n int64, count bool) (p *pool, left, now int64,
 	return p, left, now, true
 }
 
+// join registers a caller that will wait for r; e.mu is held.
+func (r *refill) join() {
+	r.waiters.Add(1)
+	r.joined.Add(1)
+}
+
 // prefetch starts a background refill of e, unless the remote recently
 // denied one: once per batch, so it may take e.mu and a goroutine.
 func (l *Limiter) prefetch(e *entry, now int64) {
@@ -181,7 +192,7 @@ func (l *Limiter) prefetch(e *entry, now int64) {
 		now = l.cfg.now()
 	}
 	if now >= e.quiet.Load() {
-		_, _ = l.startRefill(e, 0)
+		_, _ = l.startRefill(e, 0, false)
 	}
 }
 
@@ -209,12 +220,17 @@ func usable(p *pool, now int64) int64 {
 }
 
 // startRefill returns the refill of e in flight, or starts one for a caller
-// that needs need units (0 for a background refill). It returns nil and no
-// error when the pool already holds enough, errDead when e was retired and
-// ErrClosed after Close.
-func (l *Limiter) startRefill(e *entry, need int64) (*refill, error) {
+// that needs need units (0 for a background refill). A caller that will
+// wait for the refill it returns (wait) joins it under e.mu, so that no
+// caller joins after the round trip has counted them; it must then await
+// it. It returns nil and no error when the pool already holds enough,
+// errDead when e was retired and ErrClosed after Close.
+func (l *Limiter) startRefill(e *entry, need int64, wait bool) (*refill, error) {
 	e.mu.Lock()
 	if r := e.fill.Load(); r != nil {
+		if wait {
+			r.join()
+		}
 		e.mu.Unlock()
 		return r, nil
 	}
@@ -233,6 +249,9 @@ func (l *Limiter) startRefill(e *entry, need int64) (*refill, error) {
 		return nil, ErrClosed
 	}
 	r := &refill{done: make(chan struct{}), asked: asked, start: now}
+	if wait {
+		r.join()
+	}
 	e.fill.Store(r)
 	e.mu.Unlock()
 	go l.runRefill(e, r)
@@ -310,8 +329,8 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 		e.quiet.Store(end + l.cfg.targetInterval)
 	}
 	e.lastLease = end
-	waiters := r.waiters.Load()
-	e.waiters = waiters
+	// No caller joins r from here on: it is no longer e.fill.
+	e.waiters = r.waiters.Load()
 	local := e.local
 	e.local = 0
 	if p := e.pool.Load(); p != nil {
@@ -330,11 +349,14 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 
 	l.jan.schedule(e, due)
 	if l.cfg.onLease != nil {
+		// The event counts the decisions the round trip served: wait for
+		// its callers to take their units (a few steps, none blocking).
+		r.joined.Wait()
 		// The round trip ran on this goroutine, for whichever callers
-		// waited for it (Waited of them, each with a context of its own)
-		// or for none: its context is the background's.
+		// waited for it (each with a context of its own) or for none: its
+		// context is the background's.
 		l.cfg.onLease(context.Background(), observe.Lease{Name: l.cfg.name, Key: e.key, Units: r.asked, Granted: granted, Err: err,
-			Latency: time.Duration(max(end-r.start, 0)), Local: local, Waited: waiters})
+			Latency: time.Duration(max(end-r.start, 0)), Local: local, Waited: r.decided.Load()})
 	}
 	_ = l.giveBack(jobs)
 }

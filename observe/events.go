@@ -181,9 +181,12 @@ type Lease struct {
 	// Latency is the round trip's duration.
 	Latency time.Duration
 	// Local is the number of the key's decisions served from its pool
-	// since the key's previous Lease, and Waited the number that waited
-	// for this round trip: Local/(Local+Waited) over all events is the
-	// local hit ratio.
+	// since the key's previous Lease, and Waited the number of decisions
+	// this round trip made for callers that waited for it (not counting a
+	// caller whose context ended first, nor one that went on to another
+	// round trip or to the remote): Local/(Local+Waited) over all events
+	// is the local hit ratio, and the Waited of all events add up to
+	// lease.Stats.Waited.
 	Local, Waited int64
 }
 
