@@ -8,6 +8,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/observe"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // BenchmarkObserverDecision measures what the adapter costs a decision:
@@ -56,6 +57,42 @@ func BenchmarkObserverDecision(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				_, _ = l.Allow(ctx, "key")
+			}
+		})
+	}
+}
+
+// BenchmarkMetricsCollect measures a scrape of the decision metrics of
+// observed limiters that have all decided: Collect alone (the Tally's
+// read of every stripe of every limiter, and the constant metrics), and
+// a registry's Gather of them (what a scrape costs before encoding).
+func BenchmarkMetricsCollect(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		m := newMetrics(b, nil)
+		o := m.Observer()
+		ctx := context.Background()
+		for i := range n {
+			l := newObserved(b, floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40}, nil, fmt.Sprint("limiter-", i), o)
+			_, _ = l.Allow(ctx, "key")
+		}
+		b.Run(fmt.Sprintf("limiters=%d/collect", n), func(b *testing.B) {
+			ch := make(chan prometheus.Metric, 1024*n)
+			b.ReportAllocs()
+			for b.Loop() {
+				m.Collect(ch)
+				for len(ch) > 0 {
+					<-ch
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("limiters=%d/gather", n), func(b *testing.B) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(m)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := reg.Gather(); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
