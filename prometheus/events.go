@@ -68,6 +68,19 @@ func breakerValue(s observe.BreakerState) float64 {
 // policies are the values of Failures.Policy.
 var policies = [...]string{"open", "closed", "local", "error"}
 
+// newLimiter returns the decision_duration_seconds of limiter name. For
+// a name Prometheus refuses (not UTF-8) it returns an Observer that drops
+// the observations, since OnTimed runs on the decision's goroutine and
+// WithLabelValues would panic there; the scrape reports the name, as
+// collectDecisions fails on it.
+func (m *Metrics) newLimiter(name string) prometheus.Observer {
+	h, err := m.decisionTime.GetMetricWithLabelValues(name)
+	if err != nil {
+		return prometheus.ObserverFunc(func(float64) {})
+	}
+	return h
+}
+
 // nodeMetrics are the series of one node of a store.
 type nodeMetrics struct {
 	calls               [numOutcomes]prometheus.Counter
@@ -200,9 +213,7 @@ func (f *inflightMetrics) acquire(o int) prometheus.Counter {
 }
 
 func (m *Metrics) initChildren() {
-	m.limiterChildren.make = func(name string) prometheus.Observer {
-		return m.decisionTime.WithLabelValues(name)
-	}
+	m.limiterChildren.make = m.newLimiter
 	m.storeChildren.make = m.newStore
 	m.leaseChildren.make = m.newLease
 	m.adaptiveChildren.make = m.newAdaptive

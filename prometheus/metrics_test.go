@@ -257,10 +257,16 @@ func TestDecisionsOfOneName(t *testing.T) {
 }
 
 // TestDecisionsInvalidName checks that a limiter name Prometheus refuses
-// (not UTF-8) fails the scrape with a reason, instead of panicking.
+// (not UTF-8) fails the scrape with a reason, instead of panicking in a
+// decision or in Collect.
 func TestDecisionsInvalidName(t *testing.T) {
 	m := newMetrics(t, nil)
-	newObserved(t, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil, "\xff", m.Observer())
+	o := m.Observer()
+	o.LatencyEvery = 1 // OnTimed must not panic either
+	l := newObserved(t, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil, "\xff", o)
+	if _, err := l.Allow(context.Background(), "user-1"); err != nil {
+		t.Fatal(err)
+	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
 	if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "UTF-8") {
