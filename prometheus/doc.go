@@ -1,5 +1,6 @@
-// Package fgprom turns the events of floodgate's observe.Observer into
-// Prometheus metrics, with github.com/prometheus/client_golang.
+// Package fgprom turns what floodgate's observe.Observer reports (the
+// decisions its Tally counts, and events) into Prometheus metrics, with
+// github.com/prometheus/client_golang.
 //
 // It lives in a module of its own,
 // github.com/floodgate-go/floodgate/prometheus, so that floodgate itself
@@ -17,8 +18,9 @@
 //	if err != nil { ... }
 //	prometheus.MustRegister(m)
 //	obs := m.Observer()
-//	limiter, err := observe.Wrap(base, "api", obs)
 //	store, err := redisstore.New(client, &redisstore.Options{Name: "redis", Observer: obs})
+//	limiter, err := observe.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200}, "api", obs)
+//	pool, err := observe.Wrap(leased, "search", obs) // any other Limiter
 //
 // # Metrics
 //
@@ -54,27 +56,63 @@
 // The op label of a decision is take (Allow, AllowN, Reserve, Apply of
 // OpTake), take_up_to (OpTakeUpTo: a lease refill), settle (OpSettle
 // charging units), refund (OpSettle giving units back), check (a
-// check-only step of any Op) or wait (Wait); its outcome is allowed,
-// denied or error. The request rate of a limiter is the rate of
-// decisions_total with op take or wait, and its 429 rate that of those
-// denied.
+// check-only step of any Op) or wait (Wait): observe.Kind's String; its
+// outcome is allowed, denied or error. The request rate of a limiter is
+// the rate of decisions_total with op take or wait, and its 429 rate that
+// of those denied.
+//
+// # Decisions
+//
+// The Observers of a Metrics share its observe.Tally, which counts every
+// decision of the limiters observed with them (observe.New, observe.Wrap)
+// by name, op and outcome, with their units and binding limits; Collect
+// reads it into decisions_total, decision_units_total and
+// limit_binding_total. A limiter's takes by outcome (op take with
+// allowed, denied and error, and their units) exist at 0 from the moment
+// it is observed, and so do, for a floodgate.Limits, the binding takes of
+// each of its limits with allowed and denied, so that increase() and
+// rate() see the first denial (a series born at its first increment
+// hides it: its first sample is the baseline). The series of the other
+// ops and outcomes appear with their first decision. Limiters observed
+// under one name are counted as one.
 //
 // # Latency
 //
-// observe.Wrap times one decision in observe.Observer.LatencyEvery (64 by
-// default), so decision_duration_seconds counts a sample of the
-// decisions: its quantiles are the decisions', its _count is not their
-// number. Use decisions_total for rates. A store's round trips are all
-// timed. The default buckets resolve 10µs to 100ms (Options.Buckets).
+// observe.New and observe.Wrap time one decision in
+// observe.Observer.LatencyEvery (64 by default; never a Wait, whose time
+// is mostly its sleep) and hand only that one to the Observer's OnTimed,
+// which feeds decision_duration_seconds: the histogram counts a sample
+// of the decisions, so its quantiles are the decisions' but its _count is
+// not their number. Use decisions_total for rates. A store's round trips
+// are all timed. The default buckets resolve 10µs to 100ms
+// (Options.Buckets).
 //
 // # Cost
 //
-// Each kind of component finds its series in a copy-on-write map by its
-// name, then in an array by the event's outcome or op: after a
+// A decision costs the Tally's count, one atomic addition on a counter
+// its goroutine rarely shares, and one time in LatencyEvery two clock
+// readings and the OnTimed call (about 40 ns: a lookup of the limiter's
+// histogram and an observation). On BenchmarkObserverDecision (memstore
+// token bucket, one key, serial, a 2-vCPU VM), a decision of a limiter
+// built by observe.New with a Metrics' Observer took 86 ns against 74 ns
+// unobserved (medians of 6), and allocates nothing (TestAllocations).
+//
+// The counts are read when Prometheus scrapes: Collect reads every stripe
+// of every observed limiter (the Tally keeps four per processor, rounded
+// up to a power of two and at most 64, of 72 counters each, plus 4 per
+// limit of a composite), which is O(limiters × stripes × 72) atomic
+// loads, and makes at least 6 constant metrics per limiter. On the same
+// machine (2 processors, 8 stripes), BenchmarkMetricsCollect took about
+// 7 µs and 90 allocations per limiter, most of them client_golang's
+// label pairs rather than the loads (the Tally's read is about 1 µs of
+// it): 1 ms for 100 limiters, 2 ms with the registry's Gather.
+//
+// The other events find their series in a copy-on-write map by the
+// component's name, then in an array by the event's outcome: after a
 // component's first event, an event is a lookup by a string and an atomic
-// addition or two, and allocates nothing (BenchmarkObserverDecision,
-// TestAllocations). The series a component always has (a limiter's takes
-// by outcome, a node's round trips by outcome and failures by policy) are
-// made at 0 with its first event, so that increase() and rate() see the
-// first denial and the first outage.
+// addition or two, and allocates nothing (BenchmarkObserverStoreCall,
+// TestAllocations). The series a component always has (a node's round
+// trips by outcome and failures by policy, an in-flight limiter's
+// acquisitions by outcome) are made at 0 with its first event, so that
+// increase() and rate() see the first outage.
 package fgprom

@@ -2,10 +2,8 @@ package fgprom
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 
-	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/observe"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -15,55 +13,19 @@ import (
 // (client_golang's per-label-set counters, gauges, histograms), and each
 // event takes one lookup by a string, which hashes 3 to 4 times faster
 // than a struct of the label values, then indexes an array by its small
-// enums (op, outcome). A second string label (a node, a reason, a
-// partition) takes a second map.
+// enums (an outcome, a breaker state). A second string label (a node, a
+// reason, a partition) takes a second map.
 //
 // The series a component always has are made with it, at 0, when its
-// first event arrives: a limiter's takes by outcome, a node's round
-// trips by outcome, failures by policy, transitions by state. A series
-// that is born at its first increment hides that increment from
-// increase() and rate() (their first sample is the baseline), so an
-// alert on a first outage, or a denied ratio, would miss it. Series of
-// rarer label values (another op, a partition) are made at their first
-// event.
-
-// op is the value of a decision's op label.
-type op uint8
-
-const (
-	opTake op = iota
-	opTakeUpTo
-	opSettle
-	opRefund
-	opCheck
-	opWait
-	opUnknown
-	numOps
-)
-
-var opNames = [numOps]string{"take", "take_up_to", "settle", "refund", "check", "wait", "unknown"}
-
-// decisionOp returns the op label of d and the units it counts.
-func decisionOp(d *observe.Decision) (op, int64) {
-	switch {
-	case d.Wait:
-		return opWait, d.N
-	case d.Check:
-		return opCheck, d.N
-	}
-	switch d.Op {
-	case floodgate.OpTake:
-		return opTake, d.N
-	case floodgate.OpTakeUpTo:
-		return opTakeUpTo, d.N
-	case floodgate.OpSettle:
-		if d.N < 0 {
-			return opRefund, -d.N
-		}
-		return opSettle, d.N
-	}
-	return opUnknown, d.N
-}
+// first event arrives: a node's round trips by outcome, failures by
+// policy, transitions by state, an in-flight limiter's acquisitions by
+// outcome. A series that is born at its first increment hides that
+// increment from increase() and rate() (their first sample is the
+// baseline), so an alert on a first outage would miss it. Series of
+// rarer label values (a reason, a partition) are made at their first
+// event. A limiter's decisions are not events: they are counted by the
+// Tally and read at Collect (decisions.go), and only the timed ones
+// arrive here, for decision_duration_seconds.
 
 // outcomes are the values of an outcome label: index 0 for a value that
 // observe does not define, then Allowed, Denied and Failed.
@@ -106,47 +68,17 @@ func breakerValue(s observe.BreakerState) float64 {
 // policies are the values of Failures.Policy.
 var policies = [...]string{"open", "closed", "local", "error"}
 
-// decisionMetrics are the series of one limiter, op and outcome.
-type decisionMetrics struct {
-	count, units prometheus.Counter
-}
-
-// limiterMetrics are the series of a limiter wrapped by observe.Wrap.
-type limiterMetrics struct {
-	m         *Metrics
-	name      string
-	decisions [numOps][numOutcomes]atomic.Pointer[decisionMetrics]
-	duration  prometheus.Observer
-	binding   children[int, prometheus.Counter] // by limit*numOutcomes + outcome
-}
-
-func (m *Metrics) newLimiter(name string) *limiterMetrics {
-	l := &limiterMetrics{m: m, name: name, duration: m.decisionTime.WithLabelValues(name)}
-	for o := observe.Allowed; o <= observe.Failed; o++ {
-		l.decision(opTake, int(o))
+// newLimiter returns the decision_duration_seconds of limiter name. For
+// a name Prometheus refuses (not UTF-8) it returns an Observer that drops
+// the observations, since OnTimed runs on the decision's goroutine and
+// WithLabelValues would panic there; the scrape reports the name, as
+// collectDecisions fails on it.
+func (m *Metrics) newLimiter(name string) prometheus.Observer {
+	h, err := m.decisionTime.GetMetricWithLabelValues(name)
+	if err != nil {
+		return prometheus.ObserverFunc(func(float64) {})
 	}
-	l.binding.make = func(k int) prometheus.Counter {
-		return m.binding.WithLabelValues(name, strconv.Itoa(k/numOutcomes), outcomeNames[k%numOutcomes])
-	}
-	return l
-}
-
-// decision returns the series of op and the outcome of index o.
-func (l *limiterMetrics) decision(op op, o int) *decisionMetrics {
-	slot := &l.decisions[op][o]
-	if d := slot.Load(); d != nil {
-		return d
-	}
-	// client_golang returns the same children to concurrent callers:
-	// whichever pointer is kept, they count into the same series.
-	d := &decisionMetrics{
-		count: l.m.decisions.WithLabelValues(l.name, opNames[op], outcomeNames[o]),
-		units: l.m.decisionUnits.WithLabelValues(l.name, opNames[op], outcomeNames[o]),
-	}
-	if !slot.CompareAndSwap(nil, d) {
-		return slot.Load()
-	}
-	return d
+	return h
 }
 
 // nodeMetrics are the series of one node of a store.
@@ -287,23 +219,6 @@ func (m *Metrics) initChildren() {
 	m.adaptiveChildren.make = m.newAdaptive
 	m.shedderChildren.make = m.newShedder
 	m.inflightChildren.make = m.newInflight
-}
-
-func (m *Metrics) onDecision(_ context.Context, d observe.Decision) {
-	op, units := decisionOp(&d)
-	l := m.limiterChildren.get(d.Name)
-	o := outcomeIndex(d.Outcome)
-	c := l.decision(op, o)
-	c.count.Inc()
-	if units > 0 { // a failed decision may have asked for 0 or fewer
-		c.units.Add(float64(units))
-	}
-	if d.Latency > 0 {
-		l.duration.Observe(d.Latency.Seconds())
-	}
-	if d.Limits > 0 && d.Outcome != observe.Failed && (op == opTake || op == opTakeUpTo) && d.Decision.Binding >= 0 {
-		l.binding.get(d.Decision.Binding*numOutcomes + o).Inc()
-	}
 }
 
 func (m *Metrics) onStoreCall(_ context.Context, e observe.StoreCall) {

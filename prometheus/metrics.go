@@ -68,10 +68,15 @@ var decisionBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
 type Metrics struct {
 	collectors []prometheus.Collector
 
-	decisions      *prometheus.CounterVec
-	decisionUnits  *prometheus.CounterVec
+	// tally counts the decisions of every limiter observed with an
+	// Observer of m; Collect reads it into decisions, decisionUnits and
+	// binding (decisions.go).
+	tally         *observe.Tally
+	decisions     *prometheus.Desc
+	decisionUnits *prometheus.Desc
+	binding       *prometheus.Desc
+
 	decisionTime   *prometheus.HistogramVec
-	binding        *prometheus.CounterVec
 	storeCalls     *prometheus.CounterVec
 	storeCallTime  *prometheus.HistogramVec
 	storeCallSize  *prometheus.HistogramVec
@@ -91,7 +96,7 @@ type Metrics struct {
 	holds          *prometheus.HistogramVec
 
 	// The series of each component, by name, made at its first event.
-	limiterChildren  children[string, *limiterMetrics]
+	limiterChildren  children[string, prometheus.Observer] // decisionTime
 	storeChildren    children[string, *storeMetrics]
 	leaseChildren    children[string, *leaseMetrics]
 	adaptiveChildren children[string, *adaptiveMetrics]
@@ -133,7 +138,10 @@ func New(opts *Options) (*Metrics, error) {
 		return nil, err
 	}
 
-	m := &Metrics{}
+	m := &Metrics{tally: new(observe.Tally)}
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(o.Namespace, "", name), help, labels, o.ConstLabels)
+	}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: o.Namespace, Name: name, Help: help, ConstLabels: o.ConstLabels}, labels)
 		m.collectors = append(m.collectors, v)
@@ -150,17 +158,17 @@ func New(opts *Options) (*Metrics, error) {
 		return v
 	}
 
-	m.decisions = counter("decisions_total",
-		"Decisions of a limiter wrapped by observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).",
+	m.decisions = desc("decisions_total",
+		"Decisions of a limiter observed by observe.New or observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).",
 		"limiter", "op", "outcome")
-	m.decisionUnits = counter("decision_units_total",
-		"Units asked for by the decisions of a wrapped limiter (for settle, charged; for refund, given back), by op and outcome.",
+	m.decisionUnits = desc("decision_units_total",
+		"Units asked for by the decisions of a limiter observed by observe.New or observe.Wrap (for settle, charged; for refund, given back), by op and outcome.",
 		"limiter", "op", "outcome")
 	m.decisionTime = histogram("decision_duration_seconds",
-		"Time a wrapped limiter's decisions took, sampled: one decision in observe.Observer.LatencyEvery is timed. Use decisions_total for rates.",
+		"Time the decisions of a limiter observed by observe.New or observe.Wrap took, sampled: one decision in observe.Observer.LatencyEvery is timed. Use decisions_total for rates.",
 		o.Buckets, "limiter")
-	m.binding = counter("limit_binding_total",
-		"Takes of a floodgate.Limits composite by the index of the limit that bound them (the denying one on a denial), by outcome.",
+	m.binding = desc("limit_binding_total",
+		"Takes of a floodgate.Limits composite observed by observe.New or observe.Wrap, by the index of the limit that bound them (the denying one on a denial) and outcome.",
 		"limiter", "limit", "outcome")
 	m.storeCalls = counter("store_calls_total",
 		"Round trips of a remote store to a node, by outcome (ok, timeout, error).",
@@ -239,25 +247,40 @@ func buckets(field string, b, def []float64) ([]float64, error) {
 
 // Describe sends the descriptors of every metric.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.decisions
+	ch <- m.decisionUnits
+	ch <- m.binding
 	for _, c := range m.collectors {
 		c.Describe(ch)
 	}
 }
 
-// Collect sends the current value of every series.
+// Collect sends the current value of every series. It reads the counts
+// of every limiter observed with m's Observers (collectDecisions).
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.collectDecisions(ch)
 	for _, c := range m.collectors {
 		c.Collect(ch)
 	}
 }
 
-// Observer returns an Observer whose every function feeds m. Each call
-// returns a new one, with the default LatencyEvery and FailureInterval:
-// set them before giving it to components, and give the same one to
-// all of them.
+// Observer returns an Observer that feeds m: its Tally is m's, which
+// counts the decisions of the limiters observed with it (observe.New,
+// observe.Wrap), and its other functions, OnTimed included, receive the
+// events of the components it is given to. Each call returns a new
+// Observer, with the default LatencyEvery and FailureInterval, sharing
+// m's Tally: set them before giving it to components, and give the same
+// one to all of them.
+//
+// m counts every limiter observed with it for as long as m is
+// reachable, even once the limiter is not: observe limiters once, when
+// the process starts, not one per request. WARNING: unbounded memory;
+// each observed limiter holds 3 to 45 kilobytes of counters, by the
+// number of processors.
 func (m *Metrics) Observer() *observe.Observer {
 	return &observe.Observer{
-		OnDecision:    m.onDecision,
+		Tally:         m.tally,
+		OnTimed:       m.onTimed,
 		OnStoreCall:   m.onStoreCall,
 		OnFailures:    m.onFailures,
 		OnBreaker:     m.onBreaker,

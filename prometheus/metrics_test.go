@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,32 +40,65 @@ func newLimiter(t testing.TB, alg floodgate.Algorithm, now func() time.Time) flo
 	return l
 }
 
-// fireAll gives the Observer of m one event of every kind, so that every
-// metric has a series.
-func fireAll(o *observe.Observer) {
-	ctx := context.Background()
-	unavailable := floodgate.ErrUnavailable
-	o.OnDecision(ctx, observe.Decision{Name: "api", Key: "user-1", Op: floodgate.OpTake, N: 2, Outcome: observe.Allowed,
-		Decision: floodgate.Decision{Allowed: true, Binding: 1}, Limits: 2, Latency: 30 * time.Microsecond})
-	o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: "127.0.0.1:6379", Decisions: 3, Outcome: observe.CallOK, Latency: 400 * time.Microsecond})
-	o.OnFailures(ctx, observe.Failures{Name: "redis", Node: "127.0.0.1:6379", Policy: "open", Count: 7, Err: unavailable})
-	o.OnBreaker(ctx, observe.BreakerChange{Name: "redis", Node: "127.0.0.1:6379", From: observe.BreakerClosed, To: observe.BreakerOpen})
-	o.OnLease(ctx, observe.Lease{Name: "leased", Key: "user-1", Units: 10, Granted: 8, Latency: time.Millisecond, Local: 30, Waited: 2})
-	o.OnReturn(ctx, observe.Return{Name: "leased", Key: "user-1", Units: 5, Granted: 4, Reason: "expired"})
-	o.OnLimitChange(ctx, observe.LimitChange{Name: "adaptive", Old: 20, New: 24, InFlight: 3})
-	o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 24, InFlight: 24})
-	o.OnShed(ctx, observe.Shed{Name: "shedder", Class: "sheddable", Utilization: 0.93, Threshold: 0.9})
-	o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 1})
-	o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 2})
-	o.OnRelease(ctx, observe.Release{Name: "uploads", Key: "user-1", Held: 1500 * time.Millisecond})
+// newObserved returns a memstore limiter of alg built by observe.New
+// under name with o.
+func newObserved(t testing.TB, alg floodgate.Algorithm, now func() time.Time, name string, o *observe.Observer) floodgate.Limiter {
+	t.Helper()
+	s, err := memstore.New(&memstore.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := observe.New(s, alg, name, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
-// families gathers m after fireAll, by name.
+// t0 is the instant of the fixed clocks of the tests.
+var t0 = time.Unix(1_700_000_000, 0)
+
+func fixed() time.Time { return t0 }
+
+// fireAll returns a function that gives o one event of every kind, so
+// that every metric has a series: a decision of limiter api, observed
+// with o (a floodgate.Limits, so that limit_binding_total has series
+// too), and one call of each of o's other functions. The first call
+// admits 2 units, bound by the fixed window (limit 1); later calls are
+// denied by it.
+func fireAll(t testing.TB, o *observe.Observer) func() {
+	t.Helper()
+	l := newObserved(t, floodgate.Limits{
+		floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 10},
+		floodgate.FixedWindow{Limit: 2, Window: time.Hour},
+	}, fixed, "api", o)
+	ctx := context.Background()
+	unavailable := floodgate.ErrUnavailable
+	return func() {
+		_, _ = l.AllowN(ctx, "user-1", 2)
+		o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: "127.0.0.1:6379", Decisions: 3, Outcome: observe.CallOK, Latency: 400 * time.Microsecond})
+		o.OnFailures(ctx, observe.Failures{Name: "redis", Node: "127.0.0.1:6379", Policy: "open", Count: 7, Err: unavailable})
+		o.OnBreaker(ctx, observe.BreakerChange{Name: "redis", Node: "127.0.0.1:6379", From: observe.BreakerClosed, To: observe.BreakerOpen})
+		o.OnLease(ctx, observe.Lease{Name: "leased", Key: "user-1", Units: 10, Granted: 8, Latency: time.Millisecond, Local: 30, Waited: 2})
+		o.OnReturn(ctx, observe.Return{Name: "leased", Key: "user-1", Units: 5, Granted: 4, Reason: "expired"})
+		o.OnLimitChange(ctx, observe.LimitChange{Name: "adaptive", Old: 20, New: 24, InFlight: 3})
+		o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 24, InFlight: 24})
+		o.OnShed(ctx, observe.Shed{Name: "shedder", Class: "sheddable", Utilization: 0.93, Threshold: 0.9})
+		o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 1})
+		o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 2})
+		o.OnRelease(ctx, observe.Release{Name: "uploads", Key: "user-1", Held: 1500 * time.Millisecond})
+	}
+}
+
+// families gathers m after one fireAll, with every decision timed, by
+// name.
 func families(t testing.TB, m *fgprom.Metrics) map[string]*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m)
-	fireAll(m.Observer())
+	o := m.Observer()
+	o.LatencyEvery = 1
+	fireAll(t, o)()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -84,40 +118,58 @@ func families(t testing.TB, m *fgprom.Metrics) map[string]*dto.MetricFamily {
 	return out
 }
 
-func TestDecisionsFromWrap(t *testing.T) {
-	m := newMetrics(t, nil)
-	o := m.Observer()
-	o.LatencyEvery = 1
-	t0 := time.Unix(1_700_000_000, 0)
-	l, err := observe.Wrap(newLimiter(t, floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 3}, func() time.Time { return t0 }), "api", o)
+// newWrapped is newObserved with observe.Wrap of floodgate.New's
+// Limiter.
+func newWrapped(t testing.TB, alg floodgate.Algorithm, now func() time.Time, name string, o *observe.Observer) floodgate.Limiter {
+	t.Helper()
+	l, err := observe.Wrap(newLimiter(t, alg, now), name, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	for i := range 5 {
-		if _, err := l.AllowN(ctx, "user-1", 1); err != nil {
-			t.Fatalf("AllowN #%d: %v", i, err)
-		}
-	}
-	if _, err := l.AllowN(ctx, "", 1); !errors.Is(err, floodgate.ErrEmptyKey) {
-		t.Fatalf("AllowN(\"\") = %v, want ErrEmptyKey", err)
-	}
-	if _, err := l.Apply(ctx, "user-1", floodgate.Request{Op: floodgate.OpSettle, N: -2, At: t0}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Apply(ctx, "user-1", floodgate.Request{Op: floodgate.OpTake, N: 1, Check: true}); err != nil {
-		t.Fatal(err)
-	}
+	return l
+}
 
-	want := `
-# HELP floodgate_decisions_total Decisions of a limiter wrapped by observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+// observers are the two ways to observe a memstore limiter.
+var observers = []struct {
+	name string
+	new  func(t testing.TB, alg floodgate.Algorithm, now func() time.Time, name string, o *observe.Observer) floodgate.Limiter
+}{
+	{"New", newObserved},
+	{"Wrap", newWrapped},
+}
+
+func TestDecisions(t *testing.T) {
+	for _, obs := range observers {
+		t.Run(obs.name, func(t *testing.T) {
+			m := newMetrics(t, nil)
+			o := m.Observer()
+			o.LatencyEvery = 1
+			l := obs.new(t, floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 3}, fixed, "api", o)
+			ctx := context.Background()
+			for i := range 5 {
+				if _, err := l.AllowN(ctx, "user-1", 1); err != nil {
+					t.Fatalf("AllowN #%d: %v", i, err)
+				}
+			}
+			if _, err := l.AllowN(ctx, "", 1); !errors.Is(err, floodgate.ErrEmptyKey) {
+				t.Fatalf("AllowN(\"\") = %v, want ErrEmptyKey", err)
+			}
+			if _, err := l.Apply(ctx, "user-1", floodgate.Request{Op: floodgate.OpSettle, N: -2, At: t0}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Apply(ctx, "user-1", floodgate.Request{Op: floodgate.OpTake, N: 1, Check: true}); err != nil {
+				t.Fatal(err)
+			}
+
+			want := `
+# HELP floodgate_decisions_total Decisions of a limiter observed by observe.New or observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
 # TYPE floodgate_decisions_total counter
 floodgate_decisions_total{limiter="api",op="check",outcome="allowed"} 1
 floodgate_decisions_total{limiter="api",op="refund",outcome="allowed"} 1
 floodgate_decisions_total{limiter="api",op="take",outcome="allowed"} 3
 floodgate_decisions_total{limiter="api",op="take",outcome="denied"} 2
 floodgate_decisions_total{limiter="api",op="take",outcome="error"} 1
-# HELP floodgate_decision_units_total Units asked for by the decisions of a wrapped limiter (for settle, charged; for refund, given back), by op and outcome.
+# HELP floodgate_decision_units_total Units asked for by the decisions of a limiter observed by observe.New or observe.Wrap (for settle, charged; for refund, given back), by op and outcome.
 # TYPE floodgate_decision_units_total counter
 floodgate_decision_units_total{limiter="api",op="check",outcome="allowed"} 1
 floodgate_decision_units_total{limiter="api",op="refund",outcome="allowed"} 2
@@ -125,18 +177,118 @@ floodgate_decision_units_total{limiter="api",op="take",outcome="allowed"} 3
 floodgate_decision_units_total{limiter="api",op="take",outcome="denied"} 2
 floodgate_decision_units_total{limiter="api",op="take",outcome="error"} 1
 `
-	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_decisions_total", "floodgate_decision_units_total"); err != nil {
+			if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_decisions_total", "floodgate_decision_units_total"); err != nil {
+				t.Error(err)
+			}
+			// Every decision was timed (LatencyEvery 1): 8 observations,
+			// their sum above 0.
+			if n := testutil.CollectAndCount(m, "floodgate_decision_duration_seconds"); n != 1 {
+				t.Errorf("decision_duration_seconds has %d series, want 1 (limiter api)", n)
+			}
+			h := histogram(t, m, "floodgate_decision_duration_seconds")
+			if h.GetSampleCount() != 8 || h.GetSampleSum() <= 0 {
+				t.Errorf("decision_duration_seconds: count %d sum %v, want 8 and > 0", h.GetSampleCount(), h.GetSampleSum())
+			}
+		})
+	}
+}
+
+// TestDecisionSeriesAtZero checks which decision series exist before any
+// decision: a limiter's takes by outcome and a composite's binding
+// limits, at 0, from the moment it is observed; no other op.
+func TestDecisionSeriesAtZero(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	newObserved(t, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil, "api", o)
+	newObserved(t, floodgate.Limits{
+		floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10},
+		floodgate.FixedWindow{Limit: 100, Window: time.Minute},
+	}, nil, "plans", o)
+	want := `
+# HELP floodgate_decisions_total Decisions of a limiter observed by observe.New or observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+# TYPE floodgate_decisions_total counter
+floodgate_decisions_total{limiter="api",op="take",outcome="allowed"} 0
+floodgate_decisions_total{limiter="api",op="take",outcome="denied"} 0
+floodgate_decisions_total{limiter="api",op="take",outcome="error"} 0
+floodgate_decisions_total{limiter="plans",op="take",outcome="allowed"} 0
+floodgate_decisions_total{limiter="plans",op="take",outcome="denied"} 0
+floodgate_decisions_total{limiter="plans",op="take",outcome="error"} 0
+# HELP floodgate_decision_units_total Units asked for by the decisions of a limiter observed by observe.New or observe.Wrap (for settle, charged; for refund, given back), by op and outcome.
+# TYPE floodgate_decision_units_total counter
+floodgate_decision_units_total{limiter="api",op="take",outcome="allowed"} 0
+floodgate_decision_units_total{limiter="api",op="take",outcome="denied"} 0
+floodgate_decision_units_total{limiter="api",op="take",outcome="error"} 0
+floodgate_decision_units_total{limiter="plans",op="take",outcome="allowed"} 0
+floodgate_decision_units_total{limiter="plans",op="take",outcome="denied"} 0
+floodgate_decision_units_total{limiter="plans",op="take",outcome="error"} 0
+# HELP floodgate_limit_binding_total Takes of a floodgate.Limits composite observed by observe.New or observe.Wrap, by the index of the limit that bound them (the denying one on a denial) and outcome.
+# TYPE floodgate_limit_binding_total counter
+floodgate_limit_binding_total{limit="0",limiter="plans",outcome="allowed"} 0
+floodgate_limit_binding_total{limit="0",limiter="plans",outcome="denied"} 0
+floodgate_limit_binding_total{limit="1",limiter="plans",outcome="allowed"} 0
+floodgate_limit_binding_total{limit="1",limiter="plans",outcome="denied"} 0
+`
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want),
+		"floodgate_decisions_total", "floodgate_decision_units_total", "floodgate_limit_binding_total"); err != nil {
 		t.Error(err)
 	}
-	// Every decision was timed (LatencyEvery 1): 8 observations, none of
-	// them 0.
-	if n := testutil.CollectAndCount(m, "floodgate_decision_duration_seconds"); n != 1 {
-		t.Errorf("decision_duration_seconds has %d series, want 1 (limiter api)", n)
+	if n := testutil.CollectAndCount(m, "floodgate_decision_duration_seconds"); n != 0 {
+		t.Errorf("decision_duration_seconds has %d series before any decision, want 0", n)
 	}
-	h := histogram(t, m, "floodgate_decision_duration_seconds")
-	if h.GetSampleCount() != 8 || h.GetSampleSum() <= 0 {
-		t.Errorf("decision_duration_seconds: count %d sum %v, want 8 and > 0", h.GetSampleCount(), h.GetSampleSum())
+}
+
+// TestDecisionsOfOneName checks that limiters observed under one name
+// are counted as one, whichever Observer of the Metrics they were given.
+func TestDecisionsOfOneName(t *testing.T) {
+	m := newMetrics(t, nil)
+	alg := floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 2}
+	a := newObserved(t, alg, fixed, "api", m.Observer())
+	b := newWrapped(t, alg, fixed, "api", m.Observer())
+	ctx := context.Background()
+	for range 3 {
+		_, _ = a.Allow(ctx, "user-1")
+		_, _ = b.Allow(ctx, "user-1")
 	}
+	for outcome, want := range map[string]float64{"allowed": 4, "denied": 2, "error": 0} {
+		if got := counterValue(t, m, "floodgate_decisions_total", map[string]string{"limiter": "api", "op": "take", "outcome": outcome}); got != want {
+			t.Errorf("decisions_total{limiter=api,op=take,outcome=%s} = %v, want %v", outcome, got, want)
+		}
+	}
+}
+
+// TestDecisionsInvalidName checks that a limiter name Prometheus refuses
+// (not UTF-8) fails the scrape with a reason, instead of panicking in a
+// decision or in Collect.
+func TestDecisionsInvalidName(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	o.LatencyEvery = 1 // OnTimed must not panic either
+	l := newObserved(t, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil, "\xff", o)
+	if _, err := l.Allow(context.Background(), "user-1"); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("Gather with a limiter name that is not UTF-8: %v, want an error about UTF-8", err)
+	}
+}
+
+// counterValue returns the sum of the counters of name in c whose labels
+// include labels.
+func counterValue(t testing.TB, c prometheus.Collector, name string, labels map[string]string) float64 {
+	t.Helper()
+	var sum float64
+	for _, mt := range gather(t, c)[name].GetMetric() {
+		match := true
+		for k, v := range labels {
+			match = match && label(mt, k) == v
+		}
+		if match {
+			sum += mt.GetCounter().GetValue()
+		}
+	}
+	return sum
 }
 
 // histogram returns the one histogram series of name in c.
@@ -162,15 +314,10 @@ func histogram(t *testing.T, c prometheus.Collector, name string) *dto.Histogram
 
 func TestDecisionsOfWaitAndLimits(t *testing.T) {
 	m := newMetrics(t, nil)
-	o := m.Observer()
-	lim := newLimiter(t, floodgate.Limits{
+	l := newObserved(t, floodgate.Limits{
 		floodgate.TokenBucket{Rate: 10, Per: time.Hour, Burst: 10},
 		floodgate.FixedWindow{Limit: 2, Window: time.Hour},
-	}, nil)
-	l, err := observe.Wrap(lim, "plans", o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, nil, "plans", m.Observer())
 	ctx := context.Background()
 	for range 3 {
 		if _, err := l.Allow(ctx, "user-1"); err != nil {
@@ -186,27 +333,26 @@ func TestDecisionsOfWaitAndLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The fixed window (index 1) has the fewest units left after each of
+	// the two admissions, and denied the third Allow; Waits have no
+	// binding limit.
 	want := `
-# HELP floodgate_decisions_total Decisions of a limiter wrapped by observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+# HELP floodgate_decisions_total Decisions of a limiter observed by observe.New or observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
 # TYPE floodgate_decisions_total counter
 floodgate_decisions_total{limiter="plans",op="take",outcome="allowed"} 2
 floodgate_decisions_total{limiter="plans",op="take",outcome="denied"} 1
 floodgate_decisions_total{limiter="plans",op="take",outcome="error"} 0
 floodgate_decisions_total{limiter="plans",op="wait",outcome="allowed"} 1
 floodgate_decisions_total{limiter="plans",op="wait",outcome="denied"} 1
+# HELP floodgate_limit_binding_total Takes of a floodgate.Limits composite observed by observe.New or observe.Wrap, by the index of the limit that bound them (the denying one on a denial) and outcome.
+# TYPE floodgate_limit_binding_total counter
+floodgate_limit_binding_total{limit="0",limiter="plans",outcome="allowed"} 0
+floodgate_limit_binding_total{limit="0",limiter="plans",outcome="denied"} 0
+floodgate_limit_binding_total{limit="1",limiter="plans",outcome="allowed"} 2
+floodgate_limit_binding_total{limit="1",limiter="plans",outcome="denied"} 1
 `
-	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_decisions_total"); err != nil {
+	if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_decisions_total", "floodgate_limit_binding_total"); err != nil {
 		t.Error(err)
-	}
-	// The fixed window (index 1) denied the third Allow.
-	var denied *dto.Metric
-	for _, mt := range families(t, m)["floodgate_limit_binding_total"].Metric {
-		if label(mt, "limiter") == "plans" && label(mt, "outcome") == "denied" {
-			denied = mt
-		}
-	}
-	if denied == nil || label(denied, "limit") != "1" || denied.GetCounter().GetValue() != 1 {
-		t.Errorf("limit_binding_total{limiter=plans,outcome=denied} = %v, want limit 1, value 1", denied)
 	}
 }
 
@@ -275,16 +421,30 @@ floodgate_inflight_acquires_total{limiter="uploads",outcome="error",region="eu"}
 # HELP floodgate_inflight_requests Slots of an inflight.Limiter this process holds: its admitted acquisitions minus its releases.
 # TYPE floodgate_inflight_requests gauge
 floodgate_inflight_requests{limiter="uploads",region="eu"} 1
-# HELP floodgate_limit_binding_total Takes of a floodgate.Limits composite by the index of the limit that bound them (the denying one on a denial), by outcome.
+# HELP floodgate_decisions_total Decisions of a limiter observed by observe.New or observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+# TYPE floodgate_decisions_total counter
+floodgate_decisions_total{limiter="api",op="take",outcome="allowed",region="eu"} 1
+floodgate_decisions_total{limiter="api",op="take",outcome="denied",region="eu"} 0
+floodgate_decisions_total{limiter="api",op="take",outcome="error",region="eu"} 0
+# HELP floodgate_decision_units_total Units asked for by the decisions of a limiter observed by observe.New or observe.Wrap (for settle, charged; for refund, given back), by op and outcome.
+# TYPE floodgate_decision_units_total counter
+floodgate_decision_units_total{limiter="api",op="take",outcome="allowed",region="eu"} 2
+floodgate_decision_units_total{limiter="api",op="take",outcome="denied",region="eu"} 0
+floodgate_decision_units_total{limiter="api",op="take",outcome="error",region="eu"} 0
+# HELP floodgate_limit_binding_total Takes of a floodgate.Limits composite observed by observe.New or observe.Wrap, by the index of the limit that bound them (the denying one on a denial) and outcome.
 # TYPE floodgate_limit_binding_total counter
+floodgate_limit_binding_total{limit="0",limiter="api",outcome="allowed",region="eu"} 0
+floodgate_limit_binding_total{limit="0",limiter="api",outcome="denied",region="eu"} 0
 floodgate_limit_binding_total{limit="1",limiter="api",outcome="allowed",region="eu"} 1
+floodgate_limit_binding_total{limit="1",limiter="api",outcome="denied",region="eu"} 0
 `
 	names := []string{
 		"floodgate_store_calls_total", "floodgate_store_failures_total", "floodgate_breaker_state",
 		"floodgate_breaker_transitions_total", "floodgate_lease_round_trips_total", "floodgate_lease_units_total",
 		"floodgate_lease_returns_total", "floodgate_lease_decisions_total", "floodgate_adaptive_limit",
 		"floodgate_adaptive_rejections_total", "floodgate_shed_total", "floodgate_inflight_acquires_total",
-		"floodgate_inflight_requests", "floodgate_limit_binding_total",
+		"floodgate_inflight_requests", "floodgate_decisions_total", "floodgate_decision_units_total",
+		"floodgate_limit_binding_total",
 	}
 	if err := testutil.CollectAndCompare(m, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
@@ -297,12 +457,39 @@ floodgate_limit_binding_total{limit="1",limiter="api",outcome="allowed",region="
 		"floodgate_store_call_decisions":              {1, 3},
 		"floodgate_lease_round_trip_duration_seconds": {1, 1e-3},
 		"floodgate_inflight_hold_seconds":             {1, 1.5},
-		"floodgate_decision_duration_seconds":         {1, 30e-6},
 	} {
 		h := histogram(t, m, name)
 		if h.GetSampleCount() != want.count || h.GetSampleSum() != want.sum {
 			t.Errorf("%s: count %d sum %v, want %d and %v", name, h.GetSampleCount(), h.GetSampleSum(), want.count, want.sum)
 		}
+	}
+	// The one decision was timed (families sets LatencyEvery 1).
+	if h := histogram(t, m, "floodgate_decision_duration_seconds"); h.GetSampleCount() != 1 || h.GetSampleSum() <= 0 {
+		t.Errorf("decision_duration_seconds: count %d sum %v, want 1 and > 0", h.GetSampleCount(), h.GetSampleSum())
+	}
+}
+
+// TestOnTimed checks that the Observer's OnTimed observes the latency of
+// each decision it is given, as it is.
+func TestOnTimed(t *testing.T) {
+	m := newMetrics(t, nil)
+	o := m.Observer()
+	if o.OnDecision != nil {
+		t.Error("Observer sets OnDecision: decisions are counted by its Tally")
+	}
+	ctx := context.Background()
+	var sum float64
+	for _, l := range []time.Duration{30 * time.Microsecond, 2 * time.Millisecond} {
+		o.OnTimed(ctx, observe.Decision{Name: "api", Op: floodgate.OpTake, N: 1, Outcome: observe.Allowed, Latency: l})
+		sum += l.Seconds()
+	}
+	h := histogram(t, m, "floodgate_decision_duration_seconds")
+	if h.GetSampleCount() != 2 || h.GetSampleSum() != sum {
+		t.Errorf("decision_duration_seconds: count %d sum %v, want 2 and %v", h.GetSampleCount(), h.GetSampleSum(), sum)
+	}
+	// OnTimed feeds only the histogram: decisions are the Tally's.
+	if n := testutil.CollectAndCount(m, "floodgate_decisions_total"); n != 0 {
+		t.Errorf("decisions_total has %d series after OnTimed alone, want 0", n)
 	}
 }
 
@@ -503,36 +690,136 @@ func TestRegistersWithOthers(t *testing.T) {
 }
 
 // TestConcurrentEvents sends events of many label sets from many
-// goroutines at once: every one is counted (go test -race checks the
-// copy-on-write map).
+// goroutines at once, and decides on limiters of many names: every one
+// is counted (go test -race checks the copy-on-write map and the Tally).
 func TestConcurrentEvents(t *testing.T) {
 	m := newMetrics(t, nil)
 	o := m.Observer()
 	names := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	limiters := make([]floodgate.Limiter, len(names))
+	for i, name := range names {
+		limiters[i] = newObserved(t, floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40}, nil, name, o)
+	}
 	const goroutines, each = 8, 500
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
 			ctx := context.Background()
 			for i := range each {
-				name := names[(g+i)%len(names)]
-				o.OnDecision(ctx, observe.Decision{Name: name, Op: floodgate.OpTake, N: 1, Outcome: observe.Outcome(1 + i%3)})
-				o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: name, Decisions: 1, Outcome: observe.CallOK})
+				j := (g + i) % len(names)
+				if _, err := limiters[j].Allow(ctx, "user-1"); err != nil {
+					t.Error(err)
+					return
+				}
+				o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: names[j], Decisions: 1, Outcome: observe.CallOK})
 			}
 		})
 	}
 	wg.Wait()
-	var decisions, calls float64
-	for _, mt := range gather(t, m)["floodgate_decisions_total"].Metric {
-		decisions += mt.GetCounter().GetValue()
-	}
-	for _, mt := range gather(t, m)["floodgate_store_calls_total"].Metric {
-		calls += mt.GetCounter().GetValue()
-	}
+	decisions := counterValue(t, m, "floodgate_decisions_total", nil)
+	calls := counterValue(t, m, "floodgate_store_calls_total", nil)
 	if decisions != goroutines*each || calls != goroutines*each {
 		t.Errorf("counted %v decisions and %v calls, want %d of each", decisions, calls, goroutines*each)
 	}
+	// Each limiter has its takes by outcome, allowed or not.
 	if n := testutil.CollectAndCount(m, "floodgate_decisions_total"); n != len(names)*3 {
 		t.Errorf("%d series of decisions_total, want %d", n, len(names)*3)
+	}
+}
+
+// TestDecisionsExactUnderConcurrency decides from 8 goroutines at once on
+// one observed limiter, while another scrapes: the counts collected at
+// the end are, by outcome, what the callers were told, and no scrape
+// ever saw a count go down.
+func TestDecisionsExactUnderConcurrency(t *testing.T) {
+	const goroutines, each = 8, 5000
+	const burst = 15_000 // of 40,000 takes on a stopped clock: the rest are denied
+	m := newMetrics(t, nil)
+	l := newObserved(t, floodgate.TokenBucket{Rate: 1, Per: time.Minute, Burst: burst}, fixed, "api", m.Observer())
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+
+	stop := make(chan struct{})
+	var scraper sync.WaitGroup
+	scrapes := 0
+	scraper.Go(func() {
+		last := map[string]float64{}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			scrapes++
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, mf := range mfs {
+				for _, mt := range mf.GetMetric() {
+					k := mf.GetName()
+					for _, lp := range mt.GetLabel() {
+						k += "," + lp.GetName() + "=" + lp.GetValue()
+					}
+					if v := mt.GetCounter().GetValue(); v < last[k] {
+						t.Errorf("%s went down from %v to %v", k, last[k], v)
+					} else {
+						last[k] = v
+					}
+				}
+			}
+		}
+	})
+
+	// Every 10th call asks for more than the bucket holds: an error.
+	var told [4]atomic.Int64 // by observe.Outcome
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			ctx := context.Background()
+			var mine [4]int64
+			for i := range each {
+				n := int64(1)
+				if i%10 == 9 {
+					n = burst + 1
+				}
+				d, err := l.AllowN(ctx, "user-1", n)
+				switch {
+				case err != nil:
+					mine[observe.Failed]++
+				case d.Allowed:
+					mine[observe.Allowed]++
+				default:
+					mine[observe.Denied]++
+				}
+			}
+			for o, n := range mine {
+				told[o].Add(n)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	scraper.Wait()
+	t.Logf("%d scrapes; told %d allowed, %d denied, %d errors", scrapes,
+		told[observe.Allowed].Load(), told[observe.Denied].Load(), told[observe.Failed].Load())
+
+	if got := told[observe.Allowed].Load(); got != burst {
+		t.Errorf("callers were told %d admissions, want the burst, %d", got, burst)
+	}
+	for _, o := range []observe.Outcome{observe.Allowed, observe.Denied, observe.Failed} {
+		labels := map[string]string{"limiter": "api", "op": "take", "outcome": o.String()}
+		want := float64(told[o].Load())
+		if got := counterValue(t, m, "floodgate_decisions_total", labels); got != want {
+			t.Errorf("decisions_total%v = %v, callers were told %v", labels, got, want)
+		}
+		wantUnits := want
+		if o == observe.Failed {
+			wantUnits *= burst + 1
+		}
+		if got := counterValue(t, m, "floodgate_decision_units_total", labels); got != wantUnits {
+			t.Errorf("decision_units_total%v = %v, want %v", labels, got, wantUnits)
+		}
 	}
 }
