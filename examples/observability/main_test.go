@@ -69,11 +69,14 @@ func TestServiceCountsDecisions(t *testing.T) {
 	}
 
 	want := `
-# HELP floodgate_decisions_total Decisions of a limiter wrapped by observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+# HELP floodgate_decisions_total Decisions of a limiter observed by observe.New or observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
 # TYPE floodgate_decisions_total counter
 floodgate_decisions_total{limiter="api",op="take",outcome="allowed"} 23
 floodgate_decisions_total{limiter="api",op="take",outcome="denied"} 5
 floodgate_decisions_total{limiter="api",op="take",outcome="error"} 0
+floodgate_decisions_total{limiter="search",op="take",outcome="allowed"} 0
+floodgate_decisions_total{limiter="search",op="take",outcome="denied"} 0
+floodgate_decisions_total{limiter="search",op="take",outcome="error"} 0
 `
 	if err := testutil.GatherAndCompare(svc.registry, strings.NewReader(want), "floodgate_decisions_total"); err != nil {
 		t.Error(err)
