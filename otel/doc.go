@@ -74,6 +74,18 @@
 //
 // # Costs
 //
+// On memstore (BenchmarkObserverAllow; README.md has the run), a
+// decision observed by observe.New with a Metrics' Observer allocates
+// nothing and costs, more than a plain one (71 ns): about 14 ns with
+// NoSpanEvents (the Tally's addition, and one decision in 64 timed and
+// recorded in the histogram); about 32 ns with span events on and no
+// recording span in the context, since package observe builds every
+// decision's event for OnDecision; about 1.1µs and 4 allocations, in the
+// trace SDK, when the span records; about 300 ns with LatencyEvery 1
+// (two clock readings and a histogram record each). A collection reads
+// the Tally once and observes one point per series: about 8µs for one
+// limiter name, 105µs for 20, whatever the traffic.
+//
 // Every attribute set is built once per label tuple (component name,
 // outcome, step, node, ...) and kept in a copy-on-write map that events
 // read without a lock; an event looks its set up and hands the SDK a
