@@ -43,11 +43,12 @@
 // at each collection, so that counting a decision costs an atomic
 // addition instead of an event and two SDK measurements. They export the
 // cumulative sums their synchronous predecessors did, under the same
-// names and attributes, except that the Tally imposes three changes:
+// names and attributes, except that the Tally imposes four changes:
 // failed decisions carry no error.type (the Tally counts them without
 // their error; the histograms and span events keep it), a check-only
-// step is op take whatever its Op, and a composite's denials of takes
-// and take_up_to steps are both op take by binding limit. The decision
+// step is op take whatever its Op, a composite's denials of takes and
+// take_up_to steps are both op take by binding limit, and units carry no
+// binding limit. The decision
 // histograms (duration, time in queue) record the timed decisions only,
 // one in observe.Observer.LatencyEvery, through OnTimed: a sample.
 //

@@ -146,7 +146,7 @@ func New(opts *Options) (*Metrics, error) {
 	m.decisionTime = b.histogram("floodgate.rate_limiting.decision.duration", latencyBuckets,
 		"Duration of the decisions of a limiter that were timed (one in observe.Observer.LatencyEvery).")
 	m.queueTime = b.histogram("floodgate.rate_limiting.request.time_in_queue", waitBuckets,
-		"Delay of the admitted decisions that must wait before proceeding (reservations, shaping).")
+		"Delay of the timed decisions (one in observe.Observer.LatencyEvery) admitted to wait before proceeding (reservations, shaping).")
 
 	m.storeDuration = b.histogram("db.client.operation.duration", latencyBuckets,
 		"Duration of a store's round trips to its server, successful or not.")
