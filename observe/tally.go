@@ -125,7 +125,7 @@ type Counts struct {
 // the order the names were first observed. Each count only grows; a
 // decision being counted while Read runs is in the counts of this Read or
 // of the next one, and its units and binding may be read one Read apart
-// from its count.
+// from its count, but a Read that has its count has its binding.
 func (t *Tally) Read() []Counts {
 	t.mu.Lock()
 	sets := t.sets[:len(t.sets):len(t.sets)]
@@ -242,7 +242,8 @@ func (s *stripe) bind(i int, o Outcome, limits int) {
 	}
 }
 
-// addTo adds c's counts to sum.
+// addTo adds c's counts to sum. It loads a stripe's counts before its
+// bindings, which count adds first (see observed.count).
 func (c *counters) addTo(sum *Counts) {
 	sum.Limits = max(sum.Limits, c.limits)
 	for len(sum.Binding) < c.limits {

@@ -195,11 +195,17 @@ func waitOutcome(err error) Outcome {
 
 // count counts a decision of kind k on s, and marks s when the next
 // decision on it is to be timed.
+//
+// The binding limit is counted before the decision, and Read loads a
+// stripe's counts before its bindings: so a Read that has a decision's
+// count has its binding too, and the denied takes it counts without a
+// binding (a single algorithm's, under a composite's name) are never
+// more than there were.
 func (w *observed) count(s *stripe, k Kind, o Outcome, units uint64, d *floodgate.Decision) {
-	v := s.count(k, o, units)
 	if w.limits > 0 {
 		w.bind(s, k, o, d)
 	}
+	v := s.count(k, o, units)
 	// 0x9e3779b9 is 2^32 over the golden ratio: the hashes of
 	// consecutive values spread evenly over [0, 2^32).
 	if w.every != timeAll && uint64(uint32(v)*0x9e3779b9) < w.every {

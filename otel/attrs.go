@@ -50,18 +50,20 @@ const (
 // redisstore is the only one (memstore reports none).
 const dbSystemRedis = "redis"
 
-// attrs is one precomputed attribute set in the two forms the
+// attrs is one precomputed attribute set in the three forms the
 // instruments take. The slices are built once and only read: passing
-// them to Add and Record allocates nothing, where metric.WithAttributeSet
-// per call would allocate its option and the variadic slice.
+// them to Add, Record and ObserveInt64 allocates nothing, where
+// metric.WithAttributeSet per call would allocate its option and the
+// variadic slice.
 type attrs struct {
 	add []metric.AddOption
 	rec []metric.RecordOption
+	obs []metric.ObserveOption
 }
 
 func newAttrs(kv ...attribute.KeyValue) *attrs {
 	o := metric.WithAttributeSet(attribute.NewSet(kv...))
-	return &attrs{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}}
+	return &attrs{add: []metric.AddOption{o}, rec: []metric.RecordOption{o}, obs: []metric.ObserveOption{o}}
 }
 
 // cache maps a label tuple to what was built for it. Reads load one

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/observe"
+	fgotel "github.com/floodgate-go/floodgate/otel"
 )
 
 var errDown = fmt.Errorf("redisstore: %w: connection refused", floodgate.ErrUnavailable)
@@ -202,13 +204,26 @@ func TestInflightEvents(t *testing.T) {
 	}
 }
 
-// everyEvent gives o one event of every kind, each with key where the
-// event has a key.
-func everyEvent(o *observe.Observer, key string) {
+// everyEvent makes every kind of event on m's Observer, each with key
+// where the event has a key: the decisions of observed memstore
+// limiters (a single algorithm and a composite, every one timed), and
+// one event of every other kind given to the Observer directly.
+func everyEvent(t *testing.T, m *fgotel.Metrics, key string) {
+	t.Helper()
+	o := m.Observer()
+	o.LatencyEvery = 1
 	ctx := context.Background()
-	o.OnDecision(ctx, observe.Decision{Name: "api", Key: key, N: 1, Outcome: observe.Allowed, Latency: time.Microsecond,
-		Decision: floodgate.Decision{Allowed: true, Limit: 2, Remaining: 1, Delay: time.Millisecond}})
-	o.OnDecision(ctx, observe.Decision{Name: "api", Key: key, N: 1, Outcome: observe.Failed, Err: errDown})
+	api := observed(t, "api", floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil, o)
+	_, _ = api.Allow(ctx, key)
+	_, _ = api.Reserve(ctx, key, 1, time.Hour) // admitted to wait
+	_, _ = api.AllowN(ctx, key, 0)             // failed: n = 0
+	_, _ = api.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: 1, Check: true})
+	plan := observed(t, "plan", floodgate.Limits{
+		floodgate.FixedWindow{Limit: 1, Window: time.Hour},
+		floodgate.FixedWindow{Limit: 5, Window: 24 * time.Hour},
+	}, nil, o)
+	_, _ = plan.Allow(ctx, key)
+	_, _ = plan.Allow(ctx, key) // denied by limit 0
 	o.OnStoreCall(ctx, observe.StoreCall{Name: "redis", Node: "127.0.0.1:6379", Decisions: 1, Outcome: observe.CallOK, Latency: time.Millisecond})
 	o.OnFailures(ctx, observe.Failures{Name: "redis", Node: "127.0.0.1:6379", Policy: "open", Count: 1, Err: errDown})
 	o.OnBreaker(ctx, observe.BreakerChange{Name: "redis", Node: "127.0.0.1:6379", From: observe.BreakerClosed, To: observe.BreakerOpen})
@@ -219,4 +234,18 @@ func everyEvent(o *observe.Observer, key string) {
 	o.OnShed(ctx, observe.Shed{Name: "cpu", Class: "sheddable"})
 	o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: key, Outcome: observe.Allowed})
 	o.OnRelease(ctx, observe.Release{Name: "uploads", Key: key, Held: time.Millisecond})
+}
+
+// TestNoKeyInAttributes checks that no attribute of any point carries a
+// key given to an event.
+func TestNoKeyInAttributes(t *testing.T) {
+	m, r := newMetrics(t, nil)
+	everyEvent(t, m, "secret-user-key")
+	for name, in := range collect(t, r) {
+		for k := range in.points {
+			if strings.Contains(k, "secret-user-key") {
+				t.Errorf("%s has a point {%s} carrying the key", name, k)
+			}
+		}
+	}
 }

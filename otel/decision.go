@@ -25,24 +25,31 @@ type decisionKey struct {
 	errType string
 }
 
-// decisionAttrs are the attribute sets of a decision's instruments.
-type decisionAttrs struct {
-	*attrs
-	// result is the result's name, kept for the span event.
-	result string
-}
-
-// limiterAttrs are the attribute sets of one limiter's decisions. Most
-// decisions carry neither an error nor a denying limit: their sets sit in
-// an array indexed by outcome, op and check, so that finding one hashes
-// the name only; the others are in a map by their whole tuple.
+// limiterAttrs are the attribute sets of one limiter name's decisions.
+// Most decisions carry neither an error nor a denying limit: their sets
+// sit in an array indexed by outcome, op and check, so that finding one
+// hashes the name only; the others are in a map by their whole tuple.
 type limiterAttrs struct {
-	plain [3][3][2]atomic.Pointer[decisionAttrs]
-	other cache[decisionKey, *decisionAttrs]
+	plain [3][3][2]atomic.Pointer[attrs]
+	other cache[decisionKey, *attrs]
+	// unbound is the most denials of the name's takes without a binding
+	// limit that the requests counter has reported (observeTally): the
+	// counter never goes back below it.
+	unbound atomic.Uint64
 }
 
-// lookup returns the attribute sets of k, a decision of l's limiter.
-func (l *limiterAttrs) lookup(k decisionKey) *decisionAttrs {
+// limiter returns the attribute sets of the decisions of the limiters
+// named name.
+func (m *Metrics) limiter(name string) *limiterAttrs {
+	l, ok := m.limiters.load(name)
+	if !ok {
+		l = m.limiters.add(name, &limiterAttrs{})
+	}
+	return l
+}
+
+// lookup returns the attribute set of k, a decision of l's limiter.
+func (l *limiterAttrs) lookup(k decisionKey) *attrs {
 	if k.binding < 0 && k.errType == "" && k.outcome >= observe.Allowed && k.outcome <= observe.Failed && k.op <= floodgate.OpSettle {
 		check := 0
 		if k.check {
@@ -62,7 +69,7 @@ func (l *limiterAttrs) lookup(k decisionKey) *decisionAttrs {
 	return a
 }
 
-func buildDecision(k decisionKey) *decisionAttrs {
+func buildDecision(k decisionKey) *attrs {
 	kv := []attribute.KeyValue{
 		keyLimiter.String(k.name),
 		keyResult.String(k.outcome.String()),
@@ -77,13 +84,17 @@ func buildDecision(k decisionKey) *decisionAttrs {
 	if k.errType != "" {
 		kv = append(kv, keyErrorType.String(k.errType))
 	}
-	return &decisionAttrs{attrs: newAttrs(kv...), result: k.outcome.String()}
+	return newAttrs(kv...)
 }
 
-// onDecision is Observer.OnDecision: it counts the decision and its
-// units, records its latency when it was timed and its delay when it
-// must wait, and adds an event to the caller's span when it records.
-func (m *Metrics) onDecision(ctx context.Context, d observe.Decision) {
+// onTimed is Observer.OnTimed: it records the duration of a timed
+// decision and, when it was admitted to wait, its delay, under the
+// decision's whole label tuple, error.type and the denying limit of a
+// composite included. Both histograms see the timed decisions only (one
+// in Observer.LatencyEvery), a sample chosen whatever the decision's
+// delay: their quantiles are the decisions', their counts are not the
+// decisions' number.
+func (m *Metrics) onTimed(ctx context.Context, d observe.Decision) {
 	k := decisionKey{name: d.Name, outcome: d.Outcome, op: d.Op, check: d.Check, binding: -1}
 	switch {
 	case d.Outcome == observe.Failed:
@@ -91,26 +102,20 @@ func (m *Metrics) onDecision(ctx context.Context, d observe.Decision) {
 	case d.Outcome == observe.Denied && d.Limits > 0 && !d.Wait:
 		k.binding = d.Decision.Binding
 	}
-	l, ok := m.limiters.load(d.Name)
-	if !ok {
-		l = m.limiters.add(d.Name, &limiterAttrs{})
-	}
-	a := l.lookup(k)
-	m.requests.Add(ctx, 1, a.add...)
-	if d.Op != floodgate.OpSettle && d.N > 0 {
-		m.units.Add(ctx, d.N, a.add...)
-	}
-	if d.Latency > 0 {
-		m.decisionTime.Record(ctx, d.Latency.Seconds(), a.rec...)
-	}
+	a := m.limiter(d.Name).lookup(k)
+	m.decisionTime.Record(ctx, d.Latency.Seconds(), a.rec...)
 	if d.Outcome == observe.Allowed && d.Decision.Delay > 0 {
 		m.queueTime.Record(ctx, d.Decision.Delay.Seconds(), a.rec...)
 	}
-	if m.noSpanEvents {
-		return
-	}
+}
+
+// onDecision is Observer.OnDecision, set unless Options.NoSpanEvents: it
+// adds the decision's event to the caller's span when that span records,
+// and does nothing else (the Tally counts the decision, OnTimed times
+// it), since it runs for every decision.
+func (m *Metrics) onDecision(ctx context.Context, d observe.Decision) {
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		addDecisionEvent(span, &d, a.result, k.errType)
+		addDecisionEvent(span, &d)
 	}
 }
 
@@ -118,11 +123,11 @@ func (m *Metrics) onDecision(ctx context.Context, d observe.Decision) {
 // only for a recording span, whose SDK copies the attributes anyway: the
 // slice is sized for the most attributes an event has, so that it is
 // built without growing.
-func addDecisionEvent(span trace.Span, d *observe.Decision, result, errType string) {
+func addDecisionEvent(span trace.Span, d *observe.Decision) {
 	kv := make([]attribute.KeyValue, 0, 11)
 	kv = append(kv,
 		keyLimiter.String(d.Name),
-		keyResult.String(result),
+		keyResult.String(d.Outcome.String()),
 		keyOp.String(opName(d.Op)),
 		keyUnits.Int64(d.N),
 	)
@@ -134,7 +139,7 @@ func addDecisionEvent(span trace.Span, d *observe.Decision, result, errType stri
 	}
 	switch {
 	case d.Outcome == observe.Failed:
-		kv = append(kv, keyErrorType.String(errType))
+		kv = append(kv, keyErrorType.String(errorType(d.Err)))
 	case !d.Wait:
 		dec := &d.Decision
 		kv = append(kv, keyLimit.Int64(dec.Limit), keyRemaining.Int64(dec.Remaining))

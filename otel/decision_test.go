@@ -3,14 +3,11 @@ package fgotel_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/observe"
 )
 
 // Attribute names, as the wanted points spell them.
@@ -24,96 +21,236 @@ const (
 	storeKey = "floodgate.store.name"
 )
 
-func TestDecisionEvents(t *testing.T) {
-	m, r := newMetrics(t, nil)
-	on := m.Observer().OnDecision
-	ctx := context.Background()
-	unavailable := fmt.Errorf("redisstore: %w: %w", floodgate.ErrUnavailable, context.DeadlineExceeded)
-	for _, d := range []observe.Decision{
-		{Name: "api", Key: "alice", N: 1, Outcome: observe.Allowed, Latency: 20 * time.Microsecond,
-			Decision: floodgate.Decision{Allowed: true, Limit: 10, Remaining: 9}},
-		{Name: "api", Key: "bob", N: 3, Outcome: observe.Allowed, Latency: 40 * time.Microsecond,
-			Decision: floodgate.Decision{Allowed: true, Limit: 10, Remaining: 6, Delay: 250 * time.Millisecond}},
-		{Name: "api", Key: "alice", N: 2, Outcome: observe.Denied,
-			Decision: floodgate.Decision{Limit: 10, RetryAfter: time.Second}},
-		{Name: "api", Key: "alice", N: 1, Outcome: observe.Failed, Err: unavailable, Latency: 20 * time.Millisecond},
-		{Name: "api", Key: "alice", N: -2, Op: floodgate.OpSettle, Outcome: observe.Allowed,
-			Decision: floodgate.Decision{Allowed: true}},
-		{Name: "api", Key: "alice", N: 1, Check: true, Outcome: observe.Denied,
-			Decision: floodgate.Decision{Limit: 10, RetryAfter: time.Second}},
-		{Name: "plan", Key: "carol", N: 1, Limits: 2, Outcome: observe.Denied,
-			Decision: floodgate.Decision{Limit: 2, RetryAfter: time.Minute, Binding: 1}},
-		{Name: "plan", Key: "carol", N: 1, Limits: 2, Outcome: observe.Allowed,
-			Decision: floodgate.Decision{Allowed: true, Limit: 10, Remaining: 3, Binding: 0}},
-		{Name: "lease-remote", Key: "k", N: 100, Op: floodgate.OpTakeUpTo, Outcome: observe.Allowed,
-			Decision: floodgate.Decision{Allowed: true, Limit: 1000, Remaining: 900}},
-		{Name: "api", Key: "dave", N: 1, Wait: true, Outcome: observe.Denied, Err: floodgate.ErrWaitExceedsDeadline},
-		{Name: "api", Key: "", N: 1, Outcome: observe.Failed, Err: floodgate.ErrEmptyKey},
-		{Name: "api", Key: "x", N: 1, Outcome: observe.Failed, Err: errors.New("something else")},
-	} {
-		on(ctx, d)
-	}
-	got := collect(t, r)
+// series returns the attributes of a decision instrument's point.
+func series(name, res, step string, kv ...string) string {
+	return attrs(append([]string{limiter, name, result, res, op, step}, kv...)...)
+}
 
-	apiTake := func(res string, kv ...string) string {
-		return attrs(append([]string{limiter, "api", result, res, op, "take"}, kv...)...)
-	}
-	wantRequests := map[string]int64{
-		apiTake("allowed"):                                                  2,
-		apiTake("denied"):                                                   2, // the plain denial and the Wait's deadline
-		apiTake("error", errType, "unavailable"):                            1,
-		apiTake("error", errType, "empty_key"):                              1,
-		apiTake("error", errType, "_OTHER"):                                 1,
-		apiTake("denied", check, "true"):                                    1,
-		attrs(limiter, "api", result, "allowed", op, "settle"):              1,
-		attrs(limiter, "plan", result, "denied", op, "take", binding, "1"):  1,
-		attrs(limiter, "plan", result, "allowed", op, "take"):               1,
-		attrs(limiter, "lease-remote", result, "allowed", op, "take_up_to"): 1,
-	}
-	equal(t, "requests", values(mustGet(t, got, "floodgate.rate_limiting.requests", "counter", "{request}")), wantRequests)
+// TestDecisionCounts drives limiters on memstore, observed by observe.New
+// and by observe.Wrap, through every kind of step, timing every decision,
+// and checks what the instruments say against what the limiters
+// answered.
+func TestDecisionCounts(t *testing.T) {
+	for _, c := range constructors {
+		t.Run(c.name, func(t *testing.T) {
+			m, r := newMetrics(t, nil)
+			o := m.Observer()
+			o.LatencyEvery = 1
+			t0 := time.Unix(1_700_000_000, 0)
+			clock := func() time.Time { return t0 }
+			api := c.new(t, "api", floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 2}, clock, o)
+			plan := c.new(t, "plan", floodgate.Limits{
+				floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10},
+				floodgate.FixedWindow{Limit: 2, Window: time.Minute},
+			}, clock, o)
+			shaper := c.new(t, "shaper", floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, clock, o)
+			ctx := context.Background()
+			driveDecisions(t, ctx, api, plan, shaper, t0)
+			got := collect(t, r)
 
-	wantUnits := map[string]int64{
-		apiTake("allowed"):                                                  4,
-		apiTake("denied"):                                                   3,
-		apiTake("error", errType, "unavailable"):                            1,
-		apiTake("error", errType, "empty_key"):                              1,
-		apiTake("error", errType, "_OTHER"):                                 1,
-		apiTake("denied", check, "true"):                                    1,
-		attrs(limiter, "plan", result, "denied", op, "take", binding, "1"):  1,
-		attrs(limiter, "plan", result, "allowed", op, "take"):               1,
-		attrs(limiter, "lease-remote", result, "allowed", op, "take_up_to"): 100,
-	}
-	equal(t, "units", values(mustGet(t, got, "floodgate.rate_limiting.units", "counter", "{unit}")), wantUnits)
+			requests := mustGet(t, got, "floodgate.rate_limiting.requests", "counter", "{request}")
+			equal(t, "requests", values(requests), map[string]int64{
+				series("api", "allowed", "take"):               4, // Allow ×2, AllowN, Wait
+				series("api", "denied", "take"):                2, // Allow, Wait past its deadline
+				series("api", "error", "take"):                 3, // empty key, exceeds the limit, n = 0
+				series("api", "denied", "take", check, "true"): 1,
+				series("api", "allowed", "settle"):             2, // a charge and a refund
+				series("api", "allowed", "take_up_to"):         1,
+				series("plan", "allowed", "take"):              2,
+				// The Allow and the take_up_to the fixed window denied:
+				// the Tally counts both by binding limit.
+				series("plan", "denied", "take", binding, "1"):  2,
+				series("plan", "denied", "take", check, "true"): 1,
+				series("shaper", "allowed", "take"):             2, // Allow, Reserve
+			})
+			units := mustGet(t, got, "floodgate.rate_limiting.units", "counter", "{unit}")
+			equal(t, "units", values(units), map[string]int64{
+				series("api", "allowed", "take"):                5,
+				series("api", "denied", "take"):                 2,
+				series("api", "error", "take"):                  4, // 1, 3 and 0 units
+				series("api", "denied", "take", check, "true"):  1,
+				series("api", "allowed", "take_up_to"):          5,
+				series("plan", "allowed", "take"):               2,
+				series("plan", "denied", "take"):                1, // units have no binding
+				series("plan", "denied", "take_up_to"):          1,
+				series("plan", "denied", "take", check, "true"): 1,
+				series("shaper", "allowed", "take"):             2,
+			})
 
-	dur := mustGet(t, got, "floodgate.rate_limiting.decision.duration", "histogram", "s")
-	equal(t, "decision.duration count", counts(dur), map[string]uint64{
-		apiTake("allowed"):                       2,
-		apiTake("error", errType, "unavailable"): 1,
-	})
-	if p := dur.points[apiTake("allowed")]; math.Abs(p.sum-60e-6) > 1e-12 {
-		t.Errorf("decision.duration{allowed} sum = %v, want 60e-6", p.sum)
-	}
-	if p := dur.points[apiTake("allowed")]; len(p.bounds) == 0 || p.bounds[0] != 10e-6 || p.bounds[len(p.bounds)-1] != 0.1 {
-		t.Errorf("decision.duration bounds = %v, want 10µs to 100ms", p.bounds)
-	}
-
-	queue := mustGet(t, got, "floodgate.rate_limiting.request.time_in_queue", "histogram", "s")
-	equal(t, "time_in_queue count", counts(queue), map[string]uint64{apiTake("allowed"): 1})
-	if p := queue.points[apiTake("allowed")]; p.sum != 0.25 {
-		t.Errorf("time_in_queue sum = %v, want 0.25", p.sum)
+			// Every decision but the Waits was timed (LatencyEvery 1):
+			// the histogram counts them under their whole label tuple,
+			// error.type and the binding of a composite's every denial
+			// included.
+			dur := mustGet(t, got, "floodgate.rate_limiting.decision.duration", "histogram", "s")
+			equal(t, "decision.duration count", counts(dur), map[string]uint64{
+				series("api", "allowed", "take"):                              3,
+				series("api", "denied", "take"):                               1,
+				series("api", "error", "take", errType, "empty_key"):          1,
+				series("api", "error", "take", errType, "exceeds_limit"):      1,
+				series("api", "error", "take", errType, "invalid_n"):          1,
+				series("api", "denied", "take", check, "true"):                1,
+				series("api", "allowed", "settle"):                            2,
+				series("api", "allowed", "take_up_to"):                        1,
+				series("plan", "allowed", "take"):                             2,
+				series("plan", "denied", "take", binding, "1"):                1,
+				series("plan", "denied", "take_up_to", binding, "1"):          1,
+				series("plan", "denied", "take", check, "true", binding, "1"): 1,
+				series("shaper", "allowed", "take"):                           2,
+			})
+			if p := dur.points[series("api", "allowed", "take")]; len(p.bounds) == 0 || p.bounds[0] != 10e-6 || p.bounds[len(p.bounds)-1] != 0.1 {
+				t.Errorf("decision.duration bounds = %v, want 10µs to 100ms", p.bounds)
+			}
+			queue := mustGet(t, got, "floodgate.rate_limiting.request.time_in_queue", "histogram", "s")
+			equal(t, "time_in_queue count", counts(queue), map[string]uint64{series("shaper", "allowed", "take"): 1})
+			if p := queue.points[series("shaper", "allowed", "take")]; p.sum != 1 {
+				t.Errorf("time_in_queue sum = %v, want 1 (the reservation's delay)", p.sum)
+			}
+		})
 	}
 }
 
-// TestNoKeyInAttributes checks that no attribute of any point carries a
-// key given to an event.
-func TestNoKeyInAttributes(t *testing.T) {
-	m, r := newMetrics(t, nil)
-	everyEvent(m.Observer(), "secret-user-key")
-	for name, in := range collect(t, r) {
-		for k := range in.points {
-			if strings.Contains(k, "secret-user-key") {
-				t.Errorf("%s has a point {%s} carrying the key", name, k)
-			}
+// driveDecisions makes the decisions TestDecisionCounts counts, on
+// limiters whose clock stays at t0, and checks what each answered.
+func driveDecisions(t *testing.T, ctx context.Context, api, plan, shaper floodgate.Limiter, t0 time.Time) {
+	t.Helper()
+	want := func(what string, d floodgate.Decision, err error, allowed bool) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
+		if d.Allowed != allowed {
+			t.Fatalf("%s: Allowed = %v, want %v", what, d.Allowed, allowed)
+		}
+	}
+	wantErr := func(what string, err, target error) {
+		t.Helper()
+		if !errors.Is(err, target) {
+			t.Fatalf("%s: error %v, want %v", what, err, target)
+		}
+	}
+	apply := func(l floodgate.Limiter, key string, req floodgate.Request) (floodgate.Decision, error) {
+		res, err := l.Apply(ctx, key, req)
+		return res.Decision, err
+	}
+
+	d, err := api.Allow(ctx, "alice")
+	want("Allow(alice) 1", d, err, true)
+	d, err = api.Allow(ctx, "alice")
+	want("Allow(alice) 2", d, err, true)
+	d, err = api.Allow(ctx, "alice")
+	want("Allow(alice) 3", d, err, false)
+	d, err = api.AllowN(ctx, "bob", 2)
+	want("AllowN(bob, 2)", d, err, true)
+	_, err = api.AllowN(ctx, "", 1)
+	wantErr(`AllowN("", 1)`, err, floodgate.ErrEmptyKey)
+	_, err = api.AllowN(ctx, "carol", 3)
+	wantErr("AllowN(carol, 3)", err, floodgate.ErrExceedsLimit)
+	_, err = api.AllowN(ctx, "dave", 0)
+	wantErr("AllowN(dave, 0)", err, floodgate.ErrInvalidN)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	wantErr("Wait(alice) an hour away", api.Wait(wctx, "alice", 1), floodgate.ErrWaitExceedsDeadline)
+	if err := api.Wait(wctx, "erin", 1); err != nil {
+		t.Fatalf("Wait(erin): %v", err)
+	}
+	d, err = apply(api, "alice", floodgate.Request{Op: floodgate.OpTake, N: 1, Check: true})
+	want("check(alice)", d, err, false)
+	d, err = apply(api, "frank", floodgate.Request{Op: floodgate.OpSettle, N: 1, At: t0})
+	want("charge(frank)", d, err, true)
+	d, err = apply(api, "frank", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: t0})
+	want("refund(frank)", d, err, true)
+	d, err = apply(api, "gina", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 5})
+	want("take_up_to(gina, 5)", d, err, true)
+
+	for range 2 {
+		d, err = plan.Allow(ctx, "dave")
+		want("plan.Allow(dave)", d, err, true)
+	}
+	d, err = plan.Allow(ctx, "dave") // the fixed window (limit 2) denies
+	want("plan.Allow(dave) 3", d, err, false)
+	if d.Binding != 1 {
+		t.Fatalf("plan's denial bound on limit %d, want 1", d.Binding)
+	}
+	d, err = apply(plan, "dave", floodgate.Request{Op: floodgate.OpTake, N: 1, Check: true})
+	want("plan check(dave)", d, err, false)
+	d, err = apply(plan, "dave", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 1})
+	want("plan take_up_to(dave)", d, err, false)
+
+	d, err = shaper.Allow(ctx, "erin")
+	want("shaper.Allow(erin)", d, err, true)
+	d, err = shaper.Reserve(ctx, "erin", 1, 2*time.Second)
+	want("shaper.Reserve(erin)", d, err, true)
+	if d.Delay != time.Second {
+		t.Fatalf("shaper.Reserve(erin): Delay %v, want 1s", d.Delay)
+	}
+}
+
+// TestDecisionDurationIsASample checks that with the default LatencyEvery
+// the requests counter counts every decision and the duration histogram
+// a sample of them.
+func TestDecisionDurationIsASample(t *testing.T) {
+	m, r := newMetrics(t, nil)
+	l := observed(t, "api", floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40}, nil, m.Observer())
+	ctx := context.Background()
+	const decisions = 64 * 100
+	for range decisions {
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := collect(t, r)
+	allowed := series("api", "allowed", "take")
+	equal(t, "requests", values(got["floodgate.rate_limiting.requests"]), map[string]int64{allowed: decisions})
+	// One in 64 is timed, give or take the counts of the other stripes a
+	// goroutine may have moved to.
+	if n := counts(got["floodgate.rate_limiting.decision.duration"])[allowed]; n == 0 || n > decisions/16 {
+		t.Errorf("decision.duration counts %d of %d decisions, want about %d", n, decisions, decisions/64)
+	}
+}
+
+// TestMetricsShareOneTally checks that two Observers of one Metrics
+// count into one Tally, and that two Metrics on one MeterProvider add
+// up.
+func TestMetricsShareOneTally(t *testing.T) {
+	m, r := newMetrics(t, nil)
+	alg := floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40}
+	a := observed(t, "api", alg, nil, m.Observer())
+	b := observed(t, "api", alg, nil, m.Observer())
+	ctx := context.Background()
+	for range 3 {
+		_, _ = a.Allow(ctx, "k")
+	}
+	_, _ = b.Allow(ctx, "k")
+	equal(t, "requests", values(collect(t, r)["floodgate.rate_limiting.requests"]), map[string]int64{
+		series("api", "allowed", "take"): 4,
+	})
+}
+
+// TestUnboundDenials checks a composite and a single algorithm observed
+// under one name: the composite's denials are counted by binding limit,
+// the other's without one.
+func TestUnboundDenials(t *testing.T) {
+	m, r := newMetrics(t, nil)
+	t0 := time.Unix(1_700_000_000, 0)
+	clock := func() time.Time { return t0 }
+	o := m.Observer()
+	plan := observed(t, "api", floodgate.Limits{
+		floodgate.FixedWindow{Limit: 1, Window: time.Minute},
+		floodgate.FixedWindow{Limit: 5, Window: time.Hour},
+	}, clock, o)
+	free := observed(t, "api", floodgate.FixedWindow{Limit: 1, Window: time.Minute}, clock, o)
+	ctx := context.Background()
+	for _, l := range []floodgate.Limiter{plan, plan, plan, free, free} {
+		if _, err := l.Allow(ctx, "k"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]int64{
+		series("api", "allowed", "take"):              2,
+		series("api", "denied", "take", binding, "0"): 2,
+		series("api", "denied", "take"):               1,
+	}
+	for i := range 2 { // the second collection must not count them again
+		equal(t, "requests "+strings.Repeat("again ", i), values(collect(t, r)["floodgate.rate_limiting.requests"]), want)
 	}
 }

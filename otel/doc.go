@@ -15,10 +15,12 @@
 // New builds the instruments on a MeterProvider (by default the global
 // one, otel.GetMeterProvider()), and Metrics.Observer returns an
 // *observe.Observer whose every function records into them. Give that
-// Observer to observe.Wrap for a limiter's decisions and to the Observer
-// field of the components' options (redisstore, lease, adaptive, shed,
-// inflight) for the rest; one Metrics serves them all, since every event
-// names its component.
+// Observer to observe.New (or observe.Wrap, for a Limiter not built on a
+// Store) for a limiter's decisions and to the Observer field of the
+// components' options (redisstore, lease, adaptive, shed, inflight) for
+// the rest; one Metrics serves them all, since every event names its
+// component. A Metrics lives as long as its MeterProvider (see
+// [Metrics]): build one per provider.
 //
 // # Instruments
 //
@@ -34,6 +36,22 @@
 // instrument with its type, unit, attributes and the convention it
 // follows.
 //
+// A limiter's decisions are counted in an [observe.Tally] that every
+// Observer of one Metrics shares, not pushed to the SDK one at a time:
+// floodgate.rate_limiting.requests and floodgate.rate_limiting.units are
+// asynchronous counters that one callback feeds from the Tally's counts
+// at each collection, so that counting a decision costs an atomic
+// addition instead of an event and two SDK measurements. They export the
+// cumulative sums their synchronous predecessors did, under the same
+// names and attributes, except that the Tally imposes four changes:
+// failed decisions carry no error.type (the Tally counts them without
+// their error; the histograms and span events keep it), a check-only
+// step is op take whatever its Op, a composite's denials of takes and
+// take_up_to steps are both op take by binding limit, and units carry no
+// binding limit. The decision
+// histograms (duration, time in queue) record the timed decisions only,
+// one in observe.Observer.LatencyEvery, through OnTimed: a sample.
+//
 // Durations are float64 histograms in seconds. Decision, store and lease
 // round-trip latencies get the advisory bucket boundaries
 // [LatencyBuckets], 10µs to 100ms; waits and holds, which last as long as
@@ -45,14 +63,29 @@
 // OnDecision adds one event, "floodgate.decision", to the span of the
 // decision's context when that span is recording: the limiter's name, the
 // result, the step, the units, the limit and what remains, the delay or
-// the retry-after, and for a composite the binding limit. An event rather
-// than span attributes because a span often sees several decisions (a
-// global and a per-route limiter, a lease refill), and attributes would
-// overwrite each other. A span that is not recording, or none, costs one
-// interface call and allocates nothing. [Options].NoSpanEvents turns the
-// events off.
+// the retry-after, the error type of a failure, and for a composite the
+// binding limit. An event rather than span attributes because a span
+// often sees several decisions (a global and a per-route limiter, a lease
+// refill), and attributes would overwrite each other. OnDecision does
+// nothing else: the counts are the Tally's. A span that is not recording,
+// or none, costs one interface call and allocates nothing, but
+// package observe builds the event and calls OnDecision for every
+// decision, span or not. [Options].NoSpanEvents turns the events off and
+// leaves OnDecision nil, which saves that.
 //
 // # Costs
+//
+// On memstore (BenchmarkObserverAllow; README.md has the run), a
+// decision observed by observe.New with a Metrics' Observer allocates
+// nothing and costs, more than a plain one (70 ns): 12 to 14 ns with
+// NoSpanEvents (the Tally's addition, and one decision in 64 timed and
+// recorded in the histogram); 32 to 33 ns with span events on and no
+// recording span in the context, since package observe builds every
+// decision's event for OnDecision; about 1.1µs and 4 allocations, in the
+// trace SDK, when the span records; about 300 ns with LatencyEvery 1
+// (two clock readings and a histogram record each). A collection reads
+// the Tally once and observes one point per series: about 8µs for one
+// limiter name, 105µs for 20, whatever the traffic.
 //
 // Every attribute set is built once per label tuple (component name,
 // outcome, step, node, ...) and kept in a copy-on-write map that events

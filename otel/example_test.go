@@ -18,7 +18,8 @@ import (
 
 // Example counts a limiter's decisions. A program sets its MeterProvider
 // once with otel.SetMeterProvider and calls fgotel.New(nil); this one
-// reads the counts back with a ManualReader.
+// reads the counts back with a ManualReader, whose collection reads them
+// from the Metrics' Tally.
 func Example() {
 	reader := sdkmetric.NewManualReader()
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
@@ -32,11 +33,8 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	limiter, err := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Minute, Burst: 2})
-	if err != nil {
-		log.Fatal(err)
-	}
-	limiter, err = observe.Wrap(limiter, "api", metrics.Observer())
+	// floodgate.New, observed: its decisions are counted under "api".
+	limiter, err := observe.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Minute, Burst: 2}, "api", metrics.Observer())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,13 +5,69 @@ import (
 	"fmt"
 	"sort"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/observe"
 	fgotel "github.com/floodgate-go/floodgate/otel"
 )
+
+// newStore returns a memstore with the clock now (nil: the real one).
+func newStore(t testing.TB, now func() time.Time) *memstore.Store {
+	t.Helper()
+	s, err := memstore.New(&memstore.Options{Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newLimiter returns floodgate.New's limiter of alg on a memstore with
+// the clock now (nil: the real one).
+func newLimiter(t testing.TB, alg floodgate.Algorithm, now func() time.Time) floodgate.Limiter {
+	t.Helper()
+	l, err := floodgate.New(newStore(t, now), alg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// constructors are the two ways to observe a limiter's decisions: New
+// on a store, and Wrap of floodgate.New's limiter.
+var constructors = []struct {
+	name string
+	new  func(t testing.TB, name string, alg floodgate.Algorithm, now func() time.Time, o *observe.Observer) floodgate.Limiter
+}{
+	{"New", func(t testing.TB, name string, alg floodgate.Algorithm, now func() time.Time, o *observe.Observer) floodgate.Limiter {
+		t.Helper()
+		l, err := observe.New(newStore(t, now), alg, name, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}},
+	{"Wrap", func(t testing.TB, name string, alg floodgate.Algorithm, now func() time.Time, o *observe.Observer) floodgate.Limiter {
+		t.Helper()
+		l, err := observe.Wrap(newLimiter(t, alg, now), name, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}},
+}
+
+// observed returns a limiter of alg on a memstore with the clock now
+// (nil: the real one), observed by observe.New under name.
+func observed(t testing.TB, name string, alg floodgate.Algorithm, now func() time.Time, o *observe.Observer) floodgate.Limiter {
+	t.Helper()
+	return constructors[0].new(t, name, alg, now, o)
+}
 
 // newMetrics returns a Metrics on a MeterProvider of its own read by a
 // ManualReader.
@@ -50,12 +106,15 @@ type point struct {
 }
 
 // collect reads every instrument of r, failing on a kind of data this
-// package does not make, a delta temporality or a non-cumulative sum.
+// package does not make, a delta temporality or a non-cumulative sum. It
+// never stops the test, so that any goroutine may call it; it returns no
+// instrument when the collection fails.
 func collect(t testing.TB, r *sdkmetric.ManualReader) map[string]instrument {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(context.Background(), &rm); err != nil {
-		t.Fatalf("Collect: %v", err)
+		t.Errorf("Collect: %v", err)
+		return nil
 	}
 	out := map[string]instrument{}
 	for _, sm := range rm.ScopeMetrics {

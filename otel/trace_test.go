@@ -161,44 +161,92 @@ func TestSpanEventsComposite(t *testing.T) {
 	}
 }
 
+// TestNoSpanEvents checks that with NoSpanEvents the Observer has no
+// OnDecision, a recording span gets no event, and the decisions are still
+// counted.
 func TestNoSpanEvents(t *testing.T) {
 	rec, tp := newTracer(t, true)
-	m, _ := newMetrics(t, &fgotel.Options{NoSpanEvents: true})
+	m, r := newMetrics(t, &fgotel.Options{NoSpanEvents: true})
+	o := m.Observer()
+	if o.OnDecision != nil {
+		t.Fatal("Observer().OnDecision is set with NoSpanEvents")
+	}
+	l := observed(t, "api", floodgate.TokenBucket{Rate: 1, Per: time.Minute, Burst: 1}, nil, o)
 	ctx, span := tp.Tracer("test").Start(context.Background(), "request")
-	m.Observer().OnDecision(ctx, observe.Decision{Name: "api", N: 1, Outcome: observe.Allowed})
+	for range 2 {
+		if _, err := l.Allow(ctx, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	span.End()
 	if n := len(rec.Ended()[0].Events()); n != 0 {
 		t.Errorf("%d span events with NoSpanEvents, want 0", n)
 	}
+	equal(t, "requests", values(collect(t, r)["floodgate.rate_limiting.requests"]), map[string]int64{
+		series("api", "allowed", "take"): 1,
+		series("api", "denied", "take"):  1,
+	})
 }
 
-// TestDecisionAllocatesNothing checks this package's share of a
-// decision: with a no-op MeterProvider the SDK does nothing, so every
-// allocation left would be ours. A span that is not recording (sampled
-// out) and no span at all add nothing either.
+// TestDecisionAllocatesNothing checks that a decision of a memstore
+// limiter observed with this package's Observer allocates nothing, on the
+// SDK with a ManualReader: with NoSpanEvents, and with span events but no
+// recording span (none, or one sampled out); for decisions admitted,
+// denied and admitted to wait, timed or not. A recording span's event
+// does allocate, in the trace SDK (README.md).
 func TestDecisionAllocatesNothing(t *testing.T) {
 	_, tp := newTracer(t, false)
-	m, err := fgotel.New(&fgotel.Options{MeterProvider: noop.NewMeterProvider()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	on := m.Observer().OnDecision
 	unsampled, span := tp.Tracer("test").Start(context.Background(), "request")
 	defer span.End()
 	if span.IsRecording() {
 		t.Fatal("a span of NeverSample records")
 	}
-	for name, ctx := range map[string]context.Context{"no span": context.Background(), "unsampled span": unsampled} {
-		for _, d := range []observe.Decision{
-			{Name: "api", Key: "k", N: 1, Outcome: observe.Allowed, Decision: floodgate.Decision{Allowed: true, Limit: 2, Remaining: 1}},
-			{Name: "api", Key: "k", N: 1, Outcome: observe.Denied, Latency: time.Microsecond, Decision: floodgate.Decision{Limit: 2, RetryAfter: time.Second}},
-			{Name: "api", Key: "k", N: 1, Outcome: observe.Allowed, Decision: floodgate.Decision{Allowed: true, Delay: time.Second}},
-		} {
-			on(ctx, d) // build the attribute set
-			if a := testing.AllocsPerRun(100, func() { on(ctx, d) }); a != 0 {
-				t.Errorf("%s: OnDecision(%v) allocates %v times, want 0", name, d.Outcome, a)
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name         string
+		noSpanEvents bool
+		ctx          context.Context
+	}{
+		{"NoSpanEvents", true, context.Background()},
+		{"span events, no span", false, context.Background()},
+		{"span events, unsampled span", false, unsampled},
+	} {
+		for _, every := range []int{0, 1} {
+			m, _ := newMetrics(t, &fgotel.Options{NoSpanEvents: tc.noSpanEvents})
+			o := m.Observer()
+			o.LatencyEvery = every
+			ctx := tc.ctx
+			// open never runs out; full, on a clock that stands still, is
+			// out of units once drained, and each reservation waits a
+			// second longer than the one before.
+			open := observed(t, "open", floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40}, nil, o)
+			full := observed(t, "full", floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, func() time.Time { return t0 }, o)
+			if _, err := full.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []struct {
+				name    string
+				decide  func() (floodgate.Decision, error)
+				allowed bool
+			}{
+				{"admitted", func() (floodgate.Decision, error) { return open.Allow(ctx, "k") }, true},
+				{"admitted n", func() (floodgate.Decision, error) { return open.AllowN(ctx, "k", 3) }, true},
+				{"denied", func() (floodgate.Decision, error) { return full.Allow(ctx, "k") }, false},
+				{"reserved", func() (floodgate.Decision, error) { return full.Reserve(ctx, "k", 1, 24*time.Hour) }, true},
+			} {
+				// The first decision builds the attribute sets.
+				if got, err := d.decide(); err != nil || got.Allowed != d.allowed {
+					t.Fatalf("%s: Allowed = %v, %v; want %v", d.name, got.Allowed, err, d.allowed)
+				}
+				if a := testing.AllocsPerRun(200, func() { _, _ = d.decide() }); a != 0 {
+					t.Errorf("%s, LatencyEvery %d: a decision %s allocates %v times, want 0", tc.name, every, d.name, a)
+				}
 			}
 		}
+	}
+	m, err := fgotel.New(&fgotel.Options{MeterProvider: noop.NewMeterProvider()})
+	if err != nil {
+		t.Fatal(err)
 	}
 	o := m.Observer()
 	ctx := context.Background()
