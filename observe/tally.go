@@ -155,7 +155,7 @@ func (t *Tally) add(name string, limits int) *counters {
 			return c
 		}
 	}
-	c := newCounters(name, limits)
+	c := newCounters(name, limits, stripesFor(runtime.GOMAXPROCS(0)))
 	t.sets = append(t.sets, c)
 	return c
 }
@@ -191,11 +191,15 @@ type stripe struct {
 	_ [64]byte
 }
 
-func newCounters(name string, limits int) *counters {
-	procs := runtime.GOMAXPROCS(0)
-	// Four stripes per processor: the stripe of a goroutine is a hash,
-	// and two goroutines on two stripes collide half the time.
-	b := min(bits.Len(uint(4*procs-1)), 6) // 2^b >= 4*procs, at most 64
+// stripesFor returns the log2 of the stripes of counters for procs
+// processors: four per processor (the stripe of a goroutine is a hash,
+// and two goroutines on two stripes collide half the time), at most 64.
+func stripesFor(procs int) int {
+	return min(bits.Len(uint(4*procs-1)), 6) // 2^b >= 4*procs
+}
+
+// newCounters returns the counters of a limiter with 2^b stripes.
+func newCounters(name string, limits, b int) *counters {
 	// With one stripe the shift is 64, which Go defines to give 0.
 	c := &counters{name: name, limits: limits, shift: uint(64 - b), stripes: make([]stripe, 1<<b)}
 	for i := range c.stripes {
@@ -214,9 +218,10 @@ func newCounters(name string, limits int) *counters {
 // address of the goroutine's stack: goroutines run on stacks of their
 // own, so concurrent deciders mostly land on different stripes, and a
 // goroutine keeps its stripe between decisions (until its stack moves).
-// The address is only hashed, never used as a pointer. It pays:
-// BenchmarkWrapAllow/parallel counts on one stripe took 4 times as long
-// per decision on 2 processors (docs/observability.md).
+// The address is only hashed, never used as a pointer. It pays
+// (BenchmarkCost/count in docs/observability.md): on 2 processors, two
+// goroutines adding to one stripe took about 4 times as long per
+// addition as on their own stripes.
 func (c *counters) stripe() *stripe {
 	var local byte
 	h := uint64(uintptr(unsafe.Pointer(&local))>>11) * 0x9e3779b97f4a7c15

@@ -77,9 +77,9 @@
 //
 // On memstore (BenchmarkObserverAllow; README.md has the run), a
 // decision observed by observe.New with a Metrics' Observer allocates
-// nothing and costs, more than a plain one (70 ns): 12 to 14 ns with
+// nothing and costs, more than a plain one (70 ns): 12 to 15 ns with
 // NoSpanEvents (the Tally's addition, and one decision in 64 timed and
-// recorded in the histogram); 32 to 33 ns with span events on and no
+// recorded in the histogram); 32 to 37 ns with span events on and no
 // recording span in the context, since package observe builds every
 // decision's event for OnDecision; about 1.1µs and 4 allocations, in the
 // trace SDK, when the span records; about 300 ns with LatencyEvery 1

@@ -59,7 +59,7 @@ type Options struct {
 	// no event is built for it. The default is false: decisions appear on
 	// their spans, and every observed decision pays for its OnDecision
 	// event, whether or not its context has a recording span: about 20
-	// ns more on memstore, where counting it costs 12 to 14 (README.md
+	// ns more on memstore, where counting it costs 12 to 15 (README.md
 	// has the figures). Set it when the decisions' spans are not wanted.
 	NoSpanEvents bool
 }
