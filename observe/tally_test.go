@@ -355,6 +355,7 @@ func TestNewInvalid(t *testing.T) {
 		{"invalid algorithm", s, floodgate.FixedWindow{Limit: 0, Window: time.Second}, "x", o},
 		{"nil algorithm", s, nil, "x", o},
 		{"empty name", s, ok, "", o},
+		{"name not UTF-8", s, ok, "\xc3(", o},
 		{"negative LatencyEvery", s, ok, "x", &observe.Observer{Tally: new(observe.Tally), LatencyEvery: -1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

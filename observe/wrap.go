@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -19,8 +20,8 @@ import (
 //
 // Wrap returns l itself when o is nil or has none of Tally, OnDecision
 // and OnTimed: an unobserved limiter costs nothing. It returns an error
-// matching floodgate.ErrInvalidConfig for a nil l, an empty name or an
-// invalid Observer.
+// matching floodgate.ErrInvalidConfig for a nil l, an empty name, a name
+// that is not UTF-8, or an invalid Observer.
 //
 // Wrap a limiter once, and give the wrapper to the layers above it: a
 // lease.Limiter over a wrapped remote reports its refills under the
@@ -68,9 +69,15 @@ func New(store floodgate.Store, alg floodgate.Algorithm, name string, o *Observe
 	return newObserved(l, b, name, o), nil
 }
 
+// checkWrap validates the arguments of Wrap and New. A name is a metric
+// label's value to the adapters, which must be UTF-8 (Prometheus refuses
+// a scrape with another).
 func checkWrap(name string, o *Observer) error {
 	if name == "" {
 		return fmt.Errorf("%w: observe: empty limiter name", floodgate.ErrInvalidConfig)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: observe: limiter name %q is not UTF-8", floodgate.ErrInvalidConfig, name)
 	}
 	return o.Validate()
 }

@@ -185,6 +185,7 @@ func TestWrapInvalid(t *testing.T) {
 	}{
 		{"nil limiter", nil, "x", &observe.Observer{OnDecision: on}},
 		{"empty name", l, "", &observe.Observer{OnDecision: on}},
+		{"name not UTF-8", l, "api\xff", &observe.Observer{OnDecision: on}},
 		{"negative LatencyEvery", l, "x", &observe.Observer{OnDecision: on, LatencyEvery: -1}},
 		{"negative FailureInterval", l, "x", &observe.Observer{OnDecision: on, FailureInterval: -time.Second}},
 	} {

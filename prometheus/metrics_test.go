@@ -257,20 +257,22 @@ func TestDecisionsOfOneName(t *testing.T) {
 }
 
 // TestDecisionsInvalidName checks that a limiter name Prometheus refuses
-// (not UTF-8) fails the scrape with a reason, instead of panicking in a
-// decision or in Collect.
+// (not UTF-8) is refused by observe.New, and that a timed decision of such
+// a name handed to OnTimed directly is dropped instead of panicking on
+// the caller's goroutine.
 func TestDecisionsInvalidName(t *testing.T) {
 	m := newMetrics(t, nil)
 	o := m.Observer()
-	o.LatencyEvery = 1 // OnTimed must not panic either
-	l := newObserved(t, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil, "\xff", o)
-	if _, err := l.Allow(context.Background(), "user-1"); err != nil {
+	s, err := memstore.New(nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(m)
-	if _, err := reg.Gather(); err == nil || !strings.Contains(err.Error(), "UTF-8") {
-		t.Errorf("Gather with a limiter name that is not UTF-8: %v, want an error about UTF-8", err)
+	if _, err := observe.New(s, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, "\xff", o); !errors.Is(err, floodgate.ErrInvalidConfig) {
+		t.Fatalf("observe.New with a name that is not UTF-8: %v, want ErrInvalidConfig", err)
+	}
+	o.OnTimed(context.Background(), observe.Decision{Name: "\xff", Outcome: observe.Allowed, N: 1, Latency: time.Millisecond})
+	if n := testutil.CollectAndCount(m, "floodgate_decision_duration_seconds"); n != 0 {
+		t.Errorf("decision_duration_seconds has %d series after a name that is not UTF-8, want none", n)
 	}
 }
 
