@@ -159,6 +159,9 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 	if err := o.Observer.Validate(); err != nil {
 		return nil, invalid("LimiterOptions.Observer: %w", err)
 	}
+	if err := observe.CheckName(o.Name); err != nil {
+		return nil, invalid("LimiterOptions.Name: %w", err)
+	}
 	if o.Name == "" {
 		o.Name = DefaultName
 	}

@@ -157,6 +157,9 @@ func New(store Store, limit int64, opts *Options) (*Limiter, error) {
 	if err := o.Observer.Validate(); err != nil {
 		return nil, fmt.Errorf("inflight: Observer: %w", err)
 	}
+	if err := observe.CheckName(o.Name); err != nil {
+		return nil, fmt.Errorf("inflight: Name: %w", err)
+	}
 	if o.Name == "" {
 		o.Name = DefaultName
 	}

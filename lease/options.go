@@ -150,6 +150,9 @@ func (o *Options) resolve(quota int64) (config, error) {
 		// Both ErrInvalidOptions and the Observer's ErrInvalidConfig match.
 		return config{}, fmt.Errorf("%w: Observer: %w", ErrInvalidOptions, err)
 	}
+	if err := observe.CheckName(v.Name); err != nil {
+		return config{}, fmt.Errorf("%w: Name: %w", ErrInvalidOptions, err)
+	}
 	c := config{
 		minBatch:       v.MinBatch,
 		maxBatch:       v.MaxBatch,

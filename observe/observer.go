@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -125,6 +126,18 @@ func (o *Observer) Validate() error {
 	}
 	if o.FailureInterval < 0 {
 		return fmt.Errorf("%w: observe: FailureInterval %v is negative", floodgate.ErrInvalidConfig, o.FailureInterval)
+	}
+	return nil
+}
+
+// CheckName returns an error matching floodgate.ErrInvalidConfig for a
+// component name that is not UTF-8: a name is the value of a label to
+// the metrics adapters, and Prometheus refuses a scrape with a label
+// value that is not UTF-8. New, Wrap and the components that take a Name
+// call it.
+func CheckName(name string) error {
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("%w: observe: name %q is not UTF-8", floodgate.ErrInvalidConfig, name)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-	"unicode/utf8"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -76,8 +75,8 @@ func checkWrap(name string, o *Observer) error {
 	if name == "" {
 		return fmt.Errorf("%w: observe: empty limiter name", floodgate.ErrInvalidConfig)
 	}
-	if !utf8.ValidString(name) {
-		return fmt.Errorf("%w: observe: limiter name %q is not UTF-8", floodgate.ErrInvalidConfig, name)
+	if err := CheckName(name); err != nil {
+		return err
 	}
 	return o.Validate()
 }

@@ -291,6 +291,9 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if err := o.Observer.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: Observer: %w", ErrInvalidOptions, err)
 	}
+	if err := observe.CheckName(o.Name); err != nil {
+		return nil, fmt.Errorf("%w: Name: %w", ErrInvalidOptions, err)
+	}
 	if o.Name == "" {
 		o.Name = DefaultName
 	}

@@ -214,6 +214,9 @@ func (s *Shedder) observe(opts *Options) error {
 	if err := opts.Observer.Validate(); err != nil {
 		return invalid("Options.Observer: %w", err)
 	}
+	if err := observe.CheckName(opts.Name); err != nil {
+		return invalid("Options.Name: %w", err)
+	}
 	if opts.Name != "" {
 		s.name = opts.Name
 	}
