@@ -303,7 +303,11 @@ func (l *Limiter) acquire(ctx context.Context, p int) (Token, error) {
 		return tok, nil
 	}
 	if l.wait == NoWait || len(l.waiters) >= l.maxWaiters {
-		r := l.reject(p)
+		reason := "queue"
+		if l.wait == NoWait {
+			reason = "limit"
+		}
+		r := l.reject(p, reason)
 		l.mu.Unlock()
 		l.notifyReject(ctx, r)
 		return Token{}, ErrLimitExceeded
@@ -319,13 +323,14 @@ func (l *Limiter) await(ctx context.Context, w *waiter) (Token, error) {
 	timer := time.NewTimer(l.maxWait)
 	defer timer.Stop()
 	var err error
+	reason := "canceled"
 	select {
 	case <-w.ready:
 		return w.tok, nil
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-timer.C:
-		err = ErrLimitExceeded
+		err, reason = ErrLimitExceeded, "timeout"
 	}
 	l.mu.Lock()
 	if w.granted {
@@ -342,7 +347,7 @@ func (l *Limiter) await(ctx context.Context, w *waiter) (Token, error) {
 	if i := slices.Index(l.waiters, w); i >= 0 {
 		l.waiters = slices.Delete(l.waiters, i, i+1)
 	}
-	r := l.reject(w.part)
+	r := l.reject(w.part, reason)
 	l.mu.Unlock()
 	l.notifyReject(ctx, r)
 	return Token{}, err
@@ -421,10 +426,10 @@ func (l *Limiter) take(p int, now time.Duration) Token {
 
 // reject counts a rejection of partition p and describes it for the
 // observer. l.mu is held.
-func (l *Limiter) reject(p int) observe.Reject {
+func (l *Limiter) reject(p int, reason string) observe.Reject {
 	l.rejected++
 	l.parts[p].rejected++
-	return observe.Reject{Name: l.name, Partition: l.parts[p].name, Limit: l.current, InFlight: l.inflight}
+	return observe.Reject{Name: l.name, Partition: l.parts[p].name, Limit: l.current, InFlight: l.inflight, Reason: reason}
 }
 
 // notifyReject reports r to OnReject. l.mu is not held.

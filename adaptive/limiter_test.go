@@ -155,8 +155,8 @@ func TestLimiterRejectionObserver(t *testing.T) {
 	mustReject(t, l, "live")
 	mustReject(t, l, "nobody")
 	assert.Equal(t, []observe.Reject{
-		{Name: "api", Partition: "live", Limit: 1, InFlight: 2},
-		{Name: "api", Partition: "", Limit: 1, InFlight: 2},
+		{Name: "api", Partition: "live", Limit: 1, InFlight: 2, Reason: "limit"},
+		{Name: "api", Partition: "", Limit: 1, InFlight: 2, Reason: "limit"},
 	}, got)
 }
 

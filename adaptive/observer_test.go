@@ -71,11 +71,11 @@ func TestObserverRejectCounts(t *testing.T) {
 
 		want := []observe.Reject{}
 		for range n {
-			want = append(want, observe.Reject{Name: "search", Partition: ClassSheddable, Limit: 2, InFlight: 2})
+			want = append(want, observe.Reject{Name: "search", Partition: ClassSheddable, Limit: 2, InFlight: 2, Reason: "timeout"})
 		}
 		want = append(want,
-			observe.Reject{Name: "search", Partition: ClassBackground, Limit: 2, InFlight: 2},
-			observe.Reject{Name: "search", Partition: ClassDefault, Limit: 2, InFlight: 2})
+			observe.Reject{Name: "search", Partition: ClassBackground, Limit: 2, InFlight: 2, Reason: "queue"},
+			observe.Reject{Name: "search", Partition: ClassDefault, Limit: 2, InFlight: 2, Reason: "canceled"})
 		assert.Equal(t, want, got)
 		assert.EqualValues(t, len(got), l.Stats().Rejected)
 		for i, c := range ctxs {

@@ -172,8 +172,8 @@ func TestCriticalBurstWithoutPartitions(t *testing.T) {
 	assert.Equal(t, 24, s.InFlight)
 	assert.Equal(t, uint64(6), s.Rejected)
 	assert.Empty(t, s.Partitions, "a limiter without partitions reports none")
-	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: "", Limit: 16, InFlight: 16}, got[0])
-	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: ClassCritical, Limit: 16, InFlight: 24}, got[5])
+	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: "", Limit: 16, InFlight: 16, Reason: "limit"}, got[0])
+	assert.Equal(t, observe.Reject{Name: DefaultName, Partition: ClassCritical, Limit: 16, InFlight: 24, Reason: "limit"}, got[5])
 
 	// The burst frees its slots like any other request; the others are
 	// admitted again only below the limit.

@@ -223,6 +223,11 @@ type Reject struct {
 	// Limit and InFlight are the limit and the requests in flight when it
 	// was rejected.
 	Limit, InFlight int
+	// Reason says why: "limit" (at the limit, and the limiter does not
+	// queue: MaxWait NoWait), "queue" (at the limit with MaxWaiters
+	// requests already waiting), "timeout" (it waited MaxWait without a
+	// slot) or "canceled" (its context ended while it waited).
+	Reason string
 }
 
 // Shed reports a request a shed.Shedder shed.

@@ -23,21 +23,35 @@ type classKey struct{ name, class string }
 
 // buildClass returns the attributes of a component named by key and a
 // class, which is left out when it is "".
-func buildClass(key attribute.Key, k classKey) *attrs {
+func buildClass(key attribute.Key, k classKey) *attrs { return newAttrs(classKV(key, k)...) }
+
+// classKV returns the attributes of buildClass.
+func classKV(key attribute.Key, k classKey) []attribute.KeyValue {
 	kv := []attribute.KeyValue{key.String(k.name)}
 	if k.class != "" {
 		kv = append(kv, keyClass.String(k.class))
 	}
-	return newAttrs(kv...)
+	return kv
+}
+
+// rejectKey is the label tuple of a rejection: the limiter's name, the
+// request's class and why it was rejected.
+type rejectKey struct {
+	classKey
+	reason string
 }
 
 // onReject is Observer.OnReject: it counts the rejected request by its
-// partition.
+// partition and reason.
 func (m *Metrics) onReject(ctx context.Context, r observe.Reject) {
-	k := classKey{r.Name, r.Partition}
+	k := rejectKey{classKey{r.Name, r.Partition}, r.Reason}
 	a, ok := m.rejectAttrs.load(k)
 	if !ok {
-		a = m.rejectAttrs.add(k, buildClass(keyLimiter, k))
+		kv := classKV(keyLimiter, k.classKey)
+		if k.reason != "" {
+			kv = append(kv, keyRejectReason.String(k.reason))
+		}
+		a = m.rejectAttrs.add(k, newAttrs(kv...))
 	}
 	m.adaptiveRejected.Add(ctx, 1, a.add...)
 }

@@ -31,6 +31,7 @@ const (
 	keyLeaseSource   = attribute.Key("floodgate.lease.source")
 	keyReturnReason  = attribute.Key("floodgate.lease.return_reason")
 	keyClass         = attribute.Key("floodgate.request.class")
+	keyRejectReason  = attribute.Key("floodgate.rejection.reason")
 	keyDBSystem      = attribute.Key("db.system.name")
 	keyServerAddress = attribute.Key("server.address")
 	keyServerPort    = attribute.Key("server.port")

@@ -146,8 +146,9 @@ func TestAdaptiveAndShedEvents(t *testing.T) {
 	o.OnLimitChange(ctx, observe.LimitChange{Name: "adaptive", Old: 20, New: 25, InFlight: 3})
 	o.OnLimitChange(ctx, observe.LimitChange{Name: "adaptive", Old: 25, New: 18, InFlight: 18})
 	o.OnLimitChange(ctx, observe.LimitChange{Name: "other", Old: 10, New: 11})
-	o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 18, InFlight: 18})
-	o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 18, InFlight: 18})
+	o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 18, InFlight: 18, Reason: "timeout"})
+	o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 18, InFlight: 18, Reason: "timeout"})
+	o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 18, InFlight: 18, Reason: "queue"})
 	o.OnReject(ctx, observe.Reject{Name: "adaptive", Limit: 18, InFlight: 18})
 	for range 3 {
 		o.OnShed(ctx, observe.Shed{Name: "cpu", Class: "sheddable", Utilization: 0.93, Threshold: 0.9})
@@ -159,8 +160,9 @@ func TestAdaptiveAndShedEvents(t *testing.T) {
 		attrs(limiter, "other"):    11,
 	})
 	equal(t, "adaptive.rejected_requests", values(mustGet(t, got, "floodgate.adaptive.rejected_requests", "counter", "{request}")), map[string]int64{
-		attrs(limiter, "adaptive", "floodgate.request.class", "batch"): 2,
-		attrs(limiter, "adaptive"):                                     1,
+		attrs(limiter, "adaptive", "floodgate.request.class", "batch", "floodgate.rejection.reason", "timeout"): 2,
+		attrs(limiter, "adaptive", "floodgate.request.class", "batch", "floodgate.rejection.reason", "queue"):   1,
+		attrs(limiter, "adaptive"): 1,
 	})
 	equal(t, "shed.shed_requests", values(mustGet(t, got, "floodgate.shed.shed_requests", "counter", "{request}")), map[string]int64{
 		attrs("floodgate.shedder.name", "cpu", "floodgate.request.class", "sheddable"): 3,

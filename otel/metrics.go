@@ -112,7 +112,7 @@ type Metrics struct {
 	adaptiveRejected metric.Int64Counter
 	shed             metric.Int64Counter
 	limitAttrs       cache[string, *attrs]
-	rejectAttrs      cache[classKey, *attrs]
+	rejectAttrs      cache[rejectKey, *attrs]
 	shedAttrs        cache[classKey, *attrs]
 
 	// inflight.Limiter.

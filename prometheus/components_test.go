@@ -84,9 +84,9 @@ floodgate_inflight_requests{limiter="uploads"} 1
 		}
 		tok.Success()
 		want := `
-# HELP floodgate_adaptive_rejections_total Requests an adaptive.Limiter rejected, by the partition they asked for (empty for none).
+# HELP floodgate_adaptive_rejections_total Requests an adaptive.Limiter rejected, by the partition they asked for (empty for none) and reason (limit, queue, timeout, canceled).
 # TYPE floodgate_adaptive_rejections_total counter
-floodgate_adaptive_rejections_total{limiter="workers",partition=""} 1
+floodgate_adaptive_rejections_total{limiter="workers",partition="",reason="limit"} 1
 `
 		if err := testutil.CollectAndCompare(m, strings.NewReader(want), "floodgate_adaptive_rejections_total"); err != nil {
 			t.Error(err)

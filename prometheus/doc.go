@@ -47,7 +47,7 @@
 //	floodgate_lease_returns_total                counter    limiter, reason
 //	floodgate_lease_decisions_total              counter    limiter, source
 //	floodgate_adaptive_limit                     gauge      limiter
-//	floodgate_adaptive_rejections_total          counter    limiter, partition
+//	floodgate_adaptive_rejections_total          counter    limiter, partition, reason
 //	floodgate_shed_total                         counter    shedder, class
 //	floodgate_inflight_acquires_total            counter    limiter, outcome
 //	floodgate_inflight_requests                  gauge      limiter

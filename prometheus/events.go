@@ -156,13 +156,16 @@ func (m *Metrics) newLease(name string) *leaseMetrics {
 // adaptiveMetrics are the series of an adaptive.Limiter.
 type adaptiveMetrics struct {
 	limit      prometheus.Gauge
-	rejections children[string, prometheus.Counter] // by partition
+	rejections children[rejection, prometheus.Counter]
 }
+
+// rejection is the label tuple of an adaptive rejection.
+type rejection struct{ partition, reason string }
 
 func (m *Metrics) newAdaptive(name string) *adaptiveMetrics {
 	a := &adaptiveMetrics{limit: m.adaptiveLimit.WithLabelValues(name)}
-	a.rejections.make = func(partition string) prometheus.Counter {
-		return m.adaptiveReject.WithLabelValues(name, partition)
+	a.rejections.make = func(r rejection) prometheus.Counter {
+		return m.adaptiveReject.WithLabelValues(name, r.partition, r.reason)
 	}
 	return a
 }
@@ -294,7 +297,7 @@ func (m *Metrics) onLimitChange(_ context.Context, e observe.LimitChange) {
 }
 
 func (m *Metrics) onReject(_ context.Context, e observe.Reject) {
-	m.adaptiveChildren.get(e.Name).rejections.get(e.Partition).Inc()
+	m.adaptiveChildren.get(e.Name).rejections.get(rejection{e.Partition, e.Reason}).Inc()
 }
 
 func (m *Metrics) onShed(_ context.Context, e observe.Shed) {

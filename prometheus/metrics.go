@@ -207,8 +207,8 @@ func New(opts *Options) (*Metrics, error) {
 		"Concurrency limit of an adaptive.Limiter, set at each change.",
 		"limiter")
 	m.adaptiveReject = counter("adaptive_rejections_total",
-		"Requests an adaptive.Limiter rejected, by the partition they asked for (empty for none).",
-		"limiter", "partition")
+		"Requests an adaptive.Limiter rejected, by the partition they asked for (empty for none) and reason (limit, queue, timeout, canceled).",
+		"limiter", "partition", "reason")
 	m.sheds = counter("shed_total",
 		"Requests a shed.Shedder shed, by criticality class.",
 		"shedder", "class")

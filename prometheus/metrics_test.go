@@ -82,7 +82,7 @@ func fireAll(t testing.TB, o *observe.Observer) func() {
 		o.OnLease(ctx, observe.Lease{Name: "leased", Key: "user-1", Units: 10, Granted: 8, Latency: time.Millisecond, Local: 30, Waited: 2})
 		o.OnReturn(ctx, observe.Return{Name: "leased", Key: "user-1", Units: 5, Granted: 4, Reason: "expired"})
 		o.OnLimitChange(ctx, observe.LimitChange{Name: "adaptive", Old: 20, New: 24, InFlight: 3})
-		o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 24, InFlight: 24})
+		o.OnReject(ctx, observe.Reject{Name: "adaptive", Partition: "batch", Limit: 24, InFlight: 24, Reason: "queue"})
 		o.OnShed(ctx, observe.Shed{Name: "shedder", Class: "sheddable", Utilization: 0.93, Threshold: 0.9})
 		o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 1})
 		o.OnAcquire(ctx, observe.Acquire{Name: "uploads", Key: "user-1", Outcome: observe.Allowed, Limit: 2, InFlight: 2})
@@ -409,9 +409,9 @@ floodgate_lease_decisions_total{limiter="leased",region="eu",source="waited"} 2
 # HELP floodgate_adaptive_limit Concurrency limit of an adaptive.Limiter, set at each change.
 # TYPE floodgate_adaptive_limit gauge
 floodgate_adaptive_limit{limiter="adaptive",region="eu"} 24
-# HELP floodgate_adaptive_rejections_total Requests an adaptive.Limiter rejected, by the partition they asked for (empty for none).
+# HELP floodgate_adaptive_rejections_total Requests an adaptive.Limiter rejected, by the partition they asked for (empty for none) and reason (limit, queue, timeout, canceled).
 # TYPE floodgate_adaptive_rejections_total counter
-floodgate_adaptive_rejections_total{limiter="adaptive",partition="batch",region="eu"} 1
+floodgate_adaptive_rejections_total{limiter="adaptive",partition="batch",reason="queue",region="eu"} 1
 # HELP floodgate_shed_total Requests a shed.Shedder shed, by criticality class.
 # TYPE floodgate_shed_total counter
 floodgate_shed_total{class="sheddable",region="eu",shedder="shedder"} 1
