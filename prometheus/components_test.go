@@ -133,20 +133,9 @@ floodgate_shed_total{class="sheddable",shedder="api"} 2
 		if err := lim.Close(); err != nil { // gives the unused units back
 			t.Fatal(err)
 		}
-		mfs := gather(t, m)
 		value := func(name string, labels map[string]string) float64 {
 			t.Helper()
-			var sum float64
-			for _, mt := range mfs[name].GetMetric() {
-				match := true
-				for k, v := range labels {
-					match = match && label(mt, k) == v
-				}
-				if match {
-					sum += mt.GetCounter().GetValue()
-				}
-			}
-			return sum
+			return counterValue(t, m, name, labels)
 		}
 		trips := value("floodgate_lease_round_trips_total", map[string]string{"limiter": "leased", "outcome": "granted"})
 		leased := value("floodgate_lease_units_total", map[string]string{"limiter": "leased", "kind": "leased"})
