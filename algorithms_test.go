@@ -112,8 +112,8 @@ type recordingStore struct {
 	log []admission
 }
 
-func (s *recordingStore) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := s.Store.Bind(alg)
+func (s *recordingStore) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := s.Store.Bind(name, alg)
 	if err != nil {
 		return nil, err
 	}
@@ -127,13 +127,13 @@ type recordingBound struct {
 }
 
 func (b *recordingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 
-func (b *recordingBound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+func (b *recordingBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	s := b.s
-	res, err := b.Bound.Apply(ctx, key, req)
+	res, err := b.Bound.Apply(ctx, key, req, each)
 	if err == nil && res.Granted > 0 {
 		s.mu.Lock()
 		if req.Op == floodgate.OpSettle {
@@ -215,7 +215,7 @@ func TestSlidingLogNeverExceedsTheLimit(t *testing.T) {
 			inner, err := memstore.New(&memstore.Options{Now: clock.Now})
 			require.NoError(t, err)
 			rec := &recordingStore{Store: inner}
-			lim, err := floodgate.New(rec, alg)
+			lim, err := floodgate.New(rec, alg, nil)
 			require.NoError(t, err)
 			l := lim
 			var (
@@ -238,11 +238,11 @@ func TestSlidingLogNeverExceedsTheLimit(t *testing.T) {
 						case 0, 1:
 							_, err = l.Reserve(ctx, "k", n, time.Duration(rng.Int64N(int64(2*window))))
 						case 2:
-							_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n + 2})
+							_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n + 2}, nil)
 						case 3:
 							var res floodgate.Result
-							if res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}); err == nil && res.Allowed && rng.IntN(2) == 0 {
-								_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -(rng.Int64N(res.Granted) + 1), At: res.At.Add(res.Delay)})
+							if res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}, nil); err == nil && res.Allowed && rng.IntN(2) == 0 {
+								_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -(rng.Int64N(res.Granted) + 1), At: res.At.Add(res.Delay)}, nil)
 							}
 						default:
 							_, err = l.AllowN(ctx, "k", n)

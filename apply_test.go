@@ -99,10 +99,10 @@ func TestApplyUpToAndRefund(t *testing.T) {
 					call string
 				)
 				if st.refund {
-					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -st.n, At: t0.Add(st.refundAt)})
+					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -st.n, At: t0.Add(st.refundAt)}, nil)
 					call = "Refund"
 				} else {
-					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: st.n})
+					res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: st.n}, nil)
 					call = "AllowUpTo"
 				}
 				require.NoError(t, err, "step %d", i)
@@ -130,7 +130,7 @@ func TestRefundRestoresWhatAllowNTook(t *testing.T) {
 			ctx := context.Background()
 			require.True(t, decide(t, l, "k", q).Allowed)
 			require.False(t, decide(t, l, "k", q).Allowed)
-			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -q, At: clock.Now()})
+			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -q, At: clock.Now()}, nil)
 			require.NoError(t, err)
 			if !ac.refunds {
 				assert.Zero(t, res.Granted, "Refund(%d) = %+v, want nothing back", q, res)

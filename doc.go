@@ -1,15 +1,19 @@
-// Package floodgate is a rate-limiting and traffic-shaping library: one
-// Limiter interface over five algorithms, each running on an in-process
-// store (package memstore) or on Redis (package redisstore), with a lease
-// layer that serves most decisions locally (package lease), adaptive
-// concurrency limits (package adaptive), and rate-limit HTTP fields,
-// middleware and a backing-off client (packages headers, httplimit and client).
+// Package floodgate is a rate-limiting and traffic-shaping library: a
+// concrete [Limiter] running one of five algorithms on a [Store], the one
+// interface of its back end. The stores are an in-process one (package
+// memstore) and Redis or Redis Cluster (package redisstore); the wrappers
+// are Stores around a Store, as slog's handlers are: a lease layer that
+// serves most decisions locally (package lease) and observation (package
+// observe). Beside them: adaptive concurrency limits (package adaptive),
+// requests in flight (package inflight), and rate-limit HTTP fields,
+// middleware and a backing-off client (packages headers, httplimit and
+// client).
 //
 // Most users want New with memstore for one process, or with redisstore
 // for many, and a TokenBucket:
 //
 //	store, _ := memstore.New(nil)
-//	lim, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200})
+//	lim, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200}, nil)
 //	d, err := lim.Allow(ctx, "user:42")
 //	if err == nil && !d.Allowed {
 //		// reject; d.RetryAfter says when to come back
@@ -47,8 +51,8 @@
 // [Limits] decides several algorithms as one: "10 per second and 1,000 per
 // day". A request is admitted only if every limit admits it; a denial
 // changes no limit's state; the Decision reports the limit that bound
-// (Decision.Binding), and Request.Each receives every limit's own
-// Decision. On Redis it is one script call per decision.
+// (Decision.Binding), and Limiter.Apply's each argument receives every
+// limit's own Decision. On Redis it is one script call per decision.
 //
 // # Check-only and settle-later
 //
@@ -72,21 +76,47 @@
 //
 // # Exactness
 //
-// The algorithms compute in integer nanoseconds since the Unix epoch. Every
-// store reproduces each algorithm's reference transition (package step)
-// exactly, which the conformance harness (package floodgatetest) checks.
-// Token and leaky bucket rates are exact when Per is a multiple of Rate
-// nanoseconds and otherwise lower by less than one nanosecond per unit; windows are whole microseconds; windows and restore
-// times are at most [MaxWindow] (about 52 days) so that the Lua scripts'
-// doubles stay exact.
+// The algorithms compute in integer nanoseconds since the Unix epoch.
+// Every exact store (memstore, redisstore) reproduces each algorithm's
+// reference transition (package step) exactly, which the conformance
+// harness (package floodgatetest) checks. Token and leaky bucket rates are
+// exact when Per is a multiple of Rate nanoseconds and otherwise lower by
+// less than one nanosecond per unit; windows are whole microseconds;
+// windows and restore times are at most [MaxWindow] (about 52 days) so
+// that the Lua scripts' doubles stay exact.
 //
-// # Keys
+// # Names and state
 //
-// A key's state belongs to the key and the algorithm's kind, on every store
-// (see [Store]): limiters of one kind sharing a store and a key share its
-// state, so a changed configuration (a rolling deploy that raises a limit)
-// continues from what the old one counted. Two different limits of one kind
-// must not share keys: prefix them (for example "login:" + user and "api:" +
-// user). The limits of a Limits keep their state apart from single
-// algorithms, by kind and ordinal (see [Limits]).
+// A step's state belongs to (name, key, algorithm kind), and for the
+// limits of a Limits also to the limit's ordinal among those of its kind
+// (see [Store]). The name is the Limiter's: [Options].Name, or one derived
+// from the configuration ("tb:100/1s:b200"). So two limiters built for
+// different purposes, a search limit and an upload limit keyed by the same
+// user, never share a key's state, while the processes of a fleet that
+// build the same limiter on one Redis share it. Name a limiter to keep two
+// equal configurations apart, or to keep its keys' state across a change
+// of configuration: under an explicit name a rolling deploy that raises a
+// limit continues from what the old one counted, while under a derived
+// name the new configuration is a new limiter and starts every key with a
+// full quota. The name is also what observers and the metrics adapters
+// report.
+//
+// # Stores and wrappers
+//
+// A [Store] binds an algorithm under a name ([Store.Bind]) and returns a
+// [Bound], which applies steps: the store protocol (take, take up to n,
+// settle, check) that [Limiter.Apply] reaches for the few callers that
+// need more than Allow, Reserve and Wait. A wrapper is a Store around a
+// Store, so they compose:
+//
+//	leases, _ := lease.New(redis, nil)
+//	observed, _ := observe.Store(leases, &observe.Observer{Tally: tally})
+//	lim, _ := floodgate.New(observed, alg, &floodgate.Options{Name: "api"})
+//
+// An exact store decides as the reference transitions of package step; a
+// conservative one (a lease) may deny what they would admit and never
+// admits what they would deny. Package floodgatetest checks both tiers;
+// package step holds what the author of a store needs, and the argument
+// rules every store applies are [CheckKey], [CheckRequest], [CheckTime]
+// and [CheckName].
 package floodgate

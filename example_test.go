@@ -20,14 +20,14 @@ func ExampleNew() {
 		panic(err)
 	}
 	// 100 requests per second on average, bursts of up to 200.
-	limiter, err := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200})
+	limiter, err := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200}, nil)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Printf("%+v\n", limiter.Policy())
 
 	// A configuration that cannot work is an error, never a panic.
-	_, err = floodgate.New(store, floodgate.FixedWindow{Limit: 0, Window: time.Minute})
+	_, err = floodgate.New(store, floodgate.FixedWindow{Limit: 0, Window: time.Minute}, nil)
 	fmt.Println(errors.Is(err, floodgate.ErrInvalidConfig))
 	// Output:
 	// {Quota:200 Window:2s}
@@ -36,7 +36,7 @@ func ExampleNew() {
 
 func ExampleLimiter_allow() {
 	store, _ := memstore.New(&memstore.Options{Now: exampleClock})
-	limiter, _ := floodgate.New(store, floodgate.FixedWindow{Limit: 3, Window: time.Minute})
+	limiter, _ := floodgate.New(store, floodgate.FixedWindow{Limit: 3, Window: time.Minute}, nil)
 	ctx := context.Background()
 	for range 4 {
 		d, err := limiter.Allow(ctx, "user:42")
@@ -60,7 +60,7 @@ func ExampleLimiter_allow() {
 func ExampleLimiter_reserve() {
 	store, _ := memstore.New(&memstore.Options{Now: exampleClock})
 	// Shape calls to a dependency to 10 per second, with up to 5 queued.
-	limiter, _ := floodgate.New(store, floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 5})
+	limiter, _ := floodgate.New(store, floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 5}, nil)
 	ctx := context.Background()
 	for range 6 {
 		d, err := limiter.Reserve(ctx, "payments", 1, time.Second)
@@ -86,7 +86,7 @@ func ExampleLimiter_reserve() {
 
 func ExampleLimiter_wait() {
 	store, _ := memstore.New(&memstore.Options{Now: exampleClock})
-	limiter, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
+	limiter, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil)
 
 	// The first unit is there: Wait returns at once.
 	fmt.Println(limiter.Wait(context.Background(), "job", 1))

@@ -131,7 +131,7 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := floodgate.New(s, alg)
+		l, err := floodgate.New(s, alg, &floodgate.Options{Name: "test"})
 		if verr != nil {
 			if !errors.Is(verr, floodgate.ErrInvalidConfig) || !errors.Is(err, floodgate.ErrInvalidConfig) || l != nil {
 				t.Fatalf("%v: Validate() = %v, New = %v, %v; want ErrInvalidConfig from both", alg, verr, l, err)
@@ -160,7 +160,7 @@ func FuzzConfig(f *testing.F) {
 				return
 			}
 			req.MaxDelay = min(req.MaxDelay, floodgate.MaxDelay)
-			want, werr := ref.Apply("k", alg, now, req)
+			want, werr := ref.Apply("test", "k", alg, now, req, nil)
 			if werr != nil {
 				t.Fatalf("%v: %s: the reference transition failed with %v", alg, what, werr)
 			}
@@ -184,14 +184,14 @@ func FuzzConfig(f *testing.F) {
 			}
 			d, err = l.Reserve(ctx, "k", n2, time.Duration(d1))
 			step(fmt.Sprintf("Reserve(%d, %v)", n2, time.Duration(d1)), floodgate.Request{N: n2, MaxDelay: time.Duration(d1)}, decisionResult(d, n2), err)
-			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n2})
+			res, err := l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n2}, nil)
 			step(fmt.Sprintf("AllowUpTo(%d)", n2), floodgate.Request{Op: floodgate.OpTakeUpTo, N: n2}, res, err)
 			req := floodgate.Request{Op: floodgate.OpTake, N: n1, MaxDelay: time.Duration(d2)}
-			res, err = s.Apply(ctx, "k", alg, req)
+			res, err = applyOnce(ctx, s, "k", alg, req)
 			step(fmt.Sprintf("Apply(%+v)", req), req, res, err)
 			if err == nil && res.Allowed {
 				back := floodgate.Request{Op: floodgate.OpSettle, N: -n2, At: res.At.Add(res.Delay)}
-				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -n2, At: back.At})
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -n2, At: back.At}, nil)
 				step(fmt.Sprintf("Refund(%d)", n2), back, res, err)
 			}
 			if i == 1 {
@@ -251,7 +251,7 @@ func FuzzRequest(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := floodgate.New(s, alg)
+		l, err := floodgate.New(s, alg, &floodgate.Options{Name: "test"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,21 +291,21 @@ func FuzzRequest(f *testing.F) {
 			case 2:
 				what = fmt.Sprintf("AllowUpTo(%d)", n)
 				req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}
-				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n})
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}, nil)
 			case 3:
 				req = floodgate.Request{Op: floodgate.OpSettle, N: -n, At: now}
 				if len(admitted) > 0 {
 					req.At = admitted[int(uint64(maxDelay)%uint64(len(admitted)))]
 				}
 				what = fmt.Sprintf("Refund(%d, T0+%v)", n, req.At.Sub(t0))
-				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -n, At: req.At})
+				res, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -n, At: req.At}, nil)
 			default:
 				req.Op = floodgate.Op(op % 4) // OpTake, OpTakeUpTo, OpSettle, or unknown
 				if req.Op == floodgate.OpSettle {
 					req.At = now.Add(-maxDelay)
 				}
 				what = fmt.Sprintf("Apply(%+v)", req)
-				res, err = s.Apply(ctx, "k", alg, req)
+				res, err = applyOnce(ctx, s, "k", alg, req)
 			}
 			what = fmt.Sprintf("step %d: %s at T0+%v", i, what, now.Sub(t0))
 			if req.Op > floodgate.OpSettle {
@@ -321,7 +321,7 @@ func FuzzRequest(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			want, werr := ref.Apply("k", alg, now, floodgate.Request{Op: req.Op, N: req.N, MaxDelay: min(req.MaxDelay, floodgate.MaxDelay), At: req.At})
+			want, werr := ref.Apply("test", "k", alg, now, floodgate.Request{Op: req.Op, N: req.N, MaxDelay: min(req.MaxDelay, floodgate.MaxDelay), At: req.At}, nil)
 			if werr != nil {
 				t.Fatalf("%v: %s: the reference transition failed with %v", alg, what, werr)
 			}
@@ -337,4 +337,14 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// applyOnce binds alg on s under the name "test" and applies req for key:
+// one step outside a Limiter, on the state of the limiters named "test".
+func applyOnce(ctx context.Context, s floodgate.Store, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
+	b, err := s.Bind("test", alg)
+	if err != nil {
+		return floodgate.Result{}, err
+	}
+	return b.Apply(ctx, key, req, nil)
 }

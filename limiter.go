@@ -5,50 +5,52 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/floodgate-go/floodgate/internal/timemath"
 )
 
-// Limiter decides whether work identified by a key may proceed now, later, or
-// not at all. Implementations are safe for concurrent use.
+// Limiter decides whether work identified by a key may proceed now, later,
+// or not at all, by running one algorithm on a Store. It is safe for
+// concurrent use. Create one with New. The zero value is not usable:
+// Allow and AllowN panic on it, as methods of a nil pointer do (a check
+// would cost them their inlining, and so a call on every decision), and
+// the other methods return an error matching ErrInvalidConfig.
 //
 // Being limited is a result (Decision.Allowed == false), never an error.
 // Errors mean bad arguments (ErrInvalidN, ErrExceedsLimit, ErrEmptyKey,
 // ErrKeyTooLong, ErrInvalidDelay), a failing store (ErrUnavailable) or an
 // ended context.
-type Limiter interface {
-	// Allow is shorthand for AllowN(ctx, key, 1).
-	Allow(ctx context.Context, key string) (Decision, error)
-	// AllowN admits n units now or denies them; it never waits and a denial
-	// changes no state.
-	AllowN(ctx context.Context, key string, n int64) (Decision, error)
-	// Reserve admits n units to proceed after Decision.Delay, which is at
-	// most maxDelay; Reserve(ctx, key, n, 0) is AllowN. The caller must wait
-	// Delay before proceeding.
-	Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error)
-	// Wait reserves n units with the time left before ctx's deadline as the
-	// maximum delay (MaxDelay without a deadline) and sleeps until they may
-	// proceed. It returns at once with an error matching
-	// ErrWaitExceedsDeadline (and context.DeadlineExceeded, when ctx has a
-	// deadline) when they cannot be admitted within that delay, and
-	// ctx.Err() when ctx ends during the sleep, after giving the units back
-	// where the algorithm allows.
-	Wait(ctx context.Context, key string, n int64) error
-	// Policy reports the quota and the window of the limiter, for headers.
-	Policy() Policy
-	// Algorithm returns the algorithm configuration the limiter runs.
-	Algorithm() Algorithm
-	// Apply performs one step of any Op on key and reports what it did:
-	// OpTake is Reserve(ctx, key, req.N, req.MaxDelay); OpTakeUpTo admits
-	// as many of req.N units as are available now (req.N may exceed the
-	// quota); OpSettle charges req.N more units (or, negative, gives
-	// -req.N back) for work admitted for the instant req.At. With
-	// req.Check, Apply reports what the step would do and changes
-	// nothing. Result.At is the store's clock at the step, from which a
-	// later settlement names the instant of an admission (Result.At plus
-	// Result.Delay). The layers built on a Limiter (packages lease and
-	// httplimit) use it; a wrapper around a Limiter forwards it.
-	Apply(ctx context.Context, key string, req Request) (Result, error)
+//
+// A Limiter keeps no state of its own: its keys' state lives in its store
+// under its Name, so Limiters built with the same store, name and
+// algorithm, in one process or in many sharing a Redis, decide as one.
+type Limiter struct {
+	b      Bound
+	quota  int64 // policy.Quota: the most units one take may ask for
+	policy Policy
+	alg    Algorithm
+	name   string
+}
+
+// Options configures a Limiter. A nil *Options means the defaults.
+type Options struct {
+	// Name identifies the limiter's state in its store: a key's state is
+	// (Name, key, algorithm kind), and for the limits of a Limits, also
+	// the limit's ordinal among the limits of its kind (see Store). It is
+	// also the name observers and the metrics adapters report the
+	// limiter's decisions under. It must pass CheckName.
+	//
+	// The default is derived from the configuration, such as
+	// "tb:10/1s:b10" for TokenBucket{Rate: 10, Per: time.Second, Burst:
+	// 10} (see Limiter.Name): two limiters with different configurations
+	// never share state, and two with the same one do, in one process or
+	// across processes sharing a store. Name limiters to keep two of one
+	// configuration apart (a search limit and an upload limit that happen
+	// to be equal), or to keep a key's state across a change of
+	// configuration: under a derived name a rolling deploy that raises a
+	// limit starts every key afresh under the new name (a full quota,
+	// once), while under an explicit name the new configuration continues
+	// from what the old one counted (see each algorithm's doc for how a
+	// state reads under a new configuration of its kind).
+	Name string
 }
 
 // Decision is the outcome of one admission step.
@@ -110,124 +112,6 @@ type Algorithm interface {
 	algorithm()
 }
 
-// Op is the kind of step a Request asks a Store for.
-type Op uint8
-
-const (
-	// OpTake admits all N units with a delay of at most MaxDelay, or none.
-	OpTake Op = iota
-	// OpTakeUpTo admits as many of the N units as are available now, without
-	// delay; Result.Granted says how many (0 is a denial). The lease layer
-	// uses it.
-	OpTakeUpTo
-	// OpSettle settles the cost of work admitted for the instant At
-	// (Result.At plus Result.Delay of the admission) once it is known:
-	// N > 0 charges N more units, N < 0 gives -N units back.
-	//
-	// A charge is counted whether or not the quota has room (the work is
-	// done), into debt of at most one more quota: the token bucket's
-	// schedule runs at most 2·Burst emission intervals ahead (later
-	// requests wait until the debt is repaid), the leaky bucket's queue at
-	// most 2·Capacity units, and the window algorithms count it in the
-	// window of At, up to 2·Limit units there; a window that has ended
-	// takes nothing. Units beyond the bound are not charged.
-	//
-	// A give-back happens where the algorithm allows: token bucket, fixed
-	// window, sliding window and sliding log. Units that already left the
-	// window, or already refilled, are not given back twice. The leaky
-	// bucket gives nothing back: its departure slots are already promised
-	// to later requests.
-	//
-	// Result.Granted says how many units were charged or given back.
-	OpSettle
-)
-
-// Request is one step a Store executes atomically for one key.
-type Request struct {
-	Op Op
-	// Check asks for the Result the step would have without changing any
-	// state: a check-only call (Envoy's hits_addend 0). Stores honour it
-	// for every Op.
-	Check bool
-	// N is the number of units, at least 1; for OpSettle, the units to
-	// charge (positive) or give back (negative), not 0.
-	N int64
-	// MaxDelay bounds Decision.Delay for OpTake; it is ignored otherwise.
-	// Values above MaxDelay are treated as MaxDelay.
-	MaxDelay time.Duration
-	// At is, for OpSettle, the instant the units were admitted for.
-	At time.Time
-	// Each, for a Limits composite, receives each limit's own Decision,
-	// in the order of the Limits, when it has room for all of them
-	// (len(Each) >= len(Limits)); it is ignored otherwise and for a
-	// single algorithm. It lets a caller report every limit (the
-	// RateLimit fields list them all) without an allocation per step.
-	Each []Decision
-}
-
-// Result is a Decision together with what a Store needs to report about the
-// step itself.
-type Result struct {
-	Decision
-	// Granted is the number of units the step admitted (for OpSettle:
-	// charged or gave back); 0 for a denial.
-	Granted int64
-	// At is the store's clock at the step.
-	At time.Time
-}
-
-// Store keeps the state of keys and executes the steps of algorithms on
-// it; memstore and redisstore are Stores, and package step holds what an
-// author of another one needs. Implementations are safe for concurrent use.
-//
-// A key's state belongs to the key and the algorithm's kind (token bucket,
-// leaky bucket, fixed window, sliding window, sliding log), never to one
-// configuration: every configuration of a kind bound to a store reads and
-// writes the same state for a key. A changed configuration (a rolling
-// deploy that raises a limit) therefore continues from what the old one
-// counted, and two limiters of one kind sharing a store must not share
-// keys (prefix them). The limits of a Limits composite keep theirs apart
-// from single algorithms, under (key, kind, ordinal); see Limits. The
-// package floodgatetest checks a Store against this contract.
-type Store interface {
-	// Bind prepares the store for alg and returns what applies its steps.
-	// New calls it once per Limiter with one of the five configurations,
-	// or a Limits of them, as a value, validated. It returns an error matching ErrInvalidConfig
-	// for an algorithm the store cannot run.
-	Bind(alg Algorithm) (Bound, error)
-}
-
-// Bound applies the steps of the algorithm a Store bound it to.
-// Implementations are safe for concurrent use.
-type Bound interface {
-	// Apply performs one step for key atomically: no other step on the
-	// same key and algorithm kind interleaves with it, and the Result
-	// equals the algorithm's reference transition (package step) applied
-	// to the stored state at the store's current time.
-	//
-	// Apply returns an error only for bad arguments (the sentinels of this
-	// package), for a failure of the backend (wrapping ErrUnavailable and
-	// the cause) or for an ended context. A denial is not an error.
-	Apply(ctx context.Context, key string, req Request) (Result, error)
-	// Take is Apply of Request{Op: OpTake, N: n}, reporting the Decision
-	// only: the step of Allow and AllowN, which a store may make cheaper
-	// than Apply (memstore skips building the Result). It must decide
-	// exactly as Apply would.
-	Take(ctx context.Context, key string, n int64) (Decision, error)
-}
-
-// MaxKeyLen is the longest key a Limiter accepts, in bytes.
-const MaxKeyLen = 1024
-
-// MaxWindow is the longest window, and the longest time to restore a full
-// quota, that an algorithm accepts: 2^52 ns, about 52 days. The bound keeps
-// every time difference exact in Redis' Lua, whose numbers are doubles.
-const MaxWindow = time.Duration(timemath.MaxWindow)
-
-// MaxDelay is the longest delay a Reserve or Wait can be admitted with:
-// 2^52 ns, about 52 days. Larger maxDelay arguments are treated as MaxDelay.
-const MaxDelay = time.Duration(1 << 52)
-
 // Errors. They are matched with errors.Is; the errors returned wrap them with
 // details.
 var (
@@ -247,6 +131,9 @@ var (
 	// ErrUnavailable reports a store that failed to decide; the error
 	// returned wraps the cause as well.
 	ErrUnavailable = errors.New("floodgate: store unavailable")
+	// ErrClosed reports a step on a store that was closed; the error
+	// returned matches ErrUnavailable too.
+	ErrClosed = errors.New("floodgate: store closed")
 	// ErrWaitExceedsDeadline reports a Wait that cannot be admitted in time:
 	// its needed delay is longer than the time left before its context's
 	// deadline (then the error also matches context.DeadlineExceeded), or,
@@ -255,22 +142,11 @@ var (
 	ErrWaitExceedsDeadline = errors.New("floodgate: wait would exceed the context deadline")
 )
 
-// checkKey returns ErrEmptyKey or ErrKeyTooLong for a key no Limiter
-// accepts (step.CheckKey is the same check for stores).
-func checkKey(key string) error {
-	if key == "" {
-		return ErrEmptyKey
-	}
-	if len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, at most %d", ErrKeyTooLong, len(key), MaxKeyLen)
-	}
-	return nil
-}
-
-// New returns a Limiter that runs alg on store. It validates alg and returns
-// an error matching ErrInvalidConfig when alg is unusable or store cannot
-// run it.
-func New(store Store, alg Algorithm) (Limiter, error) {
+// New returns a Limiter that runs alg on store under the name of opts (nil
+// means the defaults; see Options). It validates alg and the name, binds
+// alg to store, and returns an error matching ErrInvalidConfig when
+// either is unusable or store cannot run alg.
+func New(store Store, alg Algorithm, opts *Options) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
 	}
@@ -281,14 +157,22 @@ func New(store Store, alg Algorithm) (Limiter, error) {
 	if err := alg.Validate(); err != nil {
 		return nil, err
 	}
-	bound, err := store.Bind(alg)
+	name := nameOf(alg)
+	if opts != nil && opts.Name != "" {
+		name = opts.Name
+	}
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	bound, err := store.Bind(name, alg)
 	if err != nil {
 		return nil, err
 	}
 	if bound == nil {
 		return nil, fmt.Errorf("%w: %T bound %v to nothing", ErrInvalidConfig, store, alg)
 	}
-	return &limiter{store: bound, alg: alg, policy: alg.Policy()}, nil
+	p := alg.Policy()
+	return &Limiter{b: bound, quota: p.Quota, policy: p, alg: alg, name: name}, nil
 }
 
 // derefAlgorithm returns alg as a value: a pointer to one of the five
@@ -334,78 +218,62 @@ func derefAlgorithm(alg Algorithm) (Algorithm, error) {
 	return alg, nil
 }
 
-// limiter is the Limiter returned by New: argument checks and the Wait loop
-// over a Store.
-type limiter struct {
-	store  Bound
-	alg    Algorithm
-	policy Policy
+// Allow is shorthand for AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	return l.b.Take(ctx, key, 1)
 }
 
-var _ Limiter = (*limiter)(nil)
-
-// Allow and AllowN repeat take's checks rather than call it: each layer
-// copies the Result, and these are the hot path.
-
-func (l *limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	if key == "" || len(key) > MaxKeyLen {
-		return Decision{}, l.badTake(key, 1, 0)
-	}
-	if err := ctx.Err(); err != nil {
-		return Decision{}, err
-	}
-	return l.store.Take(ctx, key, 1)
+// AllowN admits n units now or denies them; it never waits, and a denial
+// changes no state.
+//
+// Allow and AllowN are the hot path, and inline into their callers: they
+// hand the step to the store's Bound, which checks the arguments as every
+// step's are checked (CheckKey, CheckRequest; the errors of a bad key or
+// n come from there) and treats ctx as its backend needs. A store that
+// does I/O (redisstore) returns ctx's error when ctx has ended; an
+// in-process one (memstore, a lease's pool) decides without looking at
+// ctx, as golang.org/x/time/rate's Allow does. Reserve, Wait and Apply
+// return ctx's error before asking the store.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.b.Take(ctx, key, n)
 }
 
-func (l *limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
-	if key == "" || len(key) > MaxKeyLen || n < 1 || n > l.policy.Quota {
-		return Decision{}, l.badTake(key, n, 0)
-	}
-	if err := ctx.Err(); err != nil {
-		return Decision{}, err
-	}
-	return l.store.Take(ctx, key, n)
-}
+// errNotMade is the error of every call of a Limiter New did not make.
+var errNotMade = fmt.Errorf("%w: a Limiter not made by New", ErrInvalidConfig)
 
-func (l *limiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error) {
-	res, err := l.take(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay})
+// Reserve admits n units to proceed after Decision.Delay, which is at most
+// maxDelay (MaxDelay when larger); Reserve(ctx, key, n, 0) is AllowN. The
+// caller must wait Delay before proceeding.
+func (l *Limiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (Decision, error) {
+	res, err := l.Apply(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay}, nil)
 	return res.Decision, err
 }
 
-// take checks and applies req, an OpTake.
-func (l *limiter) take(ctx context.Context, key string, req Request) (Result, error) {
-	if key == "" || len(key) > MaxKeyLen || req.N < 1 || req.N > l.policy.Quota || req.MaxDelay < 0 {
-		return Result{}, l.badTake(key, req.N, req.MaxDelay)
+// badTake returns the error of a step's arguments, or nil.
+func (l *Limiter) badTake(key string, req Request) error {
+	if l.b == nil {
+		return errNotMade
 	}
-	if err := ctx.Err(); err != nil {
-		return Result{}, err
-	}
-	req.MaxDelay = min(req.MaxDelay, MaxDelay)
-	return l.store.Apply(ctx, key, req)
-}
-
-// badTake returns the error of take's arguments, off the hot path.
-func (l *limiter) badTake(key string, n int64, maxDelay time.Duration) error {
-	if err := checkKey(key); err != nil {
+	if err := CheckKey(key); err != nil {
 		return err
 	}
-	switch {
-	case n < 1:
-		return fmt.Errorf("%w: got %d", ErrInvalidN, n)
-	case n > l.policy.Quota:
-		return fmt.Errorf("%w: n=%d, limit %d", ErrExceedsLimit, n, l.policy.Quota)
-	default:
-		return fmt.Errorf("%w: got %v", ErrInvalidDelay, maxDelay)
-	}
+	return CheckRequest(req, l.quota)
 }
 
-func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
+// Wait reserves n units with the time left before ctx's deadline as the
+// maximum delay (MaxDelay without a deadline) and sleeps until they may
+// proceed. It returns at once with an error matching
+// ErrWaitExceedsDeadline (and context.DeadlineExceeded, when ctx has a
+// deadline) when they cannot be admitted within that delay, and ctx.Err()
+// when ctx ends during the sleep, after giving the units back where the
+// algorithm allows (OpSettle).
+func (l *Limiter) Wait(ctx context.Context, key string, n int64) error {
 	maxDelay := MaxDelay
 	deadline, hasDeadline := ctx.Deadline()
 	if hasDeadline {
 		maxDelay = max(time.Until(deadline), 0)
 	}
-	res, err := l.take(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay})
+	res, err := l.Apply(ctx, key, Request{Op: OpTake, N: n, MaxDelay: maxDelay}, nil)
 	if err != nil {
 		return err
 	}
@@ -430,38 +298,47 @@ func (l *limiter) Wait(ctx context.Context, key string, n int64) error {
 // caller gave up before it, so that the capacity it will not use serves
 // others. It runs on a context that outlives ctx but keeps its values; a
 // failed refund only leaves the units spent.
-func (l *limiter) refund(ctx context.Context, key string, n int64, res Result) {
+func (l *Limiter) refund(ctx context.Context, key string, n int64, res Result) {
 	req := Request{Op: OpSettle, N: -n, At: res.At.Add(res.Delay)}
-	_, _ = l.store.Apply(context.WithoutCancel(ctx), key, req)
+	_, _ = l.b.Apply(context.WithoutCancel(ctx), key, req, nil)
 }
 
-func (l *limiter) Policy() Policy { return l.policy }
-
-func (l *limiter) Algorithm() Algorithm { return l.alg }
-
-func (l *limiter) Apply(ctx context.Context, key string, req Request) (Result, error) {
-	switch req.Op {
-	case OpTake:
-		return l.take(ctx, key, req)
-	case OpTakeUpTo, OpSettle:
-		return l.step(ctx, key, req)
-	}
-	return Result{}, fmt.Errorf("%w: unknown Op %d", ErrInvalidConfig, req.Op)
-}
-
-// step checks the key, n and ctx, and applies req.
-func (l *limiter) step(ctx context.Context, key string, req Request) (Result, error) {
-	if err := checkKey(key); err != nil {
+// Apply performs one step of any Op on key and reports what it did, for
+// the few callers that need more than Allow, Reserve and Wait (the
+// middleware of package httplimit settles costs known after the work):
+// OpTake is Reserve(ctx, key, req.N, req.MaxDelay); OpTakeUpTo admits as
+// many of req.N units as are available now (req.N may exceed the quota);
+// OpSettle charges req.N more units (or, negative, gives -req.N back) for
+// work admitted for the instant req.At. With req.Check, Apply reports
+// what the step would do and changes nothing. Result.At is the store's
+// clock at the step, from which a later settlement names the instant of
+// an admission (Result.At plus Result.Delay).
+//
+// For a Limits, each receives each limit's own Decision, in the order of
+// the Limits, when it has room for all of them; see Bound.Apply.
+func (l *Limiter) Apply(ctx context.Context, key string, req Request, each []Decision) (Result, error) {
+	if err := l.badTake(key, req); err != nil {
 		return Result{}, err
-	}
-	if req.N < 1 && (req.Op != OpSettle || req.N == 0) {
-		return Result{}, fmt.Errorf("%w: got %d", ErrInvalidN, req.N)
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
-	return l.store.Apply(ctx, key, req)
+	req.MaxDelay = min(req.MaxDelay, MaxDelay)
+	return l.b.Apply(ctx, key, req, each)
 }
+
+// Policy reports the quota and the window of the limiter, for headers.
+func (l *Limiter) Policy() Policy { return l.policy }
+
+// Algorithm returns the algorithm configuration the limiter runs.
+func (l *Limiter) Algorithm() Algorithm { return l.alg }
+
+// Name returns the limiter's name: Options.Name, or the one derived from
+// its configuration: "tb:<Rate>/<Per>:b<Burst>", "lb:<Rate>/<Per>:c<Capacity>",
+// "fw:<Limit>/<Window>", "sw:<Limit>/<Window>", "sl:<Limit>/<Window>", and
+// for a Limits its limits' names joined by "+", with durations as
+// time.Duration.String writes them ("tb:10/1s:b10+sw:1000/24h0m0s").
+func (l *Limiter) Name() string { return l.name }
 
 // waitError is returned by Wait when it cannot be admitted in time. It
 // matches ErrWaitExceedsDeadline, and context.DeadlineExceeded when the

@@ -14,14 +14,14 @@ import (
 //	lim, err := floodgate.New(store, floodgate.Limits{
 //		floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10},
 //		floodgate.SlidingWindow{Limit: 1000, Window: 24 * time.Hour},
-//	})
+//	}, nil)
 //
 // The Decision of a composite reports the limit that bound (its index is
 // Decision.Binding): on a denial, the denying limit with the longest
 // RetryAfter, which is when the request would be admitted; on an
-// admission, the limit with the fewest units left. Request.Each receives
-// every limit's own Decision. Policy reports the limit with the smallest
-// quota, so that n above it is ErrExceedsLimit.
+// admission, the limit with the fewest units left. Limiter.Apply's each
+// argument receives every limit's own Decision. Policy reports the limit
+// with the smallest quota, so that n above it is ErrExceedsLimit.
 //
 // Reserve and Wait admit the units once every limit can: Delay is the
 // longest of the limits' delays, and every limit counts the units at the
@@ -33,12 +33,14 @@ import (
 // settled.
 //
 // State: the i-th limit of a kind in a Limits (counted from 0 among the
-// limits of that kind) keeps its state under (key, kind, i), shared by
-// every Limits bound to the store, and apart from the state of single
-// algorithms. A key that moves between two Limits (a plan change)
-// therefore keeps what the limits of a kind they share have counted, in
-// order; a limit of a kind the new Limits does not have starts from a new
-// key's state.
+// limits of that kind) keeps its state under (name, key, kind, i), shared
+// by every Limits bound to the store under the same name, and apart from
+// the state of single algorithms. A key that moves between two Limits of
+// one name (a plan change: name the plans' limiters alike) therefore
+// keeps what the limits of a kind they share have counted, in order; a
+// limit of a kind the new Limits does not have starts from a new key's
+// state. Under derived names (Options.Name empty) two different Limits
+// share nothing.
 //
 // A Limits holds 1 to 8 limits, each one of the five configurations (not
 // another Limits). The zero value is not usable.

@@ -45,10 +45,10 @@ func TestLimitsValidate(t *testing.T) {
 			assert.Equal(t, floodgate.Policy{}, tc.ls.Policy(), "the Policy of an invalid Limits")
 			s, err := memstore.New(nil)
 			require.NoError(t, err)
-			l, err := floodgate.New(s, tc.ls)
+			l, err := floodgate.New(s, tc.ls, nil)
 			assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 			assert.Nil(t, l)
-			_, err = s.Bind(tc.ls)
+			_, err = s.Bind("test", tc.ls)
 			assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "memstore binds only a valid Limits")
 		})
 	}
@@ -71,7 +71,7 @@ func TestLimitsNew(t *testing.T) {
 	require.NoError(t, err)
 	tb := perSecond
 	ls := floodgate.Limits{&tb, perMinute}
-	l, err := floodgate.New(s, &ls)
+	l, err := floodgate.New(s, &ls, nil)
 	require.NoError(t, err)
 	ls[1] = floodgate.FixedWindow{Limit: 1, Window: time.Second}
 	tb.Burst = 1
@@ -79,7 +79,7 @@ func TestLimitsNew(t *testing.T) {
 	ctx := context.Background()
 	_, err = l.AllowN(ctx, "k", 6)
 	assert.ErrorIs(t, err, floodgate.ErrExceedsLimit)
-	_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: 6})
+	_, err = l.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: 6}, nil)
 	assert.ErrorIs(t, err, floodgate.ErrExceedsLimit)
 	d, err := l.AllowN(ctx, "k", 5)
 	require.NoError(t, err)
@@ -94,7 +94,7 @@ func TestLimitsDenialChangesNothing(t *testing.T) {
 	s, err := memstore.New(&memstore.Options{Now: clock.Now})
 	require.NoError(t, err)
 	ls := floodgate.Limits{floodgate.FixedWindow{Limit: 3, Window: time.Hour}, floodgate.FixedWindow{Limit: 10, Window: time.Hour}}
-	l, err := floodgate.New(s, ls)
+	l, err := floodgate.New(s, ls, &floodgate.Options{Name: "plan"})
 	require.NoError(t, err)
 	ctx := context.Background()
 	each := make([]floodgate.Decision, 2)
@@ -107,18 +107,19 @@ func TestLimitsDenialChangesNothing(t *testing.T) {
 		d, err := l.Allow(ctx, "k")
 		require.NoError(t, err)
 		require.False(t, d.Allowed)
-		_, err = l.Apply(ctx, "k", floodgate.Request{N: 1, Check: true, Each: each})
+		_, err = l.Apply(ctx, "k", floodgate.Request{N: 1, Check: true}, each)
 		require.NoError(t, err)
 	}
 	// Each[1] is what the second limit alone would do: admit, leaving 6 of
 	// 10 after the 3 admissions (and nothing of the 40 denials and checks).
 	require.True(t, each[1].Allowed)
 	require.Equal(t, int64(6), each[1].Remaining)
-	// Through a Limits whose first fixed window is roomy, sharing both
-	// windows' states: the second limit's 7 units are there to take.
-	wide, err := floodgate.New(s, floodgate.Limits{floodgate.FixedWindow{Limit: 100, Window: time.Hour}, ls[1]})
+	// Through a Limits of the same name whose first fixed window is roomy,
+	// sharing both windows' states: the second limit's 7 units are there
+	// to take.
+	wide, err := floodgate.New(s, floodgate.Limits{floodgate.FixedWindow{Limit: 100, Window: time.Hour}, ls[1]}, &floodgate.Options{Name: "plan"})
 	require.NoError(t, err)
-	res, err := wide.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100})
+	res, err := wide.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, int64(7), res.Granted)
 	assert.Equal(t, 1, res.Binding)
@@ -140,7 +141,7 @@ func FuzzLimits(f *testing.F) {
 		clock := floodgatetest.NewClock(t0)
 		s, err := memstore.New(&memstore.Options{Now: clock.Now})
 		require.NoError(t, err)
-		l, err := floodgate.New(s, ls)
+		l, err := floodgate.New(s, ls, nil)
 		if verr != nil {
 			if !errors.Is(verr, floodgate.ErrInvalidConfig) || !errors.Is(err, floodgate.ErrInvalidConfig) || l != nil {
 				t.Fatalf("%v: Validate() = %v, New = %v, %v; want ErrInvalidConfig from both", ls, verr, l, err)
@@ -169,8 +170,7 @@ func FuzzLimits(f *testing.F) {
 			if wreq.MaxDelay > floodgate.MaxDelay { // as the Limiter passes it
 				wreq.MaxDelay = floodgate.MaxDelay
 			}
-			wreq.Each = wantEach
-			want, werr := ref.Apply("k", ls, clock.Now(), wreq)
+			want, werr := ref.Apply(l.Name(), "k", ls, clock.Now(), wreq, wantEach)
 			var got floodgate.Result
 			var gerr error
 			if req.Op == floodgate.OpTake && req.MaxDelay == 0 && !req.Check && i%2 == 0 {
@@ -180,8 +180,7 @@ func FuzzLimits(f *testing.F) {
 					wantEach = gotEach // not reported
 				}
 			} else {
-				req.Each = gotEach
-				got, gerr = l.Apply(ctx, "k", req)
+				got, gerr = l.Apply(ctx, "k", req, gotEach)
 			}
 			what := fmt.Sprintf("%v: step %d %+v at t0+%v", ls, i, req, clock.Now().Sub(t0))
 			if (werr != nil) != (gerr != nil) {

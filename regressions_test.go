@@ -60,7 +60,7 @@ func TestWaitWithoutDeadlineOnFullQueue(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	s, err := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
 	require.NoError(t, err)
-	lim, err := floodgate.New(s, floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 1})
+	lim, err := floodgate.New(s, floodgate.LeakyBucket{Rate: 1, Per: time.Second, Capacity: 1}, nil)
 	require.NoError(t, err)
 	d, err := lim.Allow(context.Background(), "k")
 	require.NoError(t, err)
@@ -81,14 +81,14 @@ func TestWaitWithoutDeadlineOnFullQueue(t *testing.T) {
 func TestNewPointerConfigs(t *testing.T) {
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
-	lim, err := floodgate.New(s, &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 2})
+	lim, err := floodgate.New(s, &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 2}, nil)
 	require.NoError(t, err)
 	d, err := lim.AllowN(context.Background(), "k", 2)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed)
 	for _, alg := range []floodgate.Algorithm{(*floodgate.TokenBucket)(nil), (*floodgate.LeakyBucket)(nil),
 		(*floodgate.FixedWindow)(nil), (*floodgate.SlidingWindow)(nil), (*floodgate.SlidingLog)(nil)} {
-		_, err := floodgate.New(s, alg)
+		_, err := floodgate.New(s, alg, nil)
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "New(%T(nil))", alg)
 	}
 }

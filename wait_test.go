@@ -20,11 +20,11 @@ import (
 
 // newBubbleLimiter returns a Limiter on a memstore with the default clock,
 // which inside a bubble is virtual.
-func newBubbleLimiter(t *testing.T, alg floodgate.Algorithm) floodgate.Limiter {
+func newBubbleLimiter(t *testing.T, alg floodgate.Algorithm) *floodgate.Limiter {
 	t.Helper()
 	s, err := memstore.New(nil)
 	require.NoError(t, err)
-	l, err := floodgate.New(s, alg)
+	l, err := floodgate.New(s, alg, nil)
 	require.NoError(t, err)
 	return l
 }
@@ -32,7 +32,7 @@ func newBubbleLimiter(t *testing.T, alg floodgate.Algorithm) floodgate.Limiter {
 // spend takes the whole quota of key at once, so that the next unit needs
 // a delay. Of a leaky bucket it takes one unit, so that the next one queues
 // behind it instead of finding the queue full.
-func spend(t *testing.T, l floodgate.Limiter, alg floodgate.Algorithm, key string) {
+func spend(t *testing.T, l *floodgate.Limiter, alg floodgate.Algorithm, key string) {
 	t.Helper()
 	n := alg.Policy().Quota
 	if _, ok := alg.(floodgate.LeakyBucket); ok {
@@ -157,7 +157,7 @@ func TestWaitExceedingTheDeadline(t *testing.T) {
 
 // newBubbleLimiterSpent returns a fresh limiter whose key "k" has spent its
 // quota: a probe for the delay the next unit needs.
-func newBubbleLimiterSpent(t *testing.T, alg floodgate.Algorithm) floodgate.Limiter {
+func newBubbleLimiterSpent(t *testing.T, alg floodgate.Algorithm) *floodgate.Limiter {
 	t.Helper()
 	l := newBubbleLimiter(t, alg)
 	spend(t, l, alg, "k")

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/observe"
 )
 
@@ -159,11 +160,11 @@ func NewLimiter(limit Limit, opts *LimiterOptions) (*Limiter, error) {
 	if err := o.Observer.Validate(); err != nil {
 		return nil, invalid("LimiterOptions.Observer: %w", err)
 	}
-	if err := observe.CheckName(o.Name); err != nil {
-		return nil, invalid("LimiterOptions.Name: %w", err)
-	}
 	if o.Name == "" {
 		o.Name = DefaultName
+	}
+	if err := floodgate.CheckName(o.Name); err != nil {
+		return nil, invalid("LimiterOptions.Name: %w", err)
 	}
 	if o.MaxWaiters == 0 {
 		o.MaxWaiters = 100

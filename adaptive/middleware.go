@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/floodgate-go/floodgate/internal/reject"
+	"github.com/floodgate-go/floodgate/headers"
 )
 
 // MiddlewareOptions configures Middleware. A nil *MiddlewareOptions, or a
@@ -23,8 +23,11 @@ type MiddlewareOptions struct {
 	// the client).
 	RejectStatus int
 	// RetryAfter is the value of the Retry-After header of a rejection,
-	// rounded up to whole seconds. The default is 1s: a concurrency slot
-	// frees up as soon as any request ends, so a short hint is accurate.
+	// in whole seconds rounded up and at least 1, as package headers
+	// writes it (headers.FormatRetryAfter) for every middleware of this
+	// module. The default is 1s: a concurrency slot frees up as soon as
+	// any request ends, so a short hint is accurate. A negative value is
+	// an error.
 	RetryAfter time.Duration
 	// Timeout, when set, gives each admitted request's context this
 	// deadline, so that a handler still running at it counts as Dropped even
@@ -33,8 +36,8 @@ type MiddlewareOptions struct {
 	// request's context counts.
 	Timeout time.Duration
 	// Rejected writes the response to a rejected request; the Retry-After
-	// header is already set. The default writes RejectStatus with a short
-	// plain-text body.
+	// header is already set. The default writes RejectStatus with the
+	// plain-text body "concurrency limit exceeded".
 	Rejected http.Handler
 	// Outcome, when set, decides how a request is reported to the Limiter
 	// when its handler returned before the request's context ended (the
@@ -72,9 +75,13 @@ type MiddlewareOptions struct {
 // A rejected request (ErrLimitExceeded, or the context ending while it
 // waited) gets RejectStatus with a Retry-After header and never reaches the
 // handler.
+//
+// Middleware returns an error matching ErrInvalidOption when l is nil or
+// not made by NewLimiter, or an option is out of range: every
+// configuration error is reported here, never on a request.
 func Middleware(l *Limiter, opts *MiddlewareOptions) (func(http.Handler) http.Handler, error) {
-	if l == nil {
-		return nil, invalid("Middleware needs a Limiter")
+	if l == nil || l.limit == nil {
+		return nil, invalid("Middleware needs a Limiter made by NewLimiter")
 	}
 	var o MiddlewareOptions
 	if opts != nil {
@@ -83,20 +90,48 @@ func Middleware(l *Limiter, opts *MiddlewareOptions) (func(http.Handler) http.Ha
 	if o.Timeout < 0 {
 		return nil, invalid("MiddlewareOptions.Timeout %v is negative", o.Timeout)
 	}
-	answer, err := reject.New(o.RejectStatus, o.RetryAfter, o.Rejected, "concurrency limit exceeded")
-	if err != nil {
-		return nil, invalid("%v", err)
+	if o.RejectStatus == 0 {
+		o.RejectStatus = http.StatusServiceUnavailable
 	}
+	if o.RejectStatus < 400 || o.RejectStatus > 599 {
+		return nil, invalid("MiddlewareOptions.RejectStatus %d is not a 4xx or 5xx code", o.RejectStatus)
+	}
+	switch {
+	case o.RetryAfter < 0:
+		return nil, invalid("MiddlewareOptions.RetryAfter %v is negative", o.RetryAfter)
+	case o.RetryAfter == 0:
+		o.RetryAfter = time.Second
+	}
+	if o.Rejected == nil {
+		o.Rejected = plainText(o.RejectStatus, "concurrency limit exceeded")
+	}
+	m := &middleware{l: l, o: o, retryAfter: headers.FormatRetryAfter(o.RetryAfter)}
 	return func(next http.Handler) http.Handler {
-		return &middleware{l: l, o: o, reject: answer, next: next}
+		mw := *m
+		mw.next = next
+		return &mw
 	}, nil
 }
 
 type middleware struct {
-	l      *Limiter
-	o      MiddlewareOptions
-	reject reject.Answer // the 503 (RejectStatus) with Retry-After
-	next   http.Handler
+	l          *Limiter
+	o          MiddlewareOptions // with the defaults filled in
+	retryAfter string            // the Retry-After of a rejection, formatted once
+	next       http.Handler
+}
+
+// plainText is the default answer to a rejected request: status and msg as
+// a line of text.
+func plainText(status int, msg string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, msg, status)
+	})
+}
+
+// reject answers a rejected request: Retry-After, then Rejected.
+func (m *middleware) reject(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(headers.FieldRetryAfter, m.retryAfter)
+	m.o.Rejected.ServeHTTP(w, r)
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -108,7 +143,7 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tok, err = m.l.Acquire(r.Context())
 	}
 	if err != nil {
-		m.reject.ServeHTTP(w, r)
+		m.reject(w, r)
 		return
 	}
 	if m.o.Timeout > 0 {

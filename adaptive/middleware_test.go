@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate/headers"
 )
 
 func newMiddleware(t *testing.T, l *Limiter, o *MiddlewareOptions, h http.Handler) http.Handler {
@@ -33,6 +36,12 @@ func TestMiddlewareRejects(t *testing.T) {
 		{"defaults", nil, http.StatusServiceUnavailable, "1", "concurrency limit exceeded\n"},
 		{"status and retry-after", &MiddlewareOptions{RejectStatus: http.StatusTooManyRequests, RetryAfter: 1500 * ms},
 			http.StatusTooManyRequests, "2", "concurrency limit exceeded\n"},
+		{"a nanosecond is a second", &MiddlewareOptions{RetryAfter: time.Nanosecond},
+			http.StatusServiceUnavailable, "1", "concurrency limit exceeded\n"},
+		{"whole seconds stay", &MiddlewareOptions{RetryAfter: 3 * time.Second},
+			http.StatusServiceUnavailable, "3", "concurrency limit exceeded\n"},
+		{"the largest Duration does not overflow", &MiddlewareOptions{RetryAfter: math.MaxInt64},
+			http.StatusServiceUnavailable, "9223372037", "concurrency limit exceeded\n"},
 		{"custom response", &MiddlewareOptions{Rejected: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusTeapot)
 			_, _ = w.Write([]byte("busy"))
@@ -50,6 +59,15 @@ func TestMiddlewareRejects(t *testing.T) {
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 			assert.Equal(t, tc.status, rec.Code)
 			assert.Equal(t, tc.retryAfter, rec.Header().Get("Retry-After"))
+			if tc.opts == nil || tc.opts.Rejected == nil {
+				// The value package headers writes for every middleware.
+				ra := time.Second
+				if tc.opts != nil && tc.opts.RetryAfter != 0 {
+					ra = tc.opts.RetryAfter
+				}
+				assert.Equal(t, headers.FormatRetryAfter(ra), rec.Header().Get("Retry-After"))
+				assert.Equal(t, "text/plain; charset=utf-8", rec.Header().Get("Content-Type"))
+			}
 			assert.Equal(t, tc.body, rec.Body.String())
 			assert.Zero(t, called, "a rejected request must not reach the handler")
 		})
@@ -137,6 +155,8 @@ func TestMiddlewareInvalid(t *testing.T) {
 	l := newLimiter(t, fixed(t, 1), nil)
 	_, err := Middleware(nil, nil)
 	assert.ErrorIs(t, err, ErrInvalidOption, "nil limiter")
+	_, err = Middleware(&Limiter{}, nil)
+	assert.ErrorIs(t, err, ErrInvalidOption, "a Limiter not made by NewLimiter")
 	for name, o := range map[string]MiddlewareOptions{
 		"status 200":       {RejectStatus: 200},
 		"status 600":       {RejectStatus: 600},

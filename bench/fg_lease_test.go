@@ -4,7 +4,6 @@ package bench
 
 import (
 	"context"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -20,39 +19,29 @@ import (
 // and handed out locally.
 func floodgateLease() remoteLib {
 	return remoteLib{name: "floodgate-lease", open: func(c redis.UniversalClient, q quota) (func(context.Context, string) (bool, error), func(), error) {
-		alg := tokenBucket(q)
-		remote, closeRemote, err := openFloodgateRedis(c, alg, redisstore.Options{})
+		s, err := redisstore.New(c, &redisstore.Options{Timeout: fgRedisTimeout})
 		if err != nil {
 			return nil, nil, err
 		}
-		p, err := lease.New(remote, nil)
+		p, err := lease.New(s, nil)
 		if err != nil {
-			closeRemote()
+			_ = s.Close()
 			return nil, nil, err
 		}
-		var lim floodgate.Limiter = p
+		lim, err := floodgate.New(p, tokenBucket(q), nil)
+		if err != nil {
+			_ = p.Close()
+			_ = s.Close()
+			return nil, nil, err
+		}
 		allow := func(ctx context.Context, key string) (bool, error) {
 			d, err := lim.Allow(ctx, key)
 			return err == nil && d.Allowed, err
 		}
 		closeFn := func() {
-			closeAny(p)
-			closeRemote()
+			_ = p.Close()
+			_ = s.Close()
 		}
 		return allow, closeFn, nil
 	}}
-}
-
-// closeAny closes v if it has a Close method, whichever its signature.
-func closeAny(v any) {
-	switch c := v.(type) {
-	case interface{ Close() error }:
-		_ = c.Close()
-	case interface{ Close() }:
-		c.Close()
-	case interface{ Close(context.Context) error }:
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-	}
 }

@@ -40,7 +40,7 @@ func fgMem(name string, alg func(q quota) floodgate.Algorithm) inProc {
 		if err != nil {
 			return nil, nil, err
 		}
-		lim, err := floodgate.New(s, alg(q))
+		lim, err := floodgate.New(s, alg(q), nil)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -22,13 +22,13 @@ const fgRedisTimeout = redisstore.NoTimeout
 
 // openFloodgateRedis returns a floodgate Limiter running alg on a
 // redisstore.Store over c, and the function closing the store.
-func openFloodgateRedis(c redis.UniversalClient, alg floodgate.Algorithm, opts redisstore.Options) (floodgate.Limiter, func(), error) {
+func openFloodgateRedis(c redis.UniversalClient, alg floodgate.Algorithm, opts redisstore.Options) (*floodgate.Limiter, func(), error) {
 	opts.Timeout = fgRedisTimeout
 	s, err := redisstore.New(c, &opts)
 	if err != nil {
 		return nil, nil, err
 	}
-	lim, err := floodgate.New(s, alg)
+	lim, err := floodgate.New(s, alg, nil)
 	if err != nil {
 		s.Close()
 		return nil, nil, err

@@ -7,7 +7,9 @@ import (
 
 // inProcLibs are the in-process libraries of the timed scenarios, floodgate
 // first.
-func inProcLibs() []inProc { return append(floodgateInProc(), inProcPeers()...) }
+func inProcLibs() []inProc {
+	return append(append(floodgateInProc(), floodgateWrapped()...), inProcPeers()...)
+}
 
 // inProcPeers are the in-process libraries floodgate is compared with.
 func inProcPeers() []inProc {

@@ -118,13 +118,13 @@ func (c *swClock) Now() time.Time { return c.now }
 
 // newVirtualLimiter returns a limiter running alg on a memstore that reads
 // clock.
-func newVirtualLimiter(tb testing.TB, clock *swClock, alg floodgate.Algorithm) floodgate.Limiter {
+func newVirtualLimiter(tb testing.TB, clock *swClock, alg floodgate.Algorithm) *floodgate.Limiter {
 	tb.Helper()
 	s, err := memstore.New(&memstore.Options{Now: clock.Now})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	lim, err := floodgate.New(s, alg)
+	lim, err := floodgate.New(s, alg, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

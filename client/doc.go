@@ -16,11 +16,19 @@
 //     own on top, at least U(0, 500ms), so clients refused in the same
 //     second do not all return in the same instant;
 //   - spends a retry budget shared by all its requests ([RetryBudget]), the
-//     retry throttling of gRPC (gRFC A6): each failed attempt costs a token,
-//     each success earns back a tenth of one (by default), and retries stop
+//     retry throttling of gRPC (gRFC A6): each failed attempt (a 503, a
+//     broken connection, a 429 that names no wait) costs a token, each
+//     success earns back a tenth of one (by default), and retries stop
 //     while half the tokens are gone, so a failing backend sees about one
 //     retry per ten successes instead of every request sent MaxAttempts
 //     times;
+//   - retries a 429 that names a wait (Retry-After, or the t of an
+//     exhausted RateLimit policy) outside that budget: the server is
+//     pacing the client through its quota, not failing, and a retry at the
+//     time it named is the one most likely to succeed. MaxAttempts and
+//     MaxWait still bound these retries, so a server that answers 429
+//     forever gets at most MaxAttempts attempts per request, each at least
+//     the wait it named after the last;
 //   - optionally throttles adaptively ([ThrottleOptions]): it rejects
 //     requests locally, with a [ThrottledError], in proportion to how many
 //     the backend has been rejecting, following the client-side throttling

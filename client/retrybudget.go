@@ -9,11 +9,24 @@ import (
 // RetryBudget bounds the retries a Transport makes across all its requests,
 // as gRPC's retry throttling does ("retryThrottling" in gRFC A6, "gRPC
 // Retry Design"): a bucket holds up to MaxTokens tokens and starts full;
-// every failed attempt (a 429 or 503 response, or a broken connection)
-// takes one token and every successful response (status below 500, 429
-// excepted) gives back TokenRatio. A request may be retried only while more
-// than MaxTokens/2 tokens are left. Other 5xx responses and other errors
-// count as neither, as A6 counts only failures it would retry.
+// every failed attempt (a 503 response, a 429 response that names no wait,
+// or a broken connection) takes one token and every successful response
+// (status below 500, 429 excepted) gives back TokenRatio. A request may be
+// retried only while more than MaxTokens/2 tokens are left. Other 5xx
+// responses and other errors count as neither, as A6 counts only failures
+// it would retry.
+//
+// A 429 response that names a wait (Retry-After above 0, or the t of an
+// exhausted RateLimit policy) counts as neither, and its retry does not
+// need the budget. The budget protects a backend that is overloaded or
+// failing from a retry storm; a server that refuses a request under its
+// quota and says when to return is neither, and the retry it asked for is
+// the one that gets the request served. Against a quota of 5 per second
+// (burst 5), 20 requests sent at once through a default Transport are all
+// served, within three retries; were the 15 first refusals counted, they
+// would drain the 10 tokens and hand 9 to 11 of the requests back as 429.
+// What bounds those retries is MaxAttempts and MaxWait, and each waits at
+// least what the server named.
 //
 // A healthy backend keeps the bucket full, and every request may use all
 // of MaxAttempts. Once failures outnumber TokenRatio per success the bucket
@@ -22,9 +35,9 @@ import (
 // fewer than MaxTokens/2 + TokenRatio·s times (each allowed retry spends a
 // token from above the half-way mark, and only successes put tokens back):
 // with the defaults, about one retry per ten successes, instead of up to
-// MaxAttempts−1 per request. Against a backend that refuses everything,
-// 100 requests through a default Transport make at most 104 attempts, where
-// without a budget they make 400.
+// MaxAttempts−1 per request. Against a backend that fails everything with
+// 503, 100 requests through a default Transport make at most 104 attempts,
+// where without a budget they make 400.
 //
 // The zero value means the defaults, those of A6's example: MaxTokens 10,
 // TokenRatio 0.1. A RetryBudget is a plain value; NewTransport copies it.

@@ -163,12 +163,14 @@ func TestTransportRetryBudgetRefills(t *testing.T) {
 
 // TestTransportRetryBudgetCounts checks what each outcome does to the budget,
 // from 9 tokens (after one 503): a success gives back 0.1, a failure the
-// backend could be spared takes 1, anything else leaves it alone.
+// backend could be spared takes 1, anything else (a 429 that names a wait
+// among them) leaves it alone.
 func TestTransportRetryBudgetCounts(t *testing.T) {
 	connErr := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
-	ok := func(status int) func(*http.Request) (*http.Response, error) {
-		return func(r *http.Request) (*http.Response, error) { return response(r, status), nil }
+	ok := func(status int, kv ...string) func(*http.Request) (*http.Response, error) {
+		return func(r *http.Request) (*http.Response, error) { return response(r, status, kv...), nil }
 	}
+	exhausted := []string{"RateLimit-Policy", `"default";q=5;w=1`, "RateLimit", `"default";r=0;t=1`}
 	tests := []struct {
 		name   string
 		method string
@@ -182,7 +184,17 @@ func TestTransportRetryBudgetCounts(t *testing.T) {
 		{"500 is neither", http.MethodGet, nil, false, ok(500), 9},
 		{"502 is neither", http.MethodGet, nil, false, ok(502), 9},
 		{"429 is a failure", http.MethodGet, nil, false, ok(429), 8},
+		{"429 with Retry-After: 0 is a failure: it names no wait", http.MethodGet, nil, false, ok(429, "Retry-After", "0"), 8},
+		{"429 with a RateLimit policy not exhausted is a failure", http.MethodGet, nil, false,
+			ok(429, "RateLimit", `"default";r=3;t=1`), 8},
+		{"429 with Retry-After is neither: the server paces", http.MethodGet, nil, false, ok(429, "Retry-After", "1"), 9},
+		{"429 with an exhausted RateLimit policy is neither", http.MethodGet, nil, false, ok(429, exhausted...), 9},
+		{"429 with an absurd Retry-After is neither", http.MethodGet, nil, false, ok(429, "Retry-After", "172800"), 9},
+		{"429 with Retry-After to a request that cannot be retried is neither", http.MethodPost, body("x"), false,
+			ok(429, "Retry-After", "1"), 9},
 		{"503 is a failure", http.MethodGet, nil, false, ok(503), 8},
+		{"503 with Retry-After is a failure all the same", http.MethodGet, nil, false, ok(503, "Retry-After", "1"), 8},
+		{"503 with an exhausted RateLimit policy is a failure all the same", http.MethodGet, nil, false, ok(503, exhausted...), 8},
 		{"503 to a request that cannot be retried is a failure all the same", http.MethodPost, body("x"), false, ok(503), 8},
 		{"a broken connection is a failure", http.MethodGet, nil, false, fails(connErr), 8},
 		{"another error is neither", http.MethodGet, nil, false, fails(errors.New("unsupported protocol scheme")), 9},

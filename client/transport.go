@@ -22,15 +22,16 @@ import (
 // Options configures a Transport. A nil *Options, like the zero value, means
 // the defaults: up to 4 attempts with full-jitter backoff from 100ms, capped
 // at 10s per wait and 30s in all, a retry budget of 10 tokens that successes
-// refill by 0.1 (about one retry per ten successes once the backend fails),
-// no client-side limiter, no adaptive throttling. NewTransport copies what
-// it needs; the Options may be reused.
+// refill by 0.1 (about one retry per ten successes once the backend fails;
+// a 429 that names a wait is retried outside it), no client-side limiter,
+// no adaptive throttling. NewTransport copies what it needs; the Options
+// may be reused.
 type Options struct {
 	// Limiter, when set, throttles the client before the server has to:
 	// each attempt, retries included, waits on Limiter.Wait(ctx, key, 1)
 	// before it is sent. Its errors (the context's deadline too near, for
 	// one) are returned by RoundTrip.
-	Limiter floodgate.Limiter
+	Limiter *floodgate.Limiter
 
 	// Key returns the Limiter key of a request. The default is the
 	// request's host (URL.Host), so each server gets its own quota.
@@ -61,10 +62,16 @@ type Options struct {
 
 	// RetryBudget bounds the retries of all the Transport's requests
 	// together (see RetryBudget), so that a failing backend is not sent
-	// MaxAttempts times its load. 429 responses count as failures too: a
-	// client that keeps exceeding its quota should pace itself with
-	// Limiter rather than lean on retries. The default, nil, is the budget
-	// RetryBudget{} describes: MaxTokens 10, TokenRatio 0.1.
+	// MaxAttempts times its load: 503 responses, broken connections and
+	// 429 responses that name no wait spend it. A 429 that names a wait
+	// (Retry-After above 0, or the t of an exhausted RateLimit policy)
+	// neither spends it nor needs it: the server is pacing the client
+	// through its quota, and a retry at the time it named is how the
+	// request gets served; MaxAttempts and MaxWait bound those retries.
+	// A client that keeps exceeding a quota it knows should still pace
+	// itself with Limiter, which spares the refused attempts. The
+	// default, nil, is the budget RetryBudget{} describes: MaxTokens 10,
+	// TokenRatio 0.1.
 	RetryBudget *RetryBudget
 
 	// DisableRetryBudget removes the retry budget: every request retries
@@ -119,13 +126,15 @@ type Options struct {
 // Retries also draw on the Transport's retry budget (Options.RetryBudget),
 // shared by all its requests: when too many attempts fail, a request that
 // fails is returned after its first attempt, until successes refill the
-// budget.
+// budget. A 429 that names a wait is the exception: it is the server pacing
+// the client, not failing, and is retried at the time it named whatever the
+// budget holds, within MaxAttempts and MaxWait.
 //
 // A Transport is safe for concurrent use by multiple goroutines; create it
 // with NewTransport (the zero value is not usable).
 type Transport struct {
 	base        http.RoundTripper
-	limiter     floodgate.Limiter
+	limiter     *floodgate.Limiter
 	key         func(*http.Request) string
 	maxAttempts int
 	baseDelay   time.Duration
@@ -314,11 +323,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				}
 				return resp, nil
 			}
-			if !t.spend() || final || !retryStatus {
-				return resp, nil
-			}
 			var ok bool
-			if hint, ok = retryHint(resp.Header, st); !ok {
+			hint, ok = retryHint(resp.Header, st)
+			// A 429 that names a wait is the server pacing the client
+			// through its quota, not a backend failing: it neither
+			// spends the retry budget nor needs it. MaxAttempts and
+			// MaxWait still bound its retries, and each waits at least
+			// what the server named, so a server that answers 429
+			// forever sees at most MaxAttempts attempts per request,
+			// one per named wait.
+			paced := resp.StatusCode == http.StatusTooManyRequests && (hint > 0 || !ok)
+			if (!paced && !t.spend()) || final || !retryStatus || !ok {
 				return resp, nil
 			}
 			delay = retryDelay(attempt, hint, t.baseDelay, t.maxDelay, t.float64())

@@ -396,7 +396,7 @@ func TestTransportWaitsOnTheLimiter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store, err := memstore.New(nil)
 		require.NoError(t, err)
-		lim, err := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
+		lim, err := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil)
 		require.NoError(t, err)
 		b := &backend{reply: script()}
 		tr := newTransport(t, b, &client.Options{Limiter: lim})

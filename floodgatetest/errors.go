@@ -47,12 +47,12 @@ func (h *harness) runErrors(t *testing.T) {
 			{"unknown op", "k", good, floodgate.Request{Op: 99, N: 1}, floodgate.ErrInvalidConfig},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				b, err := s.Bind(tc.alg)
+				b, err := s.Bind(name, tc.alg)
 				if err == nil {
-					_, err = b.Apply(ctx, tc.key, tc.req)
+					_, err = b.Apply(ctx, tc.key, tc.req, nil)
 				}
 				if !errors.Is(err, tc.want) {
-					t.Errorf("Bind(%v), Apply(%.20q, %s) = %v, want an error matching %v", tc.alg, tc.key, opString(tc.req, t0), err, tc.want)
+					t.Errorf("Bind(%q, %v), Apply(%.20q, %s) = %v, want an error matching %v", name, tc.alg, tc.key, opString(tc.req, t0), err, tc.want)
 				}
 				if b == nil || tc.req.Op != floodgate.OpTake || tc.req.MaxDelay != 0 || errors.Is(tc.want, floodgate.ErrInvalidConfig) {
 					return
@@ -65,7 +65,7 @@ func (h *harness) runErrors(t *testing.T) {
 		}
 	})
 	t.Run("Limiter", func(t *testing.T) {
-		lim := s.limiter(t, good)
+		lim := s.limiter(t, name, good)
 		for _, tc := range []struct {
 			name string
 			call func() error
@@ -77,9 +77,17 @@ func (h *harness) runErrors(t *testing.T) {
 			{"AllowN n over burst", func() error { _, err := lim.AllowN(ctx, "k", 3); return err }, floodgate.ErrExceedsLimit},
 			{"Reserve negative delay", func() error { _, err := lim.Reserve(ctx, "k", 1, -1); return err }, floodgate.ErrInvalidDelay},
 			{"Wait n over burst", func() error { return lim.Wait(ctx, "k", 3) }, floodgate.ErrExceedsLimit},
-			{"Apply unknown op", func() error { _, err := lim.Apply(ctx, "k", floodgate.Request{Op: 99, N: 1}); return err }, floodgate.ErrInvalidConfig},
+			{"Apply unknown op", func() error { _, err := lim.Apply(ctx, "k", floodgate.Request{Op: 99, N: 1}, nil); return err }, floodgate.ErrInvalidConfig},
 			{"New invalid configuration", func() error {
-				_, err := floodgate.New(s.Store, floodgate.FixedWindow{Limit: 1})
+				_, err := floodgate.New(s.Store, floodgate.FixedWindow{Limit: 1}, nil)
+				return err
+			}, floodgate.ErrInvalidConfig},
+			{"New invalid name", func() error {
+				_, err := floodgate.New(s.Store, good, &floodgate.Options{Name: "a{b}"})
+				return err
+			}, floodgate.ErrInvalidConfig},
+			{"Bind invalid name", func() error {
+				_, err := s.Bind("", good)
 				return err
 			}, floodgate.ErrInvalidConfig},
 		} {
@@ -87,16 +95,24 @@ func (h *harness) runErrors(t *testing.T) {
 				t.Errorf("%s: %v, want an error matching %v", tc.name, err, tc.want)
 			}
 		}
-		// An ended context is an error, before the store is asked.
+		// An ended context is an error of Reserve, Wait and Apply, before
+		// the store is asked. (Allow and AllowN leave ctx to the store: an
+		// in-process one may decide without looking at it.)
 		done, cancel := context.WithCancel(ctx)
 		cancel()
-		if _, err := lim.Allow(done, "k"); !errors.Is(err, context.Canceled) {
-			t.Errorf("Allow(cancelled ctx) = %v, want context.Canceled", err)
+		if _, err := lim.Reserve(done, "k", 1, time.Second); !errors.Is(err, context.Canceled) {
+			t.Errorf("Reserve(cancelled ctx) = %v, want context.Canceled", err)
+		}
+		if err := lim.Wait(done, "k", 1); !errors.Is(err, context.Canceled) {
+			t.Errorf("Wait(cancelled ctx) = %v, want context.Canceled", err)
+		}
+		if _, err := lim.Apply(done, "k", upTo(1), nil); !errors.Is(err, context.Canceled) {
+			t.Errorf("Apply(cancelled ctx) = %v, want context.Canceled", err)
 		}
 	})
-	// A clock outside 1970 to 2262 is refused, never wrapped around.
+	// A clock outside 1970 to 2255 is refused, never wrapped around.
 	t.Run("Clock", func(t *testing.T) {
-		for _, at := range []time.Time{time.Unix(-1, 0), time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)} {
+		for _, at := range []time.Time{time.Unix(-1, 0), time.Date(2256, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)} {
 			clock.Set(at)
 			for _, alg := range fiveAlgorithms() {
 				p := s.pair(t, alg)

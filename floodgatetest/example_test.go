@@ -16,12 +16,12 @@ import (
 //	func TestRefStore(t *testing.T) {
 //		floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 //			return newRefStore(now)
-//		})
+//		}, nil)
 //	}
 type refStore struct {
 	now func() time.Time
 	mu  sync.Mutex
-	ref floodgatetest.Reference // the states, one per key and kind
+	ref floodgatetest.Reference // the states, one per name, key and kind
 }
 
 // newRefStore returns a refStore on the clock now; nil means time.Now.
@@ -32,28 +32,32 @@ func newRefStore(now func() time.Time) *refStore {
 	return &refStore{now: now}
 }
 
-func (s *refStore) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
+func (s *refStore) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if err := floodgate.CheckName(name); err != nil {
+		return nil, err
+	}
 	if err := alg.Validate(); err != nil {
 		return nil, err
 	}
-	return refBound{s, alg}, nil
+	return refBound{s, name, alg}, nil
 }
 
 type refBound struct {
-	s   *refStore
-	alg floodgate.Algorithm
+	s    *refStore
+	name string
+	alg  floodgate.Algorithm
 }
 
 // Apply applies the step atomically: the clock is read under the lock, so
 // that the steps on a key see time in the order they run.
-func (b refBound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+func (b refBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	return b.s.ref.Apply(key, b.alg, b.s.now(), req)
+	return b.s.ref.Apply(b.name, key, b.alg, b.s.now(), req, each)
 }
 
 func (b refBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 
@@ -61,7 +65,7 @@ func (b refBound) Take(ctx context.Context, key string, n int64) (floodgate.Deci
 // with floodgatetest.Run.
 func Example() {
 	clock := floodgatetest.NewClock(time.Unix(1_700_000_000, 0))
-	lim, err := floodgate.New(newRefStore(clock.Now), floodgate.FixedWindow{Limit: 2, Window: time.Second})
+	lim, err := floodgate.New(newRefStore(clock.Now), floodgate.FixedWindow{Limit: 2, Window: time.Second}, nil)
 	if err != nil {
 		panic(err)
 	}

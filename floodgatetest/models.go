@@ -199,7 +199,7 @@ func (h *harness) runModels(t *testing.T) {
 		if i%3 == 0 {
 			alg = genLimits(g)
 		}
-		lim := s.limiter(t, alg)
+		lim := s.limiter(t, name, alg)
 		quota, window := alg.Policy().Quota, int64(alg.Policy().Window)
 		m := newModel(alg)
 		key := fmt.Sprintf("models/%d", i)

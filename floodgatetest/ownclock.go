@@ -33,7 +33,7 @@ func clockProbe(t *testing.T, s *store) func() time.Time {
 	p := s.pair(t, floodgate.TokenBucket{Rate: 1, Per: time.Hour, Burst: 1})
 	return func() time.Time {
 		t.Helper()
-		res, err := p.lim.Apply(context.Background(), "clock", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: time.Unix(0, 0)})
+		res, err := p.lim.Apply(context.Background(), "clock", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: time.Unix(0, 0)}, nil)
 		if err != nil {
 			t.Fatalf("reading the store's clock (a refund on an empty key): %v", err)
 		}
@@ -192,7 +192,7 @@ func (h *harness) ownRefund(t *testing.T, s *store, alg floodgate.Algorithm) {
 	_, leaky := alg.(floodgate.LeakyBucket)
 	onceInWindow(t, s, aligned(alg), func(attempt int) error {
 		key := fmt.Sprintf("own/refund/%d", attempt)
-		spent, err := p.lim.Apply(ctx, key, take(q))
+		spent, err := p.lim.Apply(ctx, key, take(q), nil)
 		if err != nil || !spent.Allowed {
 			return fmt.Errorf("Apply(take(%d)) on a new key = %+v, %v, want admitted", q, spent, err)
 		}
@@ -227,8 +227,8 @@ type spy struct {
 	after func(req floodgate.Request, res floodgate.Result, err error)
 }
 
-func (s spy) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := s.Store.Bind(alg)
+func (s spy) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := s.Store.Bind(name, alg)
 	if err != nil {
 		return nil, err
 	}
@@ -240,8 +240,8 @@ type spyBound struct {
 	after func(req floodgate.Request, res floodgate.Result, err error)
 }
 
-func (s spyBound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	res, err := s.Bound.Apply(ctx, key, req)
+func (s spyBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	res, err := s.Bound.Apply(ctx, key, req, each)
 	s.after(req, res, err)
 	return res, err
 }
@@ -281,7 +281,7 @@ func waitRefund(t *testing.T, s *store, alg floodgate.Algorithm) {
 			refunded = append(refunded, res)
 		}
 	}}
-	lim, err := floodgate.New(watched, alg)
+	lim, err := floodgate.New(watched, alg, &floodgate.Options{Name: name})
 	if err != nil {
 		t.Fatalf("floodgate.New: %v", err)
 	}
@@ -314,7 +314,7 @@ func waitRefund(t *testing.T, s *store, alg floodgate.Algorithm) {
 		}
 		// The slot is free again: a new reservation gets it (or an
 		// earlier one, the clock having moved on).
-		again, err := s.limiter(t, alg).Reserve(context.Background(), key, 1, 3*time.Hour)
+		again, err := s.limiter(t, name, alg).Reserve(context.Background(), key, 1, 3*time.Hour)
 		if err != nil || !again.Allowed || again.Delay > reserved[0].Delay {
 			return fmt.Errorf("Reserve(1) after the refund = %+v, %v, want a delay of at most the refunded Wait's %v", again, err, reserved[0].Delay)
 		}

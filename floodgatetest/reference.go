@@ -9,8 +9,8 @@ import (
 )
 
 // Reference applies the reference transitions of package step to states
-// kept in maps, one per key and algorithm kind, as floodgate.Store
-// requires: the decisions every store must reproduce. Run checks stores
+// kept in maps, one per limiter name, key and algorithm kind, as
+// floodgate.Store requires: the decisions every store must reproduce. Run checks stores
 // against it; a store's own tests use it where they drive the store in ways
 // Run cannot (its reclamation, eviction or options). The zero value is a
 // Reference in which every key is new. A Reference is not safe for
@@ -22,29 +22,32 @@ type Reference struct {
 	sl    map[slot]*step.SlidingLogState
 }
 
-// slot names one state: a key's state belongs to the key and the kind,
-// and for the limits of a floodgate.Limits to the key, the kind and the
+// slot names one state: a step's state belongs to the limiter's name, the
+// key and the kind, and for the limits of a floodgate.Limits also to the
 // ordinal of the limit among those of its kind (ord is -1 for a single
 // algorithm).
 type slot struct {
+	name string
 	key  string
 	kind step.Kind
 	ord  int
 }
 
-// Apply applies req for key with alg at now, as a store's Apply would,
-// and returns what the store must return. alg is one of the five
-// configurations as a value, or a Limits of them; the state it reads and
-// writes is key's state for alg's kind, whatever alg's configuration (for
-// a Limits, see floodgate.Limits). A Request with Check changes no state.
-func (r *Reference) Apply(key string, alg floodgate.Algorithm, now time.Time, req floodgate.Request) (floodgate.Result, error) {
+// Apply applies req for key with alg bound under name at now, as a store's
+// Bound.Apply would, and returns what the store must return; for a
+// Limits it writes each limit's Decision to each as Bound.Apply does. alg
+// is one of the five configurations as a value, or a Limits of them; the
+// state it reads and writes is (name, key, alg's kind), whatever alg's
+// configuration (for a Limits, see floodgate.Store). A Request with Check
+// changes no state.
+func (r *Reference) Apply(name, key string, alg floodgate.Algorithm, now time.Time, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	if r.words == nil {
 		r.words = map[slot]int64{}
 		r.fw = map[slot]step.FixedWindowState{}
 		r.sw = map[slot]step.SlidingWindowState{}
 		r.sl = map[slot]*step.SlidingLogState{}
 	}
-	if err := step.CheckKey(key); err != nil {
+	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
 	if ls, ok := alg.(floodgate.Limits); ok {
@@ -58,16 +61,16 @@ func (r *Reference) Apply(key string, alg floodgate.Algorithm, now time.Time, re
 			if err != nil {
 				return floodgate.Result{}, err
 			}
-			m.slots[i] = slot{key, k, n[k]}
+			m.slots[i] = slot{name, key, k, n[k]}
 			n[k]++
 		}
-		return step.Limits(ls, m, now, req)
+		return step.Limits(ls, m, now, req, each)
 	}
 	kind, err := step.KindOf(alg)
 	if err != nil {
 		return floodgate.Result{}, err
 	}
-	s := slot{key, kind, -1}
+	s := slot{name, key, kind, -1}
 	res, next, err := r.step(s, alg, now, req)
 	if err == nil && !req.Check {
 		r.keep(s, next)

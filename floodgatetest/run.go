@@ -17,7 +17,8 @@ import (
 
 // Run runs the conformance cases against the stores newStore returns, each
 // group of cases in a subtest: "Steps", "Errors", "Reference", "Models",
-// "StateIdentity", "Concurrent", "OwnClock" and "Close".
+// "StateIdentity", "Concurrent", "OwnClock" and "Close" for an exact store
+// (a nil opts); see Options for a conservative one.
 //
 // newStore is called once or more per subtest, from the subtest's
 // goroutine. Each call must return a fresh store in which no key has a
@@ -35,9 +36,16 @@ import (
 // Close. That type assertion is a convenience of the harness, not a
 // behaviour floodgate relies on: a store needs no Close, and one without
 // skips those cases.
-func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) floodgate.Store) {
+func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) floodgate.Store, opts *Options) {
 	t.Helper()
 	h := &harness{newStore: newStore, seed: seed(t)}
+	if opts != nil {
+		h.opts = *opts
+	}
+	if h.opts.Conservative {
+		h.runConservative(t)
+		return
+	}
 	t.Run("Steps", h.runSteps)
 	t.Run("Errors", h.runErrors)
 	t.Run("Reference", h.runReference)
@@ -51,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) floodga
 // harness holds what the cases of one Run share.
 type harness struct {
 	newStore func(t *testing.T, now func() time.Time) floodgate.Store
+	opts     Options
 	seed     uint64
 }
 
@@ -140,6 +149,13 @@ func (h *harness) open(t *testing.T, now func() time.Time) *store {
 	if s == nil {
 		t.Fatal("floodgatetest: newStore returned a nil Store")
 	}
+	return h.adopt(t, s)
+}
+
+// adopt returns s as a store under test, closed when t ends if it has a
+// Close.
+func (h *harness) adopt(t *testing.T, s floodgate.Store) *store {
+	t.Helper()
 	st := &store{Store: s}
 	if c, ok := s.(io.Closer); ok {
 		st.closer = c
@@ -158,40 +174,55 @@ func (s *store) close(t *testing.T) {
 	}
 }
 
-// limiter returns floodgate.New(s, alg).
-func (s *store) limiter(t *testing.T, alg floodgate.Algorithm) floodgate.Limiter {
+// name is the name of the limiters of the cases that do not choose one:
+// they all share a key's state per kind, as limiters of one name do.
+const name = "floodgatetest"
+
+// limiter returns floodgate.New(s, alg) named name, or under the name
+// derived from alg when name is "".
+func (s *store) limiter(t *testing.T, name string, alg floodgate.Algorithm) *floodgate.Limiter {
 	t.Helper()
-	l, err := floodgate.New(s.Store, alg)
+	l, err := floodgate.New(s.Store, alg, &floodgate.Options{Name: name})
 	if err != nil {
-		t.Fatalf("floodgate.New(store, %v) = %v", alg, err)
+		t.Fatalf("floodgate.New(store, %v, %q) = %v", alg, name, err)
 	}
 	return l
 }
 
-// bound returns s.Bind(alg).
-func (s *store) bound(t *testing.T, alg floodgate.Algorithm) floodgate.Bound {
+// bound returns s.Bind(name, alg).
+func (s *store) bound(t *testing.T, name string, alg floodgate.Algorithm) floodgate.Bound {
 	t.Helper()
-	b, err := s.Bind(alg)
+	b, err := s.Bind(name, alg)
 	if err != nil {
-		t.Fatalf("Bind(%v) = %v", alg, err)
+		t.Fatalf("Bind(%q, %v) = %v", name, alg, err)
 	}
 	if b == nil {
-		t.Fatalf("Bind(%v) returned a nil Bound", alg)
+		t.Fatalf("Bind(%q, %v) returned a nil Bound", name, alg)
 	}
 	return b
 }
 
-// pair is a limiter and the Bound of its algorithm on the same store: the
-// two ways into a store that the cases drive.
+// pair is a limiter and the Bound of its name and algorithm on the same
+// store: the two ways into a store that the cases drive.
 type pair struct {
-	alg floodgate.Algorithm
-	lim floodgate.Limiter
-	b   floodgate.Bound
+	name string // the limiter's: Options.Name, or derived
+	alg  floodgate.Algorithm
+	lim  *floodgate.Limiter
+	b    floodgate.Bound
 }
 
+// pair returns the pair of alg under the cases' name.
 func (s *store) pair(t *testing.T, alg floodgate.Algorithm) pair {
 	t.Helper()
-	return pair{alg: alg, lim: s.limiter(t, alg), b: s.bound(t, alg)}
+	return s.named(t, name, alg)
+}
+
+// named returns the pair of alg under name, or under the name derived from
+// alg when name is "".
+func (s *store) named(t *testing.T, name string, alg floodgate.Algorithm) pair {
+	t.Helper()
+	lim := s.limiter(t, name, alg)
+	return pair{name: lim.Name(), alg: alg, lim: lim, b: s.bound(t, lim.Name(), alg)}
 }
 
 // route is one way a request reaches a store.
@@ -216,7 +247,7 @@ func (r route) full() bool { return r == viaLimiterApply || r == viaBoundApply }
 // routes returns the routes that can carry req.
 func routes(req floodgate.Request) []route {
 	switch {
-	case req.Check || req.Each != nil:
+	case req.Check:
 		return []route{viaLimiterApply, viaBoundApply}
 	case req.Op == floodgate.OpTake && req.MaxDelay == 0:
 		return []route{viaAllowN, viaReserve, viaLimiterApply, viaBoundTake, viaBoundApply}
@@ -226,10 +257,14 @@ func routes(req floodgate.Request) []route {
 	return []route{viaLimiterApply, viaBoundApply}
 }
 
+// applyRoutes are the routes of a request with per-limit Decisions to
+// fill.
+var applyRoutes = []route{viaLimiterApply, viaBoundApply}
+
 // typed returns the route of the Limiter method a user calls for req.
 func typed(req floodgate.Request) route {
 	switch {
-	case req.Check || req.Each != nil:
+	case req.Check:
 		return viaLimiterApply
 	case req.Op == floodgate.OpTake && req.MaxDelay == 0:
 		return viaAllowN
@@ -242,6 +277,12 @@ func typed(req floodgate.Request) route {
 // do sends req for key by route r. A route that reports a Decision only
 // returns a Result holding just that Decision.
 func (p pair) do(ctx context.Context, r route, key string, req floodgate.Request) (floodgate.Result, error) {
+	return p.doEach(ctx, r, key, req, nil)
+}
+
+// doEach is do with each for the per-limit Decisions, which only the
+// Apply routes fill.
+func (p pair) doEach(ctx context.Context, r route, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	var (
 		d   floodgate.Decision
 		err error
@@ -258,9 +299,9 @@ func (p pair) do(ctx context.Context, r route, key string, req floodgate.Request
 	case viaBoundTake:
 		d, err = p.b.Take(ctx, key, req.N)
 	case viaLimiterApply:
-		return p.lim.Apply(ctx, key, req)
+		return p.lim.Apply(ctx, key, req, each)
 	default:
-		return p.b.Apply(ctx, key, req)
+		return p.b.Apply(ctx, key, req, each)
 	}
 	return floodgate.Result{Decision: d}, err
 }

@@ -86,8 +86,8 @@ func (h *harness) runReference(t *testing.T) {
 
 // trace runs steps random steps of the limiters ps on keys, on the virtual
 // clock, and requires the Results of the reference, whose state belongs to
-// (key, kind): limiters of one kind share a key's state, limiters of two
-// kinds do not.
+// (name, key, kind): limiters of one name and kind share a key's state,
+// limiters of two names or two kinds do not.
 func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, keys []string, steps int) {
 	t.Helper()
 	ctx := context.Background()
@@ -98,7 +98,7 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 	)
 	var algs []string
 	for _, p := range ps {
-		algs = append(algs, fmt.Sprint(p.alg))
+		algs = append(algs, fmt.Sprintf("%v named %q", p.alg, p.name))
 	}
 	first := ps[0].alg.Policy().Window
 	now := t0.Add(g.dur(0, first))
@@ -138,16 +138,15 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 		}
 		req.Check = g.ints(0, 7) == 0
 		ls, composite := p.alg.(floodgate.Limits)
-		var wantEach []floodgate.Decision
-		if composite && g.ints(0, 1) == 0 {
-			wantEach, req.Each = make([]floodgate.Decision, len(ls)), make([]floodgate.Decision, len(ls))
-		}
+		var wantEach, each []floodgate.Decision
 		rs := routes(req)
+		if composite && g.ints(0, 1) == 0 {
+			wantEach, each = make([]floodgate.Decision, len(ls)), make([]floodgate.Decision, len(ls))
+			rs = applyRoutes
+		}
 		r := rs[g.ints(0, len(rs)-1)]
-		wreq := req
-		wreq.Each = wantEach
-		want, werr := ref.Apply(key, p.alg, now, wreq)
-		got, gerr := p.do(ctx, r, key, req)
+		want, werr := ref.Apply(p.name, key, p.alg, now, req, wantEach)
+		got, gerr := p.doEach(ctx, r, key, req, each)
 		log = append(log, fmt.Sprintf("%d: t0+%v %v on %s: %v %s: %s", n, now.Sub(t0), p.alg, key, r, opString(req, t0), show(r, got)))
 		fail := func(format string, args ...any) {
 			t.Helper()
@@ -162,8 +161,8 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 		if !same(r, want, got) {
 			fail("want %s", show(r, want))
 		}
-		if wantEach != nil && !slices.Equal(wantEach, req.Each) {
-			fail("Each = %+v\nwant %+v", req.Each, wantEach)
+		if wantEach != nil && !slices.Equal(wantEach, each) {
+			fail("each = %+v\nwant %+v", each, wantEach)
 		}
 		if want.Allowed && req.Op != floodgate.OpSettle && !req.Check {
 			admitted = append(admitted, want.At.Add(want.Delay))

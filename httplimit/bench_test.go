@@ -51,7 +51,7 @@ func BenchmarkMiddlewareServeHTTP(b *testing.B) {
 	}
 	for _, a := range algs {
 		b.Run(a.name, func(b *testing.B) {
-			lim, err := floodgate.New(newStore(b), a.alg)
+			lim, err := floodgate.New(newStore(b), a.alg, nil)
 			require.NoError(b, err)
 			mw, err := httplimit.New(lim, &httplimit.Options{Key: key})
 			require.NoError(b, err)
@@ -61,9 +61,9 @@ func BenchmarkMiddlewareServeHTTP(b *testing.B) {
 	// The composite again, chosen per request among two plans.
 	b.Run("plans", func(b *testing.B) {
 		store := newStore(b)
-		free, err := floodgate.New(store, freeLimits)
+		free, err := floodgate.New(store, freeLimits, nil)
 		require.NoError(b, err)
-		pro, err := floodgate.New(store, algs[1].alg)
+		pro, err := floodgate.New(store, algs[1].alg, nil)
 		require.NoError(b, err)
 		mw, err := httplimit.NewPlans([]httplimit.Plan{
 			{Name: "free", Limiter: free},

@@ -64,9 +64,9 @@ func noFields(t *testing.T, rec *httptest.ResponseRecorder) {
 func TestMiddlewareMissingKeyIsUnauthorized(t *testing.T) {
 	for _, problem := range []bool{false, true} {
 		t.Run(fmt.Sprintf("problem=%v", problem), func(t *testing.T) {
-			lim := always(allowed42, nil)
+			lim, fs := alwaysCounted(allowed42, nil)
 			next := &okHandler{}
-			h := httplimit.Middleware(lim, &httplimit.Options{
+			h := newMW(t, lim, &httplimit.Options{
 				Key:            httplimit.KeyByAPIKey("X-API-Key"),
 				ProblemDetails: problem,
 			})(next)
@@ -74,7 +74,7 @@ func TestMiddlewareMissingKeyIsUnauthorized(t *testing.T) {
 			rec := do(t, h, "192.0.2.1:1234")
 			assert.Equal(t, http.StatusUnauthorized, rec.Code)
 			assert.Equal(t, 0, next.served(), "a request without a key reached the handler")
-			assert.Empty(t, lim.Calls(), "a request without a key was counted")
+			assert.Empty(t, fs.Calls(), "a request without a key was counted")
 			noFields(t, rec)
 			// The middleware does not know the application's scheme; see
 			// Options.Challenge.
@@ -85,7 +85,7 @@ func TestMiddlewareMissingKeyIsUnauthorized(t *testing.T) {
 
 			rec = do(t, h, "192.0.2.1:1234", "X-API-Key", "k3y")
 			assert.Equal(t, http.StatusOK, rec.Code)
-			assert.Equal(t, []string{"key:pJsSh4cMEKdvH0ZVKspEMQ"}, keys(lim.Calls()))
+			assert.Equal(t, []string{"key:pJsSh4cMEKdvH0ZVKspEMQ"}, keys(fs.Calls()))
 		})
 	}
 }
@@ -117,9 +117,9 @@ func TestMiddlewareKeyChainFallsThrough(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lim := always(allowed42, nil)
+			lim, fs := alwaysCounted(allowed42, nil)
 			next := &okHandler{}
-			h := httplimit.Middleware(lim, &httplimit.Options{Key: tt.key})(next)
+			h := newMW(t, lim, &httplimit.Options{Key: tt.key})(next)
 			req := httptest.NewRequest(http.MethodGet, "/", nil)
 			req.RemoteAddr = tt.remote
 			if tt.apiKey != "" {
@@ -132,12 +132,12 @@ func TestMiddlewareKeyChainFallsThrough(t *testing.T) {
 			h.ServeHTTP(rec, req)
 			if tt.want == "" {
 				assert.Equal(t, http.StatusUnauthorized, rec.Code)
-				assert.Empty(t, lim.Calls())
+				assert.Empty(t, fs.Calls())
 				assert.Equal(t, 0, next.served())
 				return
 			}
 			assert.Equal(t, http.StatusOK, rec.Code)
-			assert.Equal(t, []string{tt.want}, keys(lim.Calls()))
+			assert.Equal(t, []string{tt.want}, keys(fs.Calls()))
 		})
 	}
 }
@@ -206,7 +206,7 @@ func TestMiddlewareStoreFailureAnswers503(t *testing.T) {
 				next := &okHandler{}
 				opts := s.opts
 				opts.ProblemDetails = problem
-				rec := do(t, httplimit.Middleware(always(floodgate.Decision{}, storeDown), &opts)(next), "192.0.2.1:1234")
+				rec := do(t, newMW(t, always(floodgate.Decision{}, storeDown), &opts)(next), "192.0.2.1:1234")
 				assert.Equal(t, 0, next.served())
 				checkUnavailable(t, rec, problem, s.parse, s.want, 1)
 				assert.Equal(t, "no-store", rec.Header().Get("Cache-Control"))
@@ -223,25 +223,27 @@ func TestMiddlewareEndedContextAnswers503(t *testing.T) {
 	for _, err := range []error{context.Canceled, context.DeadlineExceeded,
 		fmt.Errorf("%w: %w", floodgate.ErrUnavailable, context.DeadlineExceeded)} {
 		t.Run(err.Error(), func(t *testing.T) {
-			rec := do(t, httplimit.Middleware(always(floodgate.Decision{}, err), nil)(&okHandler{}), "192.0.2.1:1234")
+			rec := do(t, newMW(t, always(floodgate.Decision{}, err), nil)(&okHandler{}), "192.0.2.1:1234")
 			checkUnavailable(t, rec, false, nil, headers.StyleIETF, 1)
 		})
 	}
 }
 
 // TestMiddlewareRedisOutage is the measured case of issue 14: a Redis store
-// with its default failure policy (FailError) loses its server.
+// with its default failure policy (FailError) loses its server. The
+// timeout is generous so that the decision before the outage cannot time
+// out on a loaded machine; the outage (a closed server) fails at once.
 func TestMiddlewareRedisOutage(t *testing.T) {
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := redisstore.New(client, nil)
+	store, err := redisstore.New(client, &redisstore.Options{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	lim, err := floodgate.New(store, floodgate.FixedWindow{Limit: 100, Window: time.Minute})
+	lim, err := floodgate.New(store, floodgate.FixedWindow{Limit: 100, Window: time.Minute}, nil)
 	require.NoError(t, err)
 	next := &okHandler{}
-	h := httplimit.Middleware(lim, nil)(next)
+	h := newMW(t, lim, nil)(next)
 
 	rec := do(t, h, "192.0.2.1:1234")
 	require.Equal(t, http.StatusOK, rec.Code)
@@ -257,7 +259,7 @@ func TestMiddlewareErrorBodiesAreJSON(t *testing.T) {
 	storeDown := fmt.Errorf("%w: i/o timeout", floodgate.ErrUnavailable)
 	tests := []struct {
 		name   string
-		lim    floodgate.Limiter
+		lim    *floodgate.Limiter
 		opts   httplimit.Options
 		status int
 		code   string
@@ -270,11 +272,10 @@ func TestMiddlewareErrorBodiesAreJSON(t *testing.T) {
 			http.StatusServiceUnavailable, "rate_limit_unavailable"},
 		{"other error", always(floodgate.Decision{}, floodgate.ErrKeyTooLong), httplimit.Options{},
 			http.StatusInternalServerError, "rate_limit_error"},
-		{"invalid cost", always(floodgate.Decision{}, floodgate.ErrInvalidN), httplimit.Options{Cost: func(*http.Request) int64 { return 0 }},
+		{"invalid cost", always(allowed42, nil), httplimit.Options{Cost: func(*http.Request) int64 { return 0 }},
 			http.StatusInternalServerError, "rate_limit_error"},
-		{"invalid options", always(allowed42, nil), httplimit.Options{MaxDelay: -1},
+		{"cost above the quota", always(allowed42, nil), httplimit.Options{Cost: func(*http.Request) int64 { return 101 }},
 			http.StatusInternalServerError, "rate_limit_error"},
-		{"nil limiter", nil, httplimit.Options{}, http.StatusInternalServerError, "rate_limit_error"},
 		{"denied", always(denied, nil), httplimit.Options{}, http.StatusTooManyRequests, headers.ErrorCode},
 	}
 	for _, tt := range tests {
@@ -282,7 +283,7 @@ func TestMiddlewareErrorBodiesAreJSON(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/problem=%v", tt.name, problem), func(t *testing.T) {
 				opts := tt.opts
 				opts.ProblemDetails = problem
-				rec := do(t, httplimit.Middleware(tt.lim, &opts)(&okHandler{}), "192.0.2.1:1234")
+				rec := do(t, newMW(t, tt.lim, &opts)(&okHandler{}), "192.0.2.1:1234")
 				assert.Equal(t, tt.status, rec.Code)
 				if problem && tt.status == http.StatusTooManyRequests {
 					assert.Equal(t, headers.ContentTypeProblem, rec.Header().Get("Content-Type"))
@@ -297,7 +298,7 @@ func TestMiddlewareErrorBodiesAreJSON(t *testing.T) {
 }
 
 func TestMiddlewareChallenge(t *testing.T) {
-	h := httplimit.Middleware(always(allowed42, nil), &httplimit.Options{
+	h := newMW(t, always(allowed42, nil), &httplimit.Options{
 		Key:       httplimit.KeyByAPIKey("X-API-Key"),
 		Challenge: `APIKey header="X-API-Key"`,
 	})(&okHandler{})
@@ -323,7 +324,7 @@ func TestMiddlewareUnavailableRetryAfter(t *testing.T) {
 		want int64
 	}{{0, 1}, {time.Nanosecond, 1}, {1500 * time.Millisecond, 2}, {30 * time.Second, 30}} {
 		t.Run(tt.set.String(), func(t *testing.T) {
-			h := httplimit.Middleware(always(floodgate.Decision{}, storeDown), &httplimit.Options{UnavailableRetryAfter: tt.set})(&okHandler{})
+			h := newMW(t, always(floodgate.Decision{}, storeDown), &httplimit.Options{UnavailableRetryAfter: tt.set})(&okHandler{})
 			checkUnavailable(t, do(t, h, "192.0.2.1:1234"), false, nil, headers.StyleIETF, tt.want)
 		})
 	}
@@ -336,7 +337,7 @@ func TestMiddlewareUnavailableRetryAfter(t *testing.T) {
 func TestMiddlewareCustomErrorHandlerGetsNoFields(t *testing.T) {
 	storeDown := fmt.Errorf("%w: i/o timeout", floodgate.ErrUnavailable)
 	var seen http.Header
-	h := httplimit.Middleware(always(floodgate.Decision{}, storeDown), &httplimit.Options{
+	h := newMW(t, always(floodgate.Decision{}, storeDown), &httplimit.Options{
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			seen = w.Header().Clone()
 			w.WriteHeader(http.StatusBadGateway)

@@ -1,4 +1,4 @@
-// Package httplimit limits a net/http server with a floodgate.Limiter and
+// Package httplimit limits a net/http server with a *floodgate.Limiter and
 // tells every client where it stands, in the IETF RateLimit fields.
 //
 // Most users want [New] over a limiter, checked once at start-up, and its
@@ -7,7 +7,7 @@
 // chi use as it is:
 //
 //	store, _ := memstore.New(nil)
-//	lim, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Minute, Burst: 5})
+//	lim, _ := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Minute, Burst: 5}, nil)
 //	mw, err := httplimit.New(lim, &httplimit.Options{
 //		Key: httplimit.KeyChain(
 //			httplimit.KeyByAPIKey("X-API-Key"), // by API key when there is one
@@ -22,9 +22,9 @@
 // A nil [*Options] means: one unit per request, keyed by the peer address
 // (IPv6 grouped by /64, no proxy trusted), the IETF RateLimit-Policy and
 // RateLimit fields on every response, and on denial 429 Too Many Requests
-// with Retry-After and a JSON body. [Middleware] is New without the error:
-// it never panics, and middleware built from invalid options answers every
-// request through the ErrorHandler (500 by default).
+// with Retry-After and a JSON body. Each constructor ([New], [NewPlans],
+// [NewInflight]) returns every configuration error at start-up; the
+// middleware it returns never answers a request with one.
 //
 // # Decisions and fields
 //
@@ -57,15 +57,18 @@
 //	RateLimit: "20-per-1m";r=0;t=37, "5-per-1s";r=4;t=1
 //	Retry-After: 37
 //
-// Each limit's Decision comes from Request.Each, into a pooled buffer, so
-// listing them costs no allocation. Limits are named after their quota
-// and window ("5-per-1s") unless [Options.PolicyNames] names them.
+// Each limit's Decision comes from floodgate.Limiter.Apply into a pooled
+// buffer, so listing them costs no allocation. Limits are named after
+// their quota and window ("5-per-1s") unless [Options.PolicyNames] names
+// them.
 //
 // [NewPlans] chooses the limiter per request among [Plan]s built at
 // start-up ("free", "pro"), each with its own policy names; a plan name
 // the plan function returns that no plan has is [ErrUnknownPlan], a 500.
-// Keys are not prefixed per plan, so a key that changes plans keeps what
-// its limits of a kind have counted; see NewPlans.
+// A key that changes plans keeps what its limits of a kind have counted
+// only when the plans' limiters share one floodgate.Options.Name; under
+// the names derived from different configurations it starts the new plan
+// afresh. See NewPlans.
 //
 // # When no decision is made
 //
@@ -83,8 +86,8 @@
 //     Retry-After ([Options.UnavailableRetryAfter], 1 second by default)
 //     and the fields of the limiter's policy, promising nothing until
 //     then ("default";r=0;t=1);
-//   - anything else (an invalid cost, an unknown plan, invalid options)
-//     is a fault of the server: 500, without rate-limit fields.
+//   - anything else (an invalid cost, an unknown plan) is a fault of the
+//     server: 500, without rate-limit fields.
 //
 // [Options.OnError] sees each of them, to log or count.
 //
@@ -95,8 +98,10 @@
 // [KeyBySubject] by the authenticated subject an earlier middleware put in
 // the request's context; [KeyByIP] by client address; [KeyChain] tries
 // several in order, falling through past those that find no key. Each
-// prefixes its keys ("key:", "sub:", "ip:") so that kinds never collide,
-// and [Options.KeyPrefix] separates routes that share a store.
+// prefixes its keys ("key:", "sub:", "ip:") so that kinds never collide.
+// Routes with separate quotas have limiters of their own: limiters with
+// different names (floodgate.Options.Name, or the names derived from
+// different configurations) never share state, on one store too.
 //
 // # Client addresses behind proxies
 //
@@ -123,7 +128,7 @@
 // answer a request it cannot decide (no key, a failed store): that one is
 // reported to [Options.OnError] and served.
 //
-// The middleware needs nothing from a limiter beyond the floodgate.Limiter
-// interface, so a limiter the user wraps, or a lease.Limiter, works as
-// well as one made by floodgate.New.
+// The middleware takes a *floodgate.Limiter on any store, wrappers
+// included (observe.Store, lease.New): what a store wrapper adds happens
+// below the limiter, where the middleware needs nothing from it.
 package httplimit

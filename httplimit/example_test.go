@@ -21,7 +21,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	limiter, err := floodgate.New(store, floodgate.FixedWindow{Limit: 2, Window: time.Hour})
+	limiter, err := floodgate.New(store, floodgate.FixedWindow{Limit: 2, Window: time.Hour}, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -73,18 +73,21 @@ func ExampleNewPlans() {
 	if err != nil {
 		panic(err)
 	}
-	// Every plan's limiter is built once, at start-up, on one store.
+	// Every plan's limiter is built once, at start-up, on one store and
+	// under one name, so that a key that changes plans keeps what its
+	// token bucket has counted (see NewPlans).
+	named := &floodgate.Options{Name: "api"}
 	free, err := floodgate.New(store, floodgate.Limits{
 		floodgate.TokenBucket{Rate: 2, Per: time.Second, Burst: 2},
 		floodgate.SlidingLog{Limit: 20, Window: time.Minute},
-	})
+	}, named)
 	if err != nil {
 		panic(err)
 	}
 	pro, err := floodgate.New(store, floodgate.Limits{
 		floodgate.TokenBucket{Rate: 50, Per: time.Second, Burst: 50},
 		floodgate.SlidingWindow{Limit: 1000, Window: time.Minute},
-	})
+	}, named)
 	if err != nil {
 		panic(err)
 	}

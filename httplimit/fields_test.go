@@ -60,10 +60,10 @@ func TestMiddlewareFieldsRoundTrip(t *testing.T) {
 }
 
 func roundTrip(t *testing.T, alg floodgate.Algorithm, style headers.Style, reset headers.ResetFormat) {
-	lim, err := floodgate.New(newStore(t), alg)
+	lim, err := floodgate.New(newStore(t), alg, nil)
 	require.NoError(t, err)
 	var last floodgate.Decision
-	h := httplimit.Middleware(lim, &httplimit.Options{
+	h := newMW(t, lim, &httplimit.Options{
 		Style:      style,
 		XReset:     reset,
 		OnDecision: func(_ *http.Request, _ string, d floodgate.Decision) { last = d },

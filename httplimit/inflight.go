@@ -23,11 +23,10 @@ type InflightOptions struct {
 	// Key names the limit a request counts against, as Options.Key does.
 	// The default is KeyByIP(nil). A request for which Key finds no key
 	// goes to ErrorHandler with ErrNoKey: 401 Unauthorized by default.
+	// Routes with separate limits have inflight limiters of their own:
+	// limiters of different names (inflight.Options.Name, or the names
+	// derived from different limits) never share a key's holds.
 	Key KeyFunc
-
-	// KeyPrefix is prepended to every key, so that routes sharing a store
-	// keep separate limits ("export:", "search:"). The default is none.
-	KeyPrefix string
 
 	// Skip exempts the requests it returns true for: they reach the
 	// handler without taking a slot. The default exempts nothing.
@@ -56,13 +55,13 @@ type InflightOptions struct {
 	// "concurrency_limit_exceeded", policy "inflight", limit the in-flight
 	// limit, remaining 0, and reset and retry_after the Retry-After in
 	// seconds.
-	DenyHandler func(w http.ResponseWriter, r *http.Request, d inflight.Decision)
+	DenyHandler func(w http.ResponseWriter, r *http.Request, d inflight.Status)
 
 	// ErrorHandler writes the response when no decision could be made,
 	// as Options.ErrorHandler does, with the same defaults: ErrNoKey is
 	// 401; a failing store (floodgate.ErrUnavailable) or an ended context
 	// is 503 with Retry-After of UnavailableRetryAfter; anything else
-	// (floodgate.ErrKeyTooLong, inflight.ErrClosed) is 500.
+	// (floodgate.ErrKeyTooLong, floodgate.ErrClosed) is 500.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
 
 	// Challenge is the WWW-Authenticate field of the default 401 answer,
@@ -77,7 +76,7 @@ type InflightOptions struct {
 	// OnDecision, when set, is called with every decision before the
 	// request is served or denied. It runs on the request's goroutine and
 	// must not block.
-	OnDecision func(r *http.Request, key string, d inflight.Decision)
+	OnDecision func(r *http.Request, key string, d inflight.Status)
 }
 
 // codeInflight is the code of the JSON body of a denial by NewInflight, and
@@ -101,7 +100,9 @@ type inflightMiddleware struct {
 // NewInflight returns net/http middleware that lets at most lim.Limit()
 // requests of each key run at once, configured by opts (nil means the
 // defaults; see InflightOptions), or an error matching
-// floodgate.ErrInvalidConfig when lim is nil or the options are unusable.
+// floodgate.ErrInvalidConfig when lim is nil or not made by inflight.New,
+// or the options are unusable: every configuration error is reported
+// here, never on a request.
 //
 // For each request not skipped it finds the key and takes a slot with
 // lim.Acquire. An admitted request holds its slot while the handler runs:
@@ -118,6 +119,11 @@ type inflightMiddleware struct {
 func NewInflight(lim *inflight.Limiter, opts *InflightOptions) (func(http.Handler) http.Handler, error) {
 	if lim == nil {
 		return nil, fmt.Errorf("%w: nil inflight limiter", floodgate.ErrInvalidConfig)
+	}
+	if lim.Limit() < 1 {
+		// inflight.New refuses a limit below 1: this Limiter was not made
+		// by it, and would fail on every request.
+		return nil, fmt.Errorf("%w: an inflight.Limiter not made by inflight.New", floodgate.ErrInvalidConfig)
 	}
 	m := &inflightMiddleware{lim: lim}
 	if opts != nil {
@@ -170,7 +176,6 @@ func (m *inflightMiddleware) serve(w http.ResponseWriter, r *http.Request, next 
 		o.ErrorHandler(w, r, ErrNoKey)
 		return
 	}
-	key = o.KeyPrefix + key
 	ctx := r.Context()
 	slot, err := m.lim.Acquire(ctx, key)
 	if err != nil {
@@ -178,11 +183,11 @@ func (m *inflightMiddleware) serve(w http.ResponseWriter, r *http.Request, next 
 		return
 	}
 	if o.OnDecision != nil {
-		o.OnDecision(r, key, slot.Decision)
+		o.OnDecision(r, key, slot.Status)
 	}
 	if !slot.Allowed {
 		w.Header().Set(headers.FieldRetryAfter, headers.FormatRetryAfter(slot.RetryAfter))
-		o.DenyHandler(w, r, slot.Decision)
+		o.DenyHandler(w, r, slot.Status)
 		return
 	}
 	// Deferred, the release runs when the handler returns and while a
@@ -197,7 +202,7 @@ func (m *inflightMiddleware) serve(w http.ResponseWriter, r *http.Request, next 
 }
 
 // deny is the default DenyHandler.
-func (m *inflightMiddleware) deny(w http.ResponseWriter, r *http.Request, d inflight.Decision) {
+func (m *inflightMiddleware) deny(w http.ResponseWriter, r *http.Request, d inflight.Status) {
 	rep := headers.Report{
 		Policy:     headers.Policy{Name: inflightPolicy, Quota: fieldCount(d.Limit)},
 		Denied:     true,

@@ -7,12 +7,10 @@ import (
 
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/inflight"
-	"github.com/floodgate-go/floodgate/memstore"
 )
 
 func ExampleNewInflight() {
-	store, _ := memstore.New(nil)
-	lim, _ := inflight.New(store, 1, nil) // one export per API key at a time
+	lim, _ := inflight.New(inflight.NewLocalStore(), 1, nil) // one export per API key at a time
 	defer lim.Close()
 	mw, err := httplimit.NewInflight(lim, &httplimit.InflightOptions{
 		Key: httplimit.KeyByAPIKey("X-API-Key"),

@@ -22,7 +22,7 @@ import (
 
 func newInflight(t *testing.T, limit int64, opts *inflight.Options) *inflight.Limiter {
 	t.Helper()
-	lim, err := inflight.New(newStore(t), limit, opts)
+	lim, err := inflight.New(inflight.NewLocalStore(), limit, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lim.Close() })
 	return lim
@@ -179,6 +179,8 @@ func TestInflightMiddlewareErrors(t *testing.T) {
 	lim := newInflight(t, 1, nil)
 	_, err := httplimit.NewInflight(nil, nil)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	_, err = httplimit.NewInflight(&inflight.Limiter{}, nil)
+	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "a Limiter not made by inflight.New")
 	_, err = httplimit.NewInflight(lim, &httplimit.InflightOptions{UnavailableRetryAfter: -time.Second})
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	_, err = httplimit.NewInflight(lim, &httplimit.InflightOptions{Challenge: "Bearer\n"})
@@ -192,7 +194,8 @@ func TestInflightMiddlewareErrors(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, rec.Code)
 	assert.Equal(t, `Bearer realm="api"`, rec.Header().Get("WWW-Authenticate"))
 
-	long := newInflightMW(t, lim, &httplimit.InflightOptions{KeyPrefix: strings.Repeat("p", floodgate.MaxKeyLen)})(ok)
+	tooLong := func(*http.Request) (string, bool) { return strings.Repeat("p", floodgate.MaxKeyLen+1), true }
+	long := newInflightMW(t, lim, &httplimit.InflightOptions{Key: tooLong})(ok)
 	assert.Equal(t, http.StatusInternalServerError, do(t, long, "192.0.2.1:1000").Code)
 
 	down, err := inflight.New(downStore{}, 1, nil)
@@ -218,15 +221,18 @@ func TestInflightMiddlewareErrors(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// downStore is an inflight.Store whose backend is down.
 type downStore struct{}
 
-func (downStore) Acquire(context.Context, string, int64, time.Duration) (inflight.Result, error) {
+var _ inflight.Store = downStore{}
+
+func (downStore) Acquire(context.Context, string, string, int64, time.Duration) (inflight.Result, error) {
 	return inflight.Result{}, floodgate.ErrUnavailable
 }
-func (downStore) Renew(context.Context, string, inflight.Hold, time.Duration) (bool, error) {
+func (downStore) Renew(context.Context, string, string, inflight.Hold, time.Duration) (bool, error) {
 	return false, floodgate.ErrUnavailable
 }
-func (downStore) Release(context.Context, string, inflight.Hold) error { return nil }
+func (downStore) Release(context.Context, string, string, inflight.Hold) error { return nil }
 
 func TestInflightMiddlewareOptions(t *testing.T) {
 	lim := newInflight(t, 1, nil)
@@ -236,10 +242,9 @@ func TestInflightMiddlewareOptions(t *testing.T) {
 	)
 	g := newGate()
 	h := newInflightMW(t, lim, &httplimit.InflightOptions{
-		KeyPrefix:      "export:",
 		Skip:           func(r *http.Request) bool { return r.Header.Get("X-Health") != "" },
 		ProblemDetails: true,
-		OnDecision: func(r *http.Request, key string, d inflight.Decision) {
+		OnDecision: func(r *http.Request, key string, d inflight.Status) {
 			mu.Lock()
 			defer mu.Unlock()
 			seen = append(seen, key)
@@ -262,7 +267,33 @@ func TestInflightMiddlewareOptions(t *testing.T) {
 	assert.Equal(t, http.StatusNoContent, rec.Code)
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Equal(t, []string{"export:ip:192.0.2.1", "export:ip:192.0.2.1"}, seen)
+	assert.Equal(t, []string{"ip:192.0.2.1", "ip:192.0.2.1"}, seen)
+}
+
+// TestInflightMiddlewareRoutesKeepApart: two routes limited on one store by
+// the same key keep separate limits without a key prefix, when their
+// limiters' names differ.
+func TestInflightMiddlewareRoutesKeepApart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := inflight.NewLocalStore()
+		newLim := func(name string) *inflight.Limiter {
+			lim, err := inflight.New(store, 1, &inflight.Options{Name: name})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = lim.Close() })
+			return lim
+		}
+		g := newGate()
+		export := newInflightMW(t, newLim("export"), nil)(g)
+		search := newInflightMW(t, newLim("search"), nil)(&okHandler{})
+		sameName := newInflightMW(t, newLim("export"), nil)(&okHandler{})
+
+		_, done := start(export, context.Background(), "192.0.2.1:1000")
+		<-g.entered
+		assert.Equal(t, http.StatusOK, do(t, search, "192.0.2.1:1001").Code, "another route's limiter took the slot")
+		assert.Equal(t, http.StatusTooManyRequests, do(t, sameName, "192.0.2.1:1001").Code, "one name, one limit")
+		close(g.open)
+		<-done
+	})
 }
 
 // TestInflightMiddlewareConcurrent: many requests at once never run more

@@ -196,10 +196,10 @@ func TestSpoofingDoesNotEscapeTheLimit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 5, Window: time.Hour})
+			lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 5, Window: time.Hour}, nil)
 			require.NoError(t, err)
 			next := &okHandler{}
-			h := httplimit.Middleware(lim, &httplimit.Options{Key: httplimit.KeyByIP(tt.opts)})(next)
+			h := newMW(t, lim, &httplimit.Options{Key: httplimit.KeyByIP(tt.opts)})(next)
 			var codes []int
 			for i := range 40 {
 				remote, hdr := tt.request(i)

@@ -88,7 +88,7 @@ func TestMiddlewareLargeQuotas(t *testing.T) {
 }
 
 func largeQuota(t *testing.T, alg floodgate.Algorithm, opts httplimit.Options, parse *headers.ParseOptions, want headers.Style) {
-	lim, err := floodgate.New(newStore(t), alg)
+	lim, err := floodgate.New(newStore(t), alg, nil)
 	require.NoError(t, err)
 	quota := alg.Policy().Quota
 	var last floodgate.Decision
@@ -102,7 +102,7 @@ func largeQuota(t *testing.T, alg floodgate.Algorithm, opts httplimit.Options, p
 	}
 	_, err = httplimit.New(lim, &opts)
 	require.NoError(t, err, "New refuses a configuration floodgate accepts")
-	h := httplimit.Middleware(lim, &opts)(&okHandler{})
+	h := newMW(t, lim, &opts)(&okHandler{})
 	if parse == nil {
 		parse = &headers.ParseOptions{}
 	}

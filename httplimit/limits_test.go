@@ -28,9 +28,9 @@ var freeLimits = floodgate.Limits{
 	floodgate.SlidingLog{Limit: 20, Window: time.Minute},
 }
 
-func newLimiter(t testing.TB, alg floodgate.Algorithm) floodgate.Limiter {
+func newLimiter(t testing.TB, alg floodgate.Algorithm) *floodgate.Limiter {
 	t.Helper()
-	lim, err := floodgate.New(newStore(t), alg)
+	lim, err := floodgate.New(newStore(t), alg, nil)
 	require.NoError(t, err)
 	return lim
 }
@@ -42,7 +42,7 @@ func newLimiter(t testing.TB, alg floodgate.Algorithm) floodgate.Limiter {
 func TestMiddlewareLimitsListsEveryPolicy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := &okHandler{}
-		h := httplimit.Middleware(newLimiter(t, freeLimits), &httplimit.Options{
+		h := newMW(t, newLimiter(t, freeLimits), &httplimit.Options{
 			Style: headers.StyleIETF | headers.StyleDraft | headers.StyleX,
 		})(next)
 		const policy = `"5-per-1s";q=5;w=1, "20-per-1m";q=20;w=60`
@@ -112,7 +112,7 @@ func denialBody(t *testing.T, rec interface{ Result() *http.Response }) headers.
 // that denied, the binding one (the longest wait) first.
 func TestMiddlewareLimitsViolatedPolicies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := httplimit.Middleware(newLimiter(t, floodgate.Limits{
+		h := newMW(t, newLimiter(t, floodgate.Limits{
 			floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1},
 			floodgate.SlidingWindow{Limit: 100, Window: time.Hour},
 			floodgate.FixedWindow{Limit: 1, Window: time.Hour},
@@ -159,7 +159,7 @@ func TestMiddlewareLimitsPolicyNames(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				lim := newLimiter(t, tt.alg)
 				opts := &httplimit.Options{PolicyNames: tt.names}
-				mw, err := httplimit.New(failingLimits{lim, floodgate.ErrUnavailable}, opts)
+				mw, err := httplimit.New(failing(tt.alg, floodgate.ErrUnavailable), opts)
 				require.NoError(t, err)
 				rec := do(t, mw(&okHandler{}), "192.0.2.1:1")
 				require.Equal(t, http.StatusServiceUnavailable, rec.Code)
@@ -180,14 +180,13 @@ func TestMiddlewareLimitsPolicyNames(t *testing.T) {
 		})
 	}
 
-	// A single algorithm keeps "default", or PolicyName, or PolicyNames.
+	// A single algorithm keeps "default", or the one name of PolicyNames.
 	single := floodgate.FixedWindow{Limit: 5, Window: time.Second}
 	for _, o := range []struct {
 		opts httplimit.Options
 		want string
 	}{
 		{httplimit.Options{}, `"default";q=5;w=1`},
-		{httplimit.Options{PolicyName: "api"}, `"api";q=5;w=1`},
 		{httplimit.Options{PolicyNames: []string{"api"}}, `"api";q=5;w=1`},
 	} {
 		mw, err := httplimit.New(newLimiter(t, single), &o.opts)
@@ -208,9 +207,10 @@ func TestMiddlewareLimitsPolicyNamesInvalid(t *testing.T) {
 		{"repeated", freeLimits, httplimit.Options{PolicyNames: []string{"a", "a"}}},
 		{"empty name", freeLimits, httplimit.Options{PolicyNames: []string{"a", ""}}},
 		{"not ASCII", freeLimits, httplimit.Options{PolicyNames: []string{"a", "minüte"}}},
-		{"PolicyName for a Limits", freeLimits, httplimit.Options{PolicyName: "api"}},
-		{"both", floodgate.FixedWindow{Limit: 5, Window: time.Second}, httplimit.Options{PolicyName: "a", PolicyNames: []string{"a"}}},
+		{"one for a Limits", freeLimits, httplimit.Options{PolicyNames: []string{"api"}}},
 		{"two for one", floodgate.FixedWindow{Limit: 5, Window: time.Second}, httplimit.Options{PolicyNames: []string{"a", "b"}}},
+		{"none for one", floodgate.FixedWindow{Limit: 5, Window: time.Second}, httplimit.Options{PolicyNames: []string{}}},
+		{"an empty one for one", floodgate.FixedWindow{Limit: 5, Window: time.Second}, httplimit.Options{PolicyNames: []string{""}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -218,20 +218,6 @@ func TestMiddlewareLimitsPolicyNamesInvalid(t *testing.T) {
 			assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 		})
 	}
-}
-
-// failingLimits runs a Limits whose store has failed.
-type failingLimits struct {
-	floodgate.Limiter
-	err error
-}
-
-func (f failingLimits) AllowN(context.Context, string, int64) (floodgate.Decision, error) {
-	return floodgate.Decision{}, f.err
-}
-
-func (f failingLimits) Apply(context.Context, string, floodgate.Request) (floodgate.Result, error) {
-	return floodgate.Result{}, f.err
 }
 
 // TestMiddlewareLimitsStoreFailure: the 503 of a failed store lists every
@@ -242,8 +228,7 @@ func TestMiddlewareLimitsStoreFailure(t *testing.T) {
 	for _, problem := range []bool{false, true} {
 		t.Run(fmt.Sprintf("problem=%v", problem), func(t *testing.T) {
 			next := &okHandler{}
-			lim := failingLimits{newLimiter(t, freeLimits), storeDown}
-			h := httplimit.Middleware(lim, &httplimit.Options{
+			h := newMW(t, failing(freeLimits, storeDown), &httplimit.Options{
 				Style:          headers.StyleIETF | headers.StyleX,
 				ProblemDetails: problem,
 			})(next)
@@ -265,23 +250,17 @@ func TestMiddlewareLimitsStoreFailure(t *testing.T) {
 	}
 }
 
-// withoutEach forwards to a Limits limiter but never fills Request.Each, as
-// a wrapper answering from a cache of its own would not.
-type withoutEach struct{ floodgate.Limiter }
-
-func (w withoutEach) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	req.Each = nil
-	return w.Limiter.Apply(ctx, key, req)
-}
-
-// TestMiddlewareLimitsWithoutEach: a limiter that leaves Request.Each
-// empty gets the fields of its binding limit alone, never another
-// request's decisions or zeros.
+// TestMiddlewareLimitsWithoutEach: a limiter whose store leaves the
+// decisions of each limit unfilled (withoutEachStore) gets the fields of
+// its binding limit alone, never another request's decisions or zeros.
 func TestMiddlewareLimitsWithoutEach(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim := newLimiter(t, freeLimits)
-		filled := httplimit.Middleware(lim, nil)(&okHandler{})
-		empty := httplimit.Middleware(withoutEach{lim}, nil)(&okHandler{})
+		store := newStore(t)
+		lim := mustLimiter(store, freeLimits)
+		filled := newMW(t, lim, nil)(&okHandler{})
+		// The same name on the same store: the same state, read through a
+		// wrapper that fills no decision of each limit.
+		empty := newMW(t, mustLimiter(withoutEachStore{store}, freeLimits), nil)(&okHandler{})
 		// The same pool of buffers is not shared between middlewares,
 		// but a filled request first leaves decisions behind in this one.
 		require.Equal(t, http.StatusOK, do(t, filled, "192.0.2.1:1").Code)
@@ -307,7 +286,7 @@ func TestMiddlewareLimitsShaping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		var servedAt []time.Duration
-		h := httplimit.Middleware(newLimiter(t, floodgate.Limits{
+		h := newMW(t, newLimiter(t, floodgate.Limits{
 			floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1},
 			floodgate.SlidingLog{Limit: 10, Window: time.Minute},
 		}), &httplimit.Options{MaxDelay: 5 * time.Second})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
@@ -327,7 +306,7 @@ func TestMiddlewareLimitsShaping(t *testing.T) {
 
 // TestMiddlewareLimitsAllocations: listing every limit costs no allocation
 // per request beyond the limiter's own and those of a single limit's
-// fields (the buffer for Request.Each comes from a pool), and the single
+// fields (the buffer for each limit's Decision comes from a pool), and the single
 // limit's path allocates no more than its fields (3: both values and their
 // two header slices).
 func TestMiddlewareLimitsAllocations(t *testing.T) {
@@ -338,8 +317,8 @@ func TestMiddlewareLimitsAllocations(t *testing.T) {
 	key := func(*http.Request) (string, bool) { return "k", true }
 	req, err := http.NewRequest(http.MethodGet, "/", nil)
 	require.NoError(t, err)
-	serve := func(lim floodgate.Limiter) float64 {
-		h := httplimit.Middleware(lim, &httplimit.Options{Key: key})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	serve := func(lim *floodgate.Limiter) float64 {
+		h := newMW(t, lim, &httplimit.Options{Key: key})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		w := &discardWriter{h: make(http.Header)}
 		return testing.AllocsPerRun(1000, func() {
 			clear(w.h)
@@ -358,7 +337,7 @@ func TestMiddlewareLimitsAllocations(t *testing.T) {
 	composite := newLimiter(t, big)
 	var each [2]floodgate.Decision
 	own := testing.AllocsPerRun(1000, func() {
-		_, _ = composite.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: 1, Each: each[:]})
+		_, _ = composite.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: 1}, each[:])
 	})
 	assert.LessOrEqual(t, serve(composite), own+singleMW, "the composite's path beyond its limiter's %v allocations", own)
 }

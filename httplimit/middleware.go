@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -22,38 +21,32 @@ import (
 // ErrorHandler answers it with 401 Unauthorized.
 var ErrNoKey = errors.New("httplimit: no rate-limit key for the request")
 
-// DefaultPolicyName is the policy name the middleware advertises in the
-// RateLimit and RateLimit-Policy fields unless told otherwise.
+// DefaultPolicyName is the name of a single algorithm's policy in the
+// RateLimit and RateLimit-Policy fields unless Options.PolicyNames (or,
+// with NewPlans, Plan.PolicyNames) names it.
 const DefaultPolicyName = "default"
 
-// Options configures New and Middleware. A nil *Options means the defaults:
+// Options configures New and NewPlans. A nil *Options means the defaults:
 // every request costs 1 unit of its client address's quota, denials get 429
 // with the IETF fields, Retry-After and a JSON body. The zero value means the
 // same. New copies the options: later changes to them have no effect, but the
 // functions they hold are called concurrently and must be safe for
 // concurrent use.
 type Options struct {
-	// Key names the quota a request draws from. The default is KeyByIP
-	// with the four options below: the client address, IPv6 grouped by
-	// /64, no proxy trusted. Combine key functions with KeyChain: a
-	// function that finds no key (a request without the API key, an
-	// anonymous request) hands the request to the next one. A request for
-	// which Key finds no key at all is not counted and goes to
+	// Key names the quota a request draws from. The default is
+	// KeyByIP(nil): the peer address, IPv6 grouped by /64, no proxy
+	// trusted; behind proxies, or to group addresses otherwise, set Key
+	// to KeyByIP with IPKeyOptions. Combine key functions with KeyChain:
+	// a function that finds no key (a request without the API key, an
+	// anonymous request) hands the request to the next one. A request
+	// for which Key finds no key at all is not counted and goes to
 	// ErrorHandler with ErrNoKey: 401 Unauthorized by default.
+	//
+	// The key is the limiter's key as it is: routes with separate quotas
+	// have limiters of their own, which never share state when their
+	// names differ (floodgate.Options.Name, or the name derived from a
+	// configuration).
 	Key KeyFunc
-
-	// TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure
-	// the default key, as the IPKeyOptions fields of the same names do.
-	// They are an error when Key is set: configure KeyByIP there instead.
-	TrustedProxies  []netip.Prefix
-	ForwardedHeader string
-	IPv4Prefix      int
-	IPv6Prefix      int
-
-	// KeyPrefix is prepended to every key, so that routes sharing a
-	// limiter's store keep separate quotas ("search:", "upload:"). The
-	// default is none.
-	KeyPrefix string
 
 	// Cost returns the units a request costs. The default is 1 per
 	// request. A cost below 1 or above the limiter's quota is an error
@@ -70,11 +63,12 @@ type Options struct {
 	// request is decided, reported to OnDecision and given the rate-limit
 	// fields of its decision, but none is denied or delayed, and no
 	// Retry-After is sent. A request no decision can be made for (no key,
-	// a failed store, an unknown plan, an invalid cost, invalid options
-	// given to Middleware) is reported to OnError and served without
-	// fields: a dry run never blocks, so ErrorHandler and DenyHandler are
-	// not called. Use it to see what a new limit would do before enforcing
-	// it. The default is false.
+	// a failed store, an unknown plan, an invalid cost) is reported to
+	// OnError and served without fields: a dry run never blocks, so
+	// ErrorHandler and DenyHandler are not called. Options New refuses
+	// are refused in a dry run too: they are an error at start-up, never
+	// on a request. Use it to see what a new limit would do before
+	// enforcing it. The default is false.
 	Shadow bool
 
 	// MaxDelay turns denial into delay: requests are admitted as
@@ -87,8 +81,8 @@ type Options struct {
 	// the context's error, and its units are given back with Limiter.Apply
 	// and OpSettle where the algorithm allows, as Limiter.Wait does (the
 	// token bucket and the windows give them back; a leaky bucket's
-	// departure slots are promised and stay taken). A limiter the user
-	// wraps keeps this as long as its Apply forwards to the one it wraps.
+	// departure slots are promised and stay taken). A store wrapper keeps
+	// this as long as its Bound forwards OpSettle to the store it wraps.
 	// The default, 0, admits or denies at once (Limiter.AllowN).
 	MaxDelay time.Duration
 
@@ -105,22 +99,15 @@ type Options struct {
 	// default) or headers.ResetEpoch for Unix seconds, as GitHub does.
 	XReset headers.ResetFormat
 
-	// PolicyName is the policy name of the RateLimit fields for a limiter
-	// of one algorithm (with NewPlans, of every such plan that does not
-	// name its own). The default is DefaultPolicyName. It must be
-	// printable ASCII. A floodgate.Limits has several policies: name them
-	// with PolicyNames; New refuses PolicyName for one.
-	PolicyName string
-
 	// PolicyNames names the policies of New's limiter in the RateLimit
-	// fields: one name per limit of its floodgate.Limits, in the same
-	// order, distinct, printable ASCII (for a single algorithm, one name,
-	// as PolicyName). By default a Limits' limits are named after their
-	// quota and window, "<quota>-per-<window>" with the window in the
-	// largest unit that divides it ("5-per-1s", "1000-per-1m",
-	// "20000-per-1d"; a name that repeats gets "-2", "-3"); see Plan.
-	// NewPlans takes the names of each plan in Plan.PolicyNames and
-	// refuses this field.
+	// fields: one name for a single algorithm, one per limit of a
+	// floodgate.Limits in the same order; distinct and printable ASCII.
+	// By default a single algorithm's policy is DefaultPolicyName, and a
+	// Limits' limits are named after their quota and window,
+	// "<quota>-per-<window>" with the window in the largest unit that
+	// divides it ("5-per-1s", "1000-per-1m", "20000-per-1d"; a name that
+	// repeats gets "-2", "-3"). NewPlans takes the names of each plan in
+	// Plan.PolicyNames and refuses this field.
 	PolicyNames []string
 
 	// ProblemDetails makes the default denial body RFC 9457 problem details
@@ -172,9 +159,8 @@ type Options struct {
 	//   - anything else is a fault of the server: an invalid cost
 	//     (floodgate.ErrInvalidN, floodgate.ErrExceedsLimit), a key the
 	//     limiter refuses (floodgate.ErrKeyTooLong), a plan NewPlans
-	//     does not have (ErrUnknownPlan), invalid options
-	//     (floodgate.ErrInvalidConfig, see Middleware). 500 Internal
-	//     Server Error, code rate_limit_error, without rate-limit fields.
+	//     does not have (ErrUnknownPlan). 500 Internal Server Error, code
+	//     rate_limit_error, without rate-limit fields.
 	//
 	// In Shadow mode ErrorHandler is not called: the request is served.
 	ErrorHandler func(w http.ResponseWriter, r *http.Request, err error)
@@ -205,9 +191,8 @@ type Options struct {
 	// OnError, when set, is called with every request no decision could
 	// be made for and the reason, before ErrorHandler answers it or, in
 	// shadow mode, before it is served: the errors ErrorHandler lists.
-	// key is the request's key, "" for ErrNoKey and for invalid options
-	// given to Middleware. It runs on the request's goroutine and must
-	// not block.
+	// key is the request's key, "" for ErrNoKey. It runs on the request's
+	// goroutine and must not block.
 	OnError func(r *http.Request, key string, err error)
 
 	// Now is the clock of epoch resets (headers.ResetEpoch). The default
@@ -227,17 +212,19 @@ type middleware struct {
 	style    headers.Style
 	shaping  bool
 	writeOpt headers.WriteOptions
-	// each holds *[maxLimits]floodgate.Decision buffers for Request.Each.
-	// A buffer on the stack would escape through the Limiter interface
-	// and be allocated on every request; the pool allocates none once
-	// warm.
+	// each holds *[maxLimits]floodgate.Decision buffers for the
+	// decisions of a Limits' limits (Limiter.Apply's each). A buffer on
+	// the stack would escape through the store's Bound, an interface, and
+	// be allocated on every request; the pool allocates none once warm.
 	each sync.Pool
 }
 
 // New returns net/http middleware that limits requests with limiter,
 // configured by opts (nil means the defaults; see Options), or an error
-// matching floodgate.ErrInvalidConfig when the limiter is nil or the options
-// are unusable.
+// matching floodgate.ErrInvalidConfig when limiter is nil or not made by
+// floodgate.New, or the options are unusable. Every configuration error is
+// reported here, at start-up: the middleware New returns never answers a
+// request with one.
 //
 // For each request not skipped it finds the key, asks the limiter for the
 // request's cost, reports the decision in rate-limit fields and either
@@ -245,30 +232,20 @@ type middleware struct {
 // answers 429 with Retry-After and a JSON body.
 //
 // A limiter running a floodgate.Limits ("5 per second and 20 per
-// minute") is decided through Limiter.Apply with Request.Each, so that
-// the IETF fields list every limit, the binding one (Decision.Binding)
-// first; the trios, Retry-After and the body report the binding one. Its
-// policies are named by Options.PolicyNames, or after their quota and
-// window. A limiter whose Apply does not fill Request.Each (a user's
-// wrapper that answers some requests from a cache of its own) gets the
-// fields of the binding limit alone.
-//
-// The middleware uses only the floodgate.Limiter interface: any Limiter
-// works, a user's wrapper included.
-func New(limiter floodgate.Limiter, opts *Options) (func(http.Handler) http.Handler, error) {
+// minute") is decided through Limiter.Apply with a buffer for each
+// limit's Decision, so that the IETF fields list every limit, the binding
+// one (Decision.Binding) first; the trios, Retry-After and the body report
+// the binding one. Its policies are named by Options.PolicyNames, or after
+// their quota and window. A limiter whose store does not fill the
+// decisions of each limit (a store wrapper that answers some requests from
+// a cache of its own) gets the fields of the binding limit alone.
+func New(limiter *floodgate.Limiter, opts *Options) (func(http.Handler) http.Handler, error) {
 	m, err := newMiddleware(opts)
 	if err != nil {
 		return nil, err
 	}
-	o := &m.o
-	if o.PolicyName != "" && o.PolicyNames != nil {
-		return nil, fmt.Errorf("%w: PolicyName and PolicyNames both set", floodgate.ErrInvalidConfig)
-	}
-	if m.single, err = m.newPlan("", limiter, o.PolicyNames); err != nil {
+	if m.single, err = m.newPlan("", limiter, m.o.PolicyNames); err != nil {
 		return nil, err
-	}
-	if m.single.composite && o.PolicyName != "" {
-		return nil, fmt.Errorf("%w: PolicyName names one policy, and the limiter runs %d limits: name them with PolicyNames", floodgate.ErrInvalidConfig, len(m.single.policies))
 	}
 	return m.handler, nil
 }
@@ -278,51 +255,6 @@ func (m *middleware) handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.serve(w, r, next)
 	})
-}
-
-// Middleware is New without the error: it returns the same middleware when
-// New succeeds.
-//
-// Middleware never panics: when the limiter is nil or the options are
-// invalid it returns middleware that hands every request to the
-// ErrorHandler with an error matching floodgate.ErrInvalidConfig (500 by
-// default), failing closed; in Shadow mode, to OnError, and the request is
-// served. Use New to catch such errors at start-up.
-func Middleware(limiter floodgate.Limiter, opts *Options) func(http.Handler) http.Handler {
-	mw, err := New(limiter, opts)
-	if err == nil {
-		return mw
-	}
-	var o Options
-	if opts != nil {
-		o = *opts
-	}
-	if o.Shadow {
-		// A dry run never blocks, even on a configuration it cannot run.
-		return func(next http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if o.OnError != nil {
-					o.OnError(r, "", err)
-				}
-				next.ServeHTTP(w, r)
-			})
-		}
-	}
-	// The answer of invalid options is a 500, in the body style asked for.
-	fallback := &middleware{}
-	fallback.o.ProblemDetails = o.ProblemDetails
-	return func(http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if o.OnError != nil {
-				o.OnError(r, "", err)
-			}
-			if o.ErrorHandler != nil {
-				o.ErrorHandler(w, r, err)
-				return
-			}
-			fallback.answerError(w, r, nil, err)
-		})
-	}
 }
 
 // newMiddleware validates the options every middleware shares; the
@@ -337,15 +269,8 @@ func newMiddleware(opts *Options) (*middleware, error) {
 	if o.PolicyNames != nil {
 		o.PolicyNames = slices.Clone(o.PolicyNames) // later changes to the caller's slice do not leak in
 	}
-	ipOpts := IPKeyOptions{
-		TrustedProxies: o.TrustedProxies, ForwardedHeader: o.ForwardedHeader,
-		IPv4Prefix: o.IPv4Prefix, IPv6Prefix: o.IPv6Prefix,
-	}
-	switch {
-	case o.Key == nil:
-		o.Key = KeyByIP(&ipOpts)
-	case ipOpts.TrustedProxies != nil || ipOpts.ForwardedHeader != "" || ipOpts.IPv4Prefix != 0 || ipOpts.IPv6Prefix != 0:
-		return nil, fmt.Errorf("%w: TrustedProxies, ForwardedHeader, IPv4Prefix and IPv6Prefix configure the default key; with Key set, pass them to KeyByIP", floodgate.ErrInvalidConfig)
+	if o.Key == nil {
+		o.Key = KeyByIP(nil)
 	}
 	if !printableASCII(o.Challenge) {
 		return nil, fmt.Errorf("%w: Challenge %q is not printable ASCII", floodgate.ErrInvalidConfig, o.Challenge)
@@ -391,7 +316,6 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.fail(w, r, next, nil, "", ErrNoKey)
 		return
 	}
-	key = o.KeyPrefix + key
 	p := m.single
 	if p == nil {
 		name := m.choose(r)
@@ -475,13 +399,13 @@ func (m *middleware) decide(ctx context.Context, p *plan, key string, n int64, e
 			maxDelay = max(0, min(maxDelay, time.Until(deadline)))
 		}
 	}
-	res, err := p.lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n, MaxDelay: maxDelay, Each: each})
+	res, err := p.lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n, MaxDelay: maxDelay}, each)
 	if err == nil && res.Allowed && res.Delay > 0 {
 		refund = func() {
 			// On a context that outlives the request's; a failed refund
 			// only leaves the units spent.
 			req := floodgate.Request{Op: floodgate.OpSettle, N: -n, At: res.At.Add(res.Delay)}
-			_, _ = p.lim.Apply(context.WithoutCancel(ctx), key, req)
+			_, _ = p.lim.Apply(context.WithoutCancel(ctx), key, req, nil)
 		}
 	}
 	return res.Decision, refund, err
@@ -537,7 +461,7 @@ func report(pol headers.Policy, d floodgate.Decision) headers.Report {
 // alone when each was not filled (see New).
 //
 // On a denial, the limits that would have admitted the request report
-// what they would have left after it (floodgate's Request.Each on a
+// what they would have left after it (the each of Limiter.Apply on a
 // denial: nothing was taken), which tells the client less than it may
 // use, never more.
 func (m *middleware) reports(reps *[maxLimits]headers.Report, p *plan, d floodgate.Decision, each []floodgate.Decision) int {

@@ -3,7 +3,6 @@ package httplimit_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,6 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,87 +22,6 @@ import (
 	"github.com/floodgate-go/floodgate/headers"
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/memstore"
-)
-
-// fakeLimiter returns scripted decisions and records its calls. It lets the
-// tests state a Decision exactly instead of driving an algorithm into it.
-type fakeLimiter struct {
-	mu       sync.Mutex
-	policy   floodgate.Policy
-	decide   func(key string, n int64, maxDelay time.Duration) (floodgate.Decision, error)
-	calls    []call
-	reserves int
-	refunds  int
-}
-
-type call struct {
-	key      string
-	n        int64
-	maxDelay time.Duration
-}
-
-func (f *fakeLimiter) Allow(ctx context.Context, key string) (floodgate.Decision, error) {
-	return f.AllowN(ctx, key, 1)
-}
-
-func (f *fakeLimiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	return f.record(key, n, 0)
-}
-
-func (f *fakeLimiter) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
-	f.mu.Lock()
-	f.reserves++
-	f.mu.Unlock()
-	return f.record(key, n, maxDelay)
-}
-
-func (f *fakeLimiter) record(key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
-	f.mu.Lock()
-	f.calls = append(f.calls, call{key, n, maxDelay})
-	f.mu.Unlock()
-	return f.decide(key, n, maxDelay)
-}
-
-func (f *fakeLimiter) Wait(ctx context.Context, key string, n int64) error {
-	return errors.New("fakeLimiter: Wait not used by the middleware")
-}
-
-func (f *fakeLimiter) Policy() floodgate.Policy { return f.policy }
-
-func (f *fakeLimiter) Algorithm() floodgate.Algorithm {
-	return floodgate.FixedWindow{Limit: f.policy.Quota, Window: f.policy.Window}
-}
-
-// Apply is Reserve for OpTake; it records refunds and gives nothing back.
-func (f *fakeLimiter) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	if req.Op == floodgate.OpSettle {
-		f.mu.Lock()
-		f.refunds++
-		f.mu.Unlock()
-		return floodgate.Result{}, nil
-	}
-	d, err := f.Reserve(ctx, key, req.N, req.MaxDelay)
-	return floodgate.Result{Decision: d}, err
-}
-
-func (f *fakeLimiter) Calls() []call {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]call(nil), f.calls...)
-}
-
-// always returns a fakeLimiter that gives d (or err) to every request, under
-// a policy of 100 per minute.
-func always(d floodgate.Decision, err error) *fakeLimiter {
-	return &fakeLimiter{
-		policy: floodgate.Policy{Quota: 100, Window: time.Minute},
-		decide: func(string, int64, time.Duration) (floodgate.Decision, error) { return d, err },
-	}
-}
-
-var (
-	allowed42 = floodgate.Decision{Allowed: true, Limit: 100, Remaining: 42, ResetAfter: 16500 * time.Millisecond}
-	denied    = floodgate.Decision{Allowed: false, Limit: 100, Remaining: 0, RetryAfter: 2100 * time.Millisecond, ResetAfter: 58 * time.Second}
 )
 
 // okHandler counts the requests that reach it.
@@ -141,7 +58,7 @@ func do(t *testing.T, handler http.Handler, remoteAddr string, hdr ...string) *h
 
 func TestMiddlewareAllowedResponseCarriesIETFFields(t *testing.T) {
 	next := &okHandler{}
-	h := httplimit.Middleware(always(allowed42, nil), nil)(next)
+	h := newMW(t, always(allowed42, nil), nil)(next)
 	rec := do(t, h, "192.0.2.1:1234")
 
 	assert.Equal(t, http.StatusOK, rec.Code)
@@ -155,7 +72,7 @@ func TestMiddlewareAllowedResponseCarriesIETFFields(t *testing.T) {
 
 func TestMiddlewareDenial(t *testing.T) {
 	next := &okHandler{}
-	h := httplimit.Middleware(always(denied, nil), nil)(next)
+	h := newMW(t, always(denied, nil), nil)(next)
 	rec := do(t, h, "192.0.2.1:1234")
 
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
@@ -175,8 +92,8 @@ func TestMiddlewareDenial(t *testing.T) {
 }
 
 func TestMiddlewareProblemDetails(t *testing.T) {
-	h := httplimit.Middleware(always(denied, nil), &httplimit.Options{
-		ProblemDetails: true, PolicyName: "per-ip",
+	h := newMW(t, always(denied, nil), &httplimit.Options{
+		ProblemDetails: true, PolicyNames: []string{"per-ip"},
 	})(&okHandler{})
 	rec := do(t, h, "192.0.2.1:1234")
 
@@ -219,7 +136,7 @@ func TestMiddlewareStyles(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := httplimit.Middleware(always(tt.d, nil), &tt.opts)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			h := newMW(t, always(tt.d, nil), &tt.opts)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 			rec := do(t, h, "192.0.2.1:1234")
 			got := rec.Header().Clone()
 			for _, k := range []string{"Content-Type", "Cache-Control", "X-Content-Type-Options"} {
@@ -232,7 +149,7 @@ func TestMiddlewareStyles(t *testing.T) {
 
 func TestMiddlewareCustomDenyHandler(t *testing.T) {
 	var got floodgate.Decision
-	h := httplimit.Middleware(always(denied, nil), &httplimit.Options{
+	h := newMW(t, always(denied, nil), &httplimit.Options{
 		DenyHandler: func(w http.ResponseWriter, r *http.Request, d floodgate.Decision) {
 			got = d
 			assert.Equal(t, "3", w.Header().Get("Retry-After"), "fields must be set before DenyHandler runs")
@@ -248,7 +165,7 @@ func TestMiddlewareErrors(t *testing.T) {
 	storeDown := fmt.Errorf("%w: dial tcp 10.0.0.1:6379: i/o timeout", floodgate.ErrUnavailable)
 	tests := []struct {
 		name   string
-		lim    floodgate.Limiter
+		lim    *floodgate.Limiter
 		opts   *httplimit.Options
 		status int
 		match  error
@@ -258,20 +175,11 @@ func TestMiddlewareErrors(t *testing.T) {
 		{"other error", always(floodgate.Decision{}, floodgate.ErrKeyTooLong), nil, http.StatusInternalServerError, floodgate.ErrKeyTooLong},
 		{"no key", always(allowed42, nil), &httplimit.Options{Key: httplimit.KeyByAPIKey("X-API-Key")},
 			http.StatusUnauthorized, httplimit.ErrNoKey},
-		{"nil limiter", nil, nil, http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"unprintable policy name", always(allowed42, nil), &httplimit.Options{PolicyName: "naïve"},
-			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"negative MaxDelay", always(allowed42, nil), &httplimit.Options{MaxDelay: -1},
-			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"unknown style", always(allowed42, nil), &httplimit.Options{Style: 1 << 6},
-			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
-		{"unknown reset format", always(allowed42, nil), &httplimit.Options{XReset: 9},
-			http.StatusInternalServerError, floodgate.ErrInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			next := &okHandler{}
-			rec := do(t, httplimit.Middleware(tt.lim, tt.opts)(next), "192.0.2.1:1234")
+			rec := do(t, newMW(t, tt.lim, tt.opts)(next), "192.0.2.1:1234")
 			assert.Equal(t, tt.status, rec.Code)
 			assert.Equal(t, 0, next.served(), "the handler ran despite the error")
 			if tt.status == http.StatusServiceUnavailable {
@@ -284,8 +192,7 @@ func TestMiddlewareErrors(t *testing.T) {
 				assert.Empty(t, rec.Header().Values("Retry-After"))
 			}
 
-			// The same error reaches a custom ErrorHandler, and
-			// NewMiddleware reports configuration errors up front.
+			// The same error reaches a custom ErrorHandler.
 			var seen error
 			opts := httplimit.Options{}
 			if tt.opts != nil {
@@ -295,25 +202,49 @@ func TestMiddlewareErrors(t *testing.T) {
 				seen = err
 				w.WriteHeader(599)
 			}
-			rec = do(t, httplimit.Middleware(tt.lim, &opts)(next), "192.0.2.1:1234")
+			rec = do(t, newMW(t, tt.lim, &opts)(next), "192.0.2.1:1234")
 			assert.Equal(t, 599, rec.Code)
 			assert.ErrorIs(t, seen, tt.match)
-			_, err := httplimit.New(tt.lim, &opts)
-			if errors.Is(tt.match, floodgate.ErrInvalidConfig) {
-				assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-			} else {
-				assert.NoError(t, err)
-			}
 		})
 	}
 }
 
-func TestMiddlewareSkipCostPrefix(t *testing.T) {
-	lim := always(allowed42, nil)
+// TestNewRefusesConfigurationErrors: every configuration error is New's,
+// at start-up, and never a request's, in shadow mode too: there is no
+// middleware that answers 500 to every request of a bad configuration.
+func TestNewRefusesConfigurationErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		lim  *floodgate.Limiter
+		opts httplimit.Options
+	}{
+		{"nil limiter", nil, httplimit.Options{}},
+		{"zero limiter", &floodgate.Limiter{}, httplimit.Options{}},
+		{"unprintable policy name", always(allowed42, nil), httplimit.Options{PolicyNames: []string{"naïve"}}},
+		{"negative MaxDelay", always(allowed42, nil), httplimit.Options{MaxDelay: -1}},
+		{"unknown style", always(allowed42, nil), httplimit.Options{Style: 1 << 6}},
+		{"unknown reset format", always(allowed42, nil), httplimit.Options{XReset: 9}},
+		{"negative UnavailableRetryAfter", always(allowed42, nil), httplimit.Options{UnavailableRetryAfter: -time.Second}},
+		{"unprintable Challenge", always(allowed42, nil), httplimit.Options{Challenge: "Bearer\n"}},
+	}
+	for _, tt := range tests {
+		for _, shadow := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/shadow=%v", tt.name, shadow), func(t *testing.T) {
+				opts := tt.opts
+				opts.Shadow = shadow
+				mw, err := httplimit.New(tt.lim, &opts)
+				assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+				assert.Nil(t, mw)
+			})
+		}
+	}
+}
+
+func TestMiddlewareSkipCost(t *testing.T) {
+	lim, fs := alwaysCounted(allowed42, nil)
 	next := &okHandler{}
-	h := httplimit.Middleware(lim, &httplimit.Options{
-		KeyPrefix: "search:",
-		Skip:      func(r *http.Request) bool { return r.URL.Path == "/healthz" },
+	h := newMW(t, lim, &httplimit.Options{
+		Skip: func(r *http.Request) bool { return r.URL.Path == "/healthz" },
 		Cost: func(r *http.Request) int64 {
 			if r.Method == http.MethodPost {
 				return 5
@@ -327,25 +258,74 @@ func TestMiddlewareSkipCostPrefix(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	assert.Equal(t, http.StatusOK, rec.Code)
 	assert.Empty(t, rec.Header().Values("RateLimit"), "a skipped request carries no fields")
-	assert.Empty(t, lim.Calls(), "a skipped request was counted")
+	assert.Empty(t, fs.Calls(), "a skipped request was counted")
 
 	req = httptest.NewRequest(http.MethodPost, "/search", strings.NewReader("q"))
 	req.RemoteAddr = "198.51.100.7:999"
 	h.ServeHTTP(httptest.NewRecorder(), req)
 	do(t, h, "198.51.100.7:999")
-	assert.Equal(t, []call{{"search:ip:198.51.100.7", 5, 0}, {"search:ip:198.51.100.7", 1, 0}}, lim.Calls())
+	assert.Equal(t, []call{{"ip:198.51.100.7", 5, 0}, {"ip:198.51.100.7", 1, 0}}, fs.Calls())
 	assert.Equal(t, 3, next.served())
 }
 
+// TestMiddlewareRoutesKeepApart is issue 23's search/upload case behind
+// the middleware: two routes limited on one store by the same key keep
+// separate quotas without a key prefix, because their limiters' names
+// differ (derived from different configurations, or given); limiters of
+// one configuration and no name share a quota, as a fleet's must.
+func TestMiddlewareRoutesKeepApart(t *testing.T) {
+	for _, tt := range []struct {
+		name           string
+		search, upload floodgate.Algorithm
+		names          [2]string // floodgate.Options.Name of search and upload
+		want           int       // searches admitted after one upload
+	}{
+		{"derived names", floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10},
+			floodgate.TokenBucket{Rate: 1, Per: time.Minute, Burst: 1}, [2]string{}, 10},
+		{"one configuration, named", floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10},
+			floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}, [2]string{"search", "upload"}, 10},
+		{"one configuration, no name", floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10},
+			floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}, [2]string{}, 9},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := newStore(t)
+				search, err := floodgate.New(store, tt.search, &floodgate.Options{Name: tt.names[0]})
+				require.NoError(t, err)
+				upload, err := floodgate.New(store, tt.upload, &floodgate.Options{Name: tt.names[1]})
+				require.NoError(t, err)
+				key := httplimit.KeyBySubject(chainSubjectKey{})
+				searchH := newMW(t, search, &httplimit.Options{Key: key})(&okHandler{})
+				uploadH := newMW(t, upload, &httplimit.Options{Key: key})(&okHandler{})
+				req := func(h http.Handler) int {
+					r := httptest.NewRequest(http.MethodGet, "/", nil)
+					r = r.WithContext(context.WithValue(r.Context(), chainSubjectKey{}, "alice"))
+					rec := httptest.NewRecorder()
+					h.ServeHTTP(rec, r)
+					return rec.Code
+				}
+				require.Equal(t, http.StatusOK, req(uploadH))
+				admitted := 0
+				for range 10 {
+					if req(searchH) == http.StatusOK {
+						admitted++
+					}
+				}
+				assert.Equal(t, tt.want, admitted, "searches admitted after one upload")
+			})
+		})
+	}
+}
+
 func TestMiddlewareCostErrors(t *testing.T) {
-	lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 10, Window: time.Minute})
+	lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 10, Window: time.Minute}, nil)
 	require.NoError(t, err)
 	for _, tt := range []struct {
 		cost int64
 		want error
 	}{{0, floodgate.ErrInvalidN}, {-3, floodgate.ErrInvalidN}, {11, floodgate.ErrExceedsLimit}} {
 		var seen error
-		h := httplimit.Middleware(lim, &httplimit.Options{
+		h := newMW(t, lim, &httplimit.Options{
 			Cost:         func(*http.Request) int64 { return tt.cost },
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { seen = err; w.WriteHeader(500) },
 		})(&okHandler{})
@@ -366,12 +346,12 @@ func newStore(t testing.TB) *memstore.Store {
 
 func TestMiddlewareShadowModeNeverBlocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim, err := floodgate.New(newStore(t), floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 3})
+		lim, err := floodgate.New(newStore(t), floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 3}, nil)
 		require.NoError(t, err)
 		var mu sync.Mutex
 		var decisions []floodgate.Decision
 		next := &okHandler{}
-		h := httplimit.Middleware(lim, &httplimit.Options{
+		h := newMW(t, lim, &httplimit.Options{
 			Shadow:   true,
 			MaxDelay: 10 * time.Second, // shaping is not enforced in shadow mode either
 			OnDecision: func(r *http.Request, key string, d floodgate.Decision) {
@@ -415,11 +395,11 @@ func TestMiddlewareShadowModeNeverBlocks(t *testing.T) {
 }
 
 func TestMiddlewareShadowModeDenials(t *testing.T) {
-	lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 2, Window: time.Hour})
+	lim, err := floodgate.New(newStore(t), floodgate.FixedWindow{Limit: 2, Window: time.Hour}, nil)
 	require.NoError(t, err)
 	var denials int
 	next := &okHandler{}
-	h := httplimit.Middleware(lim, &httplimit.Options{
+	h := newMW(t, lim, &httplimit.Options{
 		Shadow: true,
 		OnDecision: func(r *http.Request, key string, d floodgate.Decision) {
 			if !d.Allowed {
@@ -438,21 +418,21 @@ func TestMiddlewareShadowModeDenials(t *testing.T) {
 func TestMiddlewareShapingDelaysInsteadOfDenying(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	synctest.Test(t, func(t *testing.T) {
-		lim := &fakeLimiter{
-			policy: floodgate.Policy{Quota: 5, Window: time.Second},
-			decide: func(_ string, _ int64, maxDelay time.Duration) (floodgate.Decision, error) {
+		fs := &fakeStore{
+			decide: func(context.Context, string, int64, time.Duration) (floodgate.Decision, error) {
 				return floodgate.Decision{Allowed: true, Limit: 5, Remaining: 2, Delay: 3 * time.Second, ResetAfter: 4 * time.Second}, nil
 			},
 		}
+		lim := mustLimiter(fs, floodgate.FixedWindow{Limit: 5, Window: time.Second})
 		var servedAt time.Duration
 		start := time.Now()
-		h := httplimit.Middleware(lim, &httplimit.Options{MaxDelay: 10 * time.Second})(
+		h := newMW(t, lim, &httplimit.Options{MaxDelay: 10 * time.Second})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { servedAt = time.Since(start) }))
 
 		rec := do(t, h, "192.0.2.1:1234")
 		assert.Equal(t, http.StatusOK, rec.Code)
 		assert.Equal(t, 3*time.Second, servedAt, "the handler ran before the decision's delay")
-		assert.Equal(t, []call{{"ip:192.0.2.1", 1, 10 * time.Second}}, lim.Calls())
+		assert.Equal(t, []call{{"ip:192.0.2.1", 1, 10 * time.Second}}, fs.Calls())
 		assert.Equal(t, `"default";r=2;t=4`, rec.Header().Get("RateLimit"))
 
 		// The request's deadline bounds the delay it may be given.
@@ -461,20 +441,21 @@ func TestMiddlewareShapingDelaysInsteadOfDenying(t *testing.T) {
 		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
 		req.RemoteAddr = "192.0.2.1:1234"
 		var seen error
-		h = httplimit.Middleware(lim, &httplimit.Options{
+		h = newMW(t, lim, &httplimit.Options{
 			MaxDelay:     10 * time.Second,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { seen = err; w.WriteHeader(503) },
 		})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { t.Error("handler ran after the deadline") }))
 		rec = httptest.NewRecorder()
 		start = time.Now()
 		h.ServeHTTP(rec, req)
-		assert.Equal(t, 2*time.Second, lim.Calls()[1].maxDelay, "maxDelay not bounded by the deadline")
+		assert.Equal(t, 2*time.Second, fs.Calls()[1].maxDelay, "maxDelay not bounded by the deadline")
 		// The fake ignores that bound and asks for 3s: the middleware
 		// gives up when the context ends rather than hanging on.
 		assert.Equal(t, 2*time.Second, time.Since(start))
 		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 		assert.ErrorIs(t, seen, context.DeadlineExceeded)
 		assert.Empty(t, rec.Header().Values("RateLimit"), "fields of a request that was not served")
+		assert.Equal(t, 1, fs.refunds, "the admission not served was given back")
 	})
 }
 
@@ -482,12 +463,12 @@ func TestMiddlewareLeakyBucketShapesBursts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// 10 per second, a queue of 4: a burst of 6 is spread 100ms apart
 		// and the two that do not fit are denied.
-		lim, err := floodgate.New(newStore(t), floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 4})
+		lim, err := floodgate.New(newStore(t), floodgate.LeakyBucket{Rate: 10, Per: time.Second, Capacity: 4}, nil)
 		require.NoError(t, err)
 		start := time.Now()
 		var mu sync.Mutex
 		var served []time.Duration
-		h := httplimit.Middleware(lim, &httplimit.Options{MaxDelay: time.Second})(
+		h := newMW(t, lim, &httplimit.Options{MaxDelay: time.Second})(
 			http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				mu.Lock()
 				served = append(served, time.Since(start))
@@ -505,22 +486,27 @@ func TestMiddlewareLeakyBucketShapesBursts(t *testing.T) {
 	})
 }
 
-func TestMiddlewareDefaultKeyOptions(t *testing.T) {
-	lim := always(allowed42, nil)
-	h := httplimit.Middleware(lim, &httplimit.Options{
-		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-		IPv6Prefix:     48,
-	})(&okHandler{})
+// TestMiddlewareDefaultKey: the default key is KeyByIP(nil), the peer
+// address with no proxy trusted and IPv6 grouped by /64. Proxies and
+// grouping are options of KeyByIP, given with Key, so that no option
+// configures a key the middleware does not use.
+func TestMiddlewareDefaultKey(t *testing.T) {
+	lim, fs := alwaysCounted(allowed42, nil)
+	h := newMW(t, lim, nil)(&okHandler{})
 	do(t, h, "10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 203.0.113.9")
 	do(t, h, "192.0.2.1:1", "X-Forwarded-For", "203.0.113.9")
 	do(t, h, "[2001:db8:1:2::1]:1")
-	assert.Equal(t, []string{"ip:203.0.113.9", "ip:192.0.2.1", "ip:2001:db8:1::/48"}, keys(lim.Calls()))
+	assert.Equal(t, []string{"ip:10.0.0.1", "ip:192.0.2.1", "ip:2001:db8:1:2::/64"}, keys(fs.Calls()))
 
-	_, err := httplimit.New(lim, &httplimit.Options{
-		Key:            httplimit.KeyByAPIKey("X-API-Key"),
+	lim, fs = alwaysCounted(allowed42, nil)
+	h = newMW(t, lim, &httplimit.Options{Key: httplimit.KeyByIP(&httplimit.IPKeyOptions{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-	})
-	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "IP options beside a custom Key would be ignored silently")
+		IPv6Prefix:     48,
+	})})(&okHandler{})
+	do(t, h, "10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 203.0.113.9")
+	do(t, h, "192.0.2.1:1", "X-Forwarded-For", "203.0.113.9")
+	do(t, h, "[2001:db8:1:2::1]:1")
+	assert.Equal(t, []string{"ip:203.0.113.9", "ip:192.0.2.1", "ip:2001:db8:1::/48"}, keys(fs.Calls()))
 }
 
 func keys(calls []call) []string {
@@ -537,9 +523,8 @@ func keys(calls []call) []string {
 // deadline with 503 rather than hanging.
 func TestMiddlewareDoesNotOutwaitTheRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lim := &blockingLimiter{}
 		next := &okHandler{}
-		h := httplimit.Middleware(lim, nil)(next)
+		h := newMW(t, mustLimiter(blockingStore{}, hundredPerMinute), nil)(next)
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		req := httptest.NewRequest(http.MethodGet, "/", nil).WithContext(ctx)
@@ -553,33 +538,15 @@ func TestMiddlewareDoesNotOutwaitTheRequest(t *testing.T) {
 	})
 }
 
-type blockingLimiter struct{ fakeLimiter }
-
-func (b *blockingLimiter) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	<-ctx.Done()
-	return floodgate.Decision{}, fmt.Errorf("%w: %w", floodgate.ErrUnavailable, ctx.Err())
-}
-
 // TestMiddlewareShapingRefundsWhenCancelled: a shaped request whose client
 // goes away during its delay gives its units back, so the next request
 // waits as if it had never come.
-// A limiter the user wrapped (here to count decisions) keeps the refund:
-// the middleware needs nothing a Limiter does not have.
+// A store the user wrapped (here to count steps) keeps the refund: the
+// middleware needs nothing from a store beyond its Bound.
 func TestMiddlewareShapingRefundsWhenCancelled(t *testing.T) {
 	for _, wrapped := range []bool{false, true} {
 		t.Run(fmt.Sprintf("wrapped=%v", wrapped), func(t *testing.T) { testShapingRefund(t, wrapped) })
 	}
-}
-
-// counting is a user's wrapper around a Limiter.
-type counting struct {
-	floodgate.Limiter
-	applies atomic.Int64
-}
-
-func (c *counting) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	c.applies.Add(1)
-	return c.Limiter.Apply(ctx, key, req)
 }
 
 func testShapingRefund(t *testing.T, wrapped bool) {
@@ -587,14 +554,16 @@ func testShapingRefund(t *testing.T, wrapped bool) {
 		// One unit per second, a burst of one: each request is served a
 		// second after the one before. (A leaky bucket would keep the slot:
 		// its departures are promised.)
-		lim, err := floodgate.New(newStore(t), floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
-		require.NoError(t, err)
+		var store floodgate.Store = newStore(t)
+		counter := &countingStore{Store: store}
 		if wrapped {
-			lim = &counting{Limiter: lim}
+			store = counter
 		}
+		lim, err := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil)
+		require.NoError(t, err)
 		var served []time.Duration
 		start := time.Now()
-		h := httplimit.Middleware(lim, &httplimit.Options{
+		h := newMW(t, lim, &httplimit.Options{
 			MaxDelay:     10 * time.Second,
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(499) },
 		})(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { served = append(served, time.Since(start)) }))
@@ -619,8 +588,8 @@ func testShapingRefund(t *testing.T, wrapped bool) {
 		rec = do(t, h, "192.0.2.1:1")
 		require.Equal(t, http.StatusOK, rec.Code)
 		assert.Equal(t, []time.Duration{0, time.Second}, served, "the cancelled request's slot was not given back")
-		if c, ok := lim.(*counting); ok {
-			assert.EqualValues(t, 4, c.applies.Load(), "three takes and one refund through the wrapper")
+		if wrapped {
+			assert.EqualValues(t, 4, counter.applies.Load(), "three takes and one refund through the wrapper")
 		}
 	})
 }

@@ -31,25 +31,30 @@ func (e *unknownPlanError) Is(target error) bool { return target == ErrUnknownPl
 // names its limits have in the RateLimit fields. The limiters of every
 // plan are built once, at start-up; a request only picks one.
 //
+// Whether a key that changes plans keeps what it has spent depends on the
+// names of the plans' limiters (floodgate.Options.Name): see NewPlans.
+//
 // A Plan is a plain value; NewPlans copies it.
 type Plan struct {
 	// Name identifies the plan: NewPlans' plan function returns it. It
-	// must not be empty, and the plans' names must differ.
+	// must not be empty, and the plans' names must differ. It is not the
+	// limiter's name, which identifies the limiter's state in its store.
 	Name string
 
 	// Limiter decides the plan's requests, usually a limiter of a
-	// floodgate.Limits ("5 per second and 20 per minute"). Plans may
-	// share a store, and should (see NewPlans on plan changes).
-	Limiter floodgate.Limiter
+	// floodgate.Limits ("5 per second and 20 per minute"). The plans'
+	// limiters share one store and, to keep a key's counts across a
+	// plan change, one floodgate.Options.Name (see NewPlans).
+	Limiter *floodgate.Limiter
 
-	// PolicyNames names the plan's policies in the RateLimit fields, one
-	// per limit of its floodgate.Limits in the same order (for a single
-	// algorithm, one). The default, nil, names a Limits' limits after
-	// their quota and window ("5-per-1s", "20-per-1m"; see
-	// Options.PolicyNames) and a single algorithm Options.PolicyName
-	// ("default"). The names must be distinct and printable ASCII. Names
-	// that differ between plans ("free-burst", "pro-burst") tell a client
-	// which plan it is on.
+	// PolicyNames names the plan's policies in the RateLimit fields, as
+	// Options.PolicyNames does for New: one name for a single algorithm,
+	// one per limit of a floodgate.Limits in the same order. The default,
+	// nil, names a Limits' limits after their quota and window
+	// ("5-per-1s", "20-per-1m") and a single algorithm DefaultPolicyName.
+	// The names must be distinct and printable ASCII. Names that differ
+	// between plans ("free-burst", "pro-burst") tell a client which plan
+	// it is on.
 	PolicyNames []string
 }
 
@@ -69,6 +74,9 @@ type Plan struct {
 // such requests under a default plan, have choose return that plan's
 // name.
 //
+//	opts := &floodgate.Options{Name: "api"} // one state across plan changes
+//	free, _ := floodgate.New(store, freeLimits, opts)
+//	pro, _ := floodgate.New(store, proLimits, opts)
 //	mw, err := httplimit.NewPlans([]httplimit.Plan{
 //		{Name: "free", Limiter: free},
 //		{Name: "pro", Limiter: pro},
@@ -81,24 +89,34 @@ type Plan struct {
 //
 // # Plan changes
 //
-// Keys are not prefixed per plan: a key keeps one state identity whatever
-// its plan, so a client that changes plans (an upgrade, a downgrade, or a
-// plan function that reads something the client controls) cannot reset
-// its quota by changing plans, and a store holds each key's state once.
-// What a key has spent carries over where the plans' limits share state:
-// on one store, the i-th limit of a kind (token bucket, leaky bucket,
-// fixed window, sliding window, sliding log) of one plan's Limits shares
-// the state of the i-th limit of that kind of every other Limits on the
-// same key (see floodgate.Limits), read under the new plan's
-// configuration. A key that moves from "a token bucket of 5 per second
-// and a sliding log of 20 per minute" to "a token bucket of 50 per second
-// and a sliding window of 1,000 per minute" keeps its bucket's state (a
-// bucket emptied on the first plan is refilling on the second, at the
-// second's rate), while its sliding window starts from a new key's state,
-// and the sliding log it no longer uses expires. To give each plan
-// separate state instead, give each plan's limiter a store of its own (a
-// memstore.Store each, or redisstore.Options.Prefix per plan on one
-// Redis).
+// The key of a request is the same whatever its plan; what a key that
+// changes plans (an upgrade, a downgrade, or a plan function that reads
+// something the client controls) keeps is decided by its state identity
+// in the store: (limiter name, key, kind), and for the limits of a
+// Limits, also the limit's ordinal among the limits of its kind (see
+// floodgate.Store).
+//
+//   - Plans whose limiters share one floodgate.Options.Name on one store
+//     share state: a key keeps what it spent in the limits of a kind both
+//     plans have, the i-th limit of a kind (token bucket, leaky bucket,
+//     fixed window, sliding window, sliding log) of one plan's Limits
+//     continuing the i-th of that kind of the other's, read under the new
+//     plan's configuration; a limit of a kind the new plan lacks starts
+//     from a new key's state, and one the new plan no longer uses
+//     expires. A key that moves from "a token bucket of 5 per second and
+//     a sliding log of 20 per minute" to "a token bucket of 50 per second
+//     and a sliding window of 1,000 per minute" keeps its bucket (a bucket
+//     emptied on the first plan is refilling on the second, at the
+//     second's rate), while its sliding window starts afresh. (A single
+//     algorithm's state is apart from a Limits' under the same name: only
+//     plans that are both Limits, or both one algorithm, share state.)
+//     Name the limiters alike whenever the plan function reads something
+//     the client sends: otherwise a client resets its quota by changing
+//     plans.
+//   - Plans whose limiters have different names, the names derived from
+//     different configurations among them, share nothing: a key that
+//     changes plans starts the new plan with a whole quota, and finds its
+//     old plan's state where it left it when it comes back.
 func NewPlans(plans []Plan, choose func(r *http.Request) string, opts *Options) (func(http.Handler) http.Handler, error) {
 	m, err := newMiddleware(opts)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/httplimit"
-	"github.com/floodgate-go/floodgate/memstore"
 )
 
 // proLimits is "50 per second and 1,000 per minute": a token bucket and a
@@ -26,19 +25,15 @@ var proLimits = floodgate.Limits{
 // byPlanHeader chooses the plan named by the request's X-Plan field.
 func byPlanHeader(r *http.Request) string { return r.Header.Get("X-Plan") }
 
-// plansHandler serves the free and pro plans on store (a new one when nil),
-// keyed by X-API-Key, the plan from X-Plan.
-func plansHandler(t *testing.T, store, proStore *memstore.Store, opts *httplimit.Options) (http.Handler, *okHandler) {
+// plansHandler serves the free and pro plans on one new store, keyed by
+// X-API-Key, the plan from X-Plan. name is the floodgate.Options.Name of
+// both plans' limiters; "" leaves them their derived names.
+func plansHandler(t *testing.T, name string, opts *httplimit.Options) (http.Handler, *okHandler) {
 	t.Helper()
-	if store == nil {
-		store = newStore(t)
-	}
-	if proStore == nil {
-		proStore = store
-	}
-	free, err := floodgate.New(store, freeLimits)
+	store := newStore(t)
+	free, err := floodgate.New(store, freeLimits, &floodgate.Options{Name: name})
 	require.NoError(t, err)
-	pro, err := floodgate.New(proStore, proLimits)
+	pro, err := floodgate.New(store, proLimits, &floodgate.Options{Name: name})
 	require.NoError(t, err)
 	if opts == nil {
 		opts = &httplimit.Options{}
@@ -55,7 +50,7 @@ func plansHandler(t *testing.T, store, proStore *memstore.Store, opts *httplimit
 
 func TestNewPlansChoosesPerRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h, next := plansHandler(t, nil, nil, nil)
+		h, next := plansHandler(t, "", nil)
 		for i := range 5 {
 			rec := do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", "free")
 			require.Equal(t, http.StatusOK, rec.Code, "free request %d", i)
@@ -77,24 +72,24 @@ func TestNewPlansChoosesPerRequest(t *testing.T) {
 // TestNewPlansPolicyNames: each plan's names appear in its fields.
 func TestNewPlansPolicyNames(t *testing.T) {
 	store := newStore(t)
-	free, err := floodgate.New(store, freeLimits)
+	free, err := floodgate.New(store, freeLimits, nil)
 	require.NoError(t, err)
-	pro, err := floodgate.New(store, proLimits)
+	pro, err := floodgate.New(store, proLimits, nil)
 	require.NoError(t, err)
-	basic, err := floodgate.New(store, floodgate.FixedWindow{Limit: 100, Window: time.Hour})
+	basic, err := floodgate.New(store, floodgate.FixedWindow{Limit: 100, Window: time.Hour}, nil)
 	require.NoError(t, err)
 	mw, err := httplimit.NewPlans([]httplimit.Plan{
 		{Name: "free", Limiter: free, PolicyNames: []string{"free-burst", "free-minute"}},
 		{Name: "pro", Limiter: pro},
 		{Name: "basic", Limiter: basic},
 		{Name: "team", Limiter: basic, PolicyNames: []string{"team-hour"}},
-	}, byPlanHeader, &httplimit.Options{PolicyName: "hourly"})
+	}, byPlanHeader, nil)
 	require.NoError(t, err)
 	h := mw(&okHandler{})
 	for plan, want := range map[string]string{
 		"free":  `"free-burst";q=5;w=1, "free-minute";q=20;w=60`,
 		"pro":   `"50-per-1s";q=50;w=1, "1000-per-1m";q=1000;w=60`,
-		"basic": `"hourly";q=100;w=3600`,
+		"basic": `"default";q=100;w=3600`,
 		"team":  `"team-hour";q=100;w=3600`,
 	} {
 		rec := do(t, h, "192.0.2.1:1", "X-Plan", plan)
@@ -111,8 +106,7 @@ func TestNewPlansUnknownPlan(t *testing.T) {
 		t.Run(fmt.Sprintf("shadow=%v", shadow), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var log errorLog
-				store := newStore(t)
-				h, next := plansHandler(t, store, nil, &httplimit.Options{Shadow: shadow, OnError: log.OnError})
+				h, next := plansHandler(t, "", &httplimit.Options{Shadow: shadow, OnError: log.OnError})
 				for _, plan := range []string{"gold", ""} {
 					rec := do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", plan)
 					noFields(t, rec)
@@ -144,64 +138,71 @@ func TestNewPlansUnknownPlan(t *testing.T) {
 	}
 }
 
-// TestNewPlansPlanChange: a key that changes plans keeps the state of the
-// limits its plans share by kind and order (the token buckets), and a limit
-// of a kind the new plan lacks starts fresh; with a store per plan, every
-// plan starts fresh.
+// TestNewPlansPlanChange: a key that changes plans whose limiters share one
+// name keeps the state of the limits its plans share by kind and ordinal
+// (the token buckets), and a limit of a kind the new plan lacks starts
+// fresh; under the names derived from the plans' configurations, the new
+// plan starts fresh and the old one keeps what the key left there.
 func TestNewPlansPlanChange(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		h, _ := plansHandler(t, nil, nil, nil)
-		get := func(plan string) *http.Response {
-			return do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", plan).Result()
-		}
-		for range 5 {
-			require.Equal(t, http.StatusOK, get("free").StatusCode)
-		}
-		require.Equal(t, http.StatusTooManyRequests, get("free").StatusCode)
+	t.Run("one name", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h, _ := plansHandler(t, "api", nil)
+			get := func(plan string) *http.Response {
+				return do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", plan).Result()
+			}
+			for range 5 {
+				require.Equal(t, http.StatusOK, get("free").StatusCode)
+			}
+			require.Equal(t, http.StatusTooManyRequests, get("free").StatusCode)
 
-		// Upgraded at once: the bucket the free plan emptied is the pro
-		// plan's, refilling at 50 per second, 20ms a token; the sliding
-		// window is new.
-		res := get("pro")
-		require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
-		assert.Equal(t, "1", res.Header.Get("Retry-After"))
-		assert.Equal(t, `"50-per-1s";r=0;t=1, "1000-per-1m";r=999;t=120`, res.Header.Get("RateLimit"))
-		time.Sleep(20 * time.Millisecond)
-		require.Equal(t, http.StatusOK, get("pro").StatusCode)
-		time.Sleep(time.Second)
-		for i := range 50 {
-			require.Equal(t, http.StatusOK, get("pro").StatusCode, "pro request %d", i)
-		}
+			// Upgraded at once: the bucket the free plan emptied is the
+			// pro plan's, refilling at 50 per second, 20ms a token; the
+			// sliding window is new.
+			res := get("pro")
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+			assert.Equal(t, "1", res.Header.Get("Retry-After"))
+			assert.Equal(t, `"50-per-1s";r=0;t=1, "1000-per-1m";r=999;t=120`, res.Header.Get("RateLimit"))
+			time.Sleep(20 * time.Millisecond)
+			require.Equal(t, http.StatusOK, get("pro").StatusCode)
+			time.Sleep(time.Second)
+			for i := range 50 {
+				require.Equal(t, http.StatusOK, get("pro").StatusCode, "pro request %d", i)
+			}
 
-		// Downgraded again: the bucket is empty, and the sliding log kept
-		// the free plan's 5 units of the minute.
-		res = get("free")
-		require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
-		assert.Equal(t, `"5-per-1s";r=0;t=1, "20-per-1m";r=14;t=60`, res.Header.Get("RateLimit"))
+			// Downgraded again: the bucket is empty, and the sliding log
+			// kept the free plan's 5 units of the minute.
+			res = get("free")
+			require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+			assert.Equal(t, `"5-per-1s";r=0;t=1, "20-per-1m";r=14;t=60`, res.Header.Get("RateLimit"))
+		})
 	})
 
-	synctest.Test(t, func(t *testing.T) {
-		h, _ := plansHandler(t, newStore(t), newStore(t), nil)
-		for range 5 {
-			require.Equal(t, http.StatusOK, do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", "free").Code)
-		}
-		rec := do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", "pro")
-		require.Equal(t, http.StatusOK, rec.Code, "a store of its own: the pro plan starts fresh")
-		assert.Equal(t, `"50-per-1s";r=49;t=1, "1000-per-1m";r=999;t=120`, rec.Header().Get("RateLimit"))
+	t.Run("derived names", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h, _ := plansHandler(t, "", nil)
+			for range 5 {
+				require.Equal(t, http.StatusOK, do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", "free").Code)
+			}
+			require.Equal(t, http.StatusTooManyRequests, do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", "free").Code)
+			rec := do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", "pro")
+			require.Equal(t, http.StatusOK, rec.Code, "the pro plan starts fresh")
+			assert.Equal(t, `"50-per-1s";r=49;t=1, "1000-per-1m";r=999;t=120`, rec.Header().Get("RateLimit"))
+
+			// Back on the free plan, the key finds what it left there.
+			rec = do(t, h, "192.0.2.1:1", "X-API-Key", "a", "X-Plan", "free")
+			require.Equal(t, http.StatusTooManyRequests, rec.Code)
+			assert.Equal(t, `"5-per-1s";r=0;t=1, "20-per-1m";r=14;t=60`, rec.Header().Get("RateLimit"))
+		})
 	})
 }
 
 // TestNewPlansStoreFailure: the 503 of a failed store lists the policies of
 // the request's plan.
 func TestNewPlansStoreFailure(t *testing.T) {
-	store := newStore(t)
-	free, err := floodgate.New(store, freeLimits)
-	require.NoError(t, err)
-	pro, err := floodgate.New(store, proLimits)
-	require.NoError(t, err)
+	storeDown := failingStore{floodgate.ErrUnavailable}
 	mw, err := httplimit.NewPlans([]httplimit.Plan{
-		{Name: "free", Limiter: failingLimits{free, floodgate.ErrUnavailable}},
-		{Name: "pro", Limiter: failingLimits{pro, floodgate.ErrUnavailable}, PolicyNames: []string{"pro-burst", "pro-minute"}},
+		{Name: "free", Limiter: mustLimiter(storeDown, freeLimits)},
+		{Name: "pro", Limiter: mustLimiter(storeDown, proLimits), PolicyNames: []string{"pro-burst", "pro-minute"}},
 	}, byPlanHeader, nil)
 	require.NoError(t, err)
 	rec := do(t, mw(&okHandler{}), "192.0.2.1:1", "X-Plan", "pro")
@@ -228,6 +229,7 @@ func TestNewPlansInvalid(t *testing.T) {
 		{"policy names that do not fit", []httplimit.Plan{{Name: "free", Limiter: lim, PolicyNames: []string{"one"}}}, byPlanHeader, nil},
 		{"policy names alike", []httplimit.Plan{{Name: "free", Limiter: lim, PolicyNames: []string{"a", "a"}}}, byPlanHeader, nil},
 		{"Options.PolicyNames", ok, byPlanHeader, &httplimit.Options{PolicyNames: []string{"a", "b"}}},
+		{"zero limiter", []httplimit.Plan{{Name: "free", Limiter: &floodgate.Limiter{}}}, byPlanHeader, nil},
 		{"invalid options", ok, byPlanHeader, &httplimit.Options{MaxDelay: -1}},
 	}
 	for _, tt := range tests {

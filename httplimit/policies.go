@@ -19,18 +19,18 @@ const maxLimits = 8
 // them.
 type plan struct {
 	name string
-	lim  floodgate.Limiter
+	lim  *floodgate.Limiter
 	// policies holds one policy per limit, in the order of the Limits;
 	// one for a single algorithm.
 	policies []headers.Policy
 	// composite reports that lim runs a floodgate.Limits: it is decided
-	// with Apply and Request.Each.
+	// with Apply, which fills the Decision of each limit.
 	composite bool
 }
 
 // newPlan validates lim and the names of its policies (nil: the
 // defaults) and returns them as a plan.
-func (m *middleware) newPlan(name string, lim floodgate.Limiter, names []string) (*plan, error) {
+func (m *middleware) newPlan(name string, lim *floodgate.Limiter, names []string) (*plan, error) {
 	where := ""
 	if name != "" {
 		where = " (plan " + strconv.Quote(name) + ")"
@@ -38,19 +38,17 @@ func (m *middleware) newPlan(name string, lim floodgate.Limiter, names []string)
 	if lim == nil {
 		return nil, fmt.Errorf("%w: nil limiter%s", floodgate.ErrInvalidConfig, where)
 	}
+	alg := lim.Algorithm()
+	if alg == nil {
+		return nil, fmt.Errorf("%w: a Limiter not made by floodgate.New%s", floodgate.ErrInvalidConfig, where)
+	}
 	p := &plan{name: name, lim: lim}
 	var pols []floodgate.Policy
-	ls, composite := lim.Algorithm().(floodgate.Limits)
-	if lp, ok := lim.Algorithm().(*floodgate.Limits); ok && lp != nil {
-		ls, composite = *lp, true
-	}
+	// floodgate.New holds a valid Limits as a value.
+	ls, composite := alg.(floodgate.Limits)
 	if composite {
-		// A Limiter made by floodgate.New holds a valid Limits; a
-		// wrapper's might not be, and a nil limit would panic below.
-		if err := ls.Validate(); err != nil {
-			return nil, fmt.Errorf("%w%s: %w", floodgate.ErrInvalidConfig, where, err)
-		}
 		if len(ls) > maxLimits {
+			// Unreachable while floodgate's bound is this package's.
 			return nil, fmt.Errorf("%w%s: %d limits, at most %d", floodgate.ErrInvalidConfig, where, len(ls), maxLimits)
 		}
 		for _, a := range ls {
@@ -68,17 +66,10 @@ func (m *middleware) newPlan(name string, lim floodgate.Limiter, names []string)
 		names = slices.Clone(names)
 	case composite:
 		names = defaultPolicyNames(pols)
-	case m.o.PolicyName != "":
-		names = []string{m.o.PolicyName}
 	default:
 		names = []string{DefaultPolicyName}
 	}
 	for i, pol := range pols {
-		if pol.Quota < 0 || pol.Window < 0 {
-			// No Limiter of this module reports one; a wrapper that does is
-			// broken.
-			return nil, fmt.Errorf("%w%s: negative policy %+v", floodgate.ErrInvalidConfig, where, pol)
-		}
 		if names[i] == "" {
 			return nil, fmt.Errorf("%w%s: empty policy name", floodgate.ErrInvalidConfig, where)
 		}

@@ -42,23 +42,22 @@ func (l *errorLog) calls() []seenError {
 // TestMiddlewareShadowNeverBlocks: a dry run serves every request it cannot
 // decide, reports why to OnError, and sends no rate-limit field for it. On
 // the old code it answered as enforcing did: 401, 503 and 500 (the rows
-// without OnError fail there on the status).
+// without OnError fail there on the status). Invalid options are New's
+// error in a dry run too (TestNewRefusesConfigurationErrors).
 func TestMiddlewareShadowNeverBlocks(t *testing.T) {
 	storeDown := fmt.Errorf("%w: dial tcp 10.0.0.1:6379: connect: connection refused", floodgate.ErrUnavailable)
 	tests := []struct {
 		name string
-		lim  floodgate.Limiter
+		lim  *floodgate.Limiter
 		opts httplimit.Options
 		key  string // the key OnError sees
 		want error
 	}{
 		{"no key", always(allowed42, nil), httplimit.Options{Key: httplimit.KeyByAPIKey("X-API-Key")}, "", httplimit.ErrNoKey},
 		{"store down", always(floodgate.Decision{}, storeDown), httplimit.Options{}, "ip:192.0.2.1", floodgate.ErrUnavailable},
-		{"store down, composite", failingLimits{newLimiter(t, freeLimits), storeDown}, httplimit.Options{}, "ip:192.0.2.1", floodgate.ErrUnavailable},
+		{"store down, composite", failing(freeLimits, storeDown), httplimit.Options{}, "ip:192.0.2.1", floodgate.ErrUnavailable},
 		{"context ended", always(floodgate.Decision{}, context.Canceled), httplimit.Options{}, "ip:192.0.2.1", context.Canceled},
 		{"invalid cost", newLimiter(t, freeLimits), httplimit.Options{Cost: func(*http.Request) int64 { return 6 }}, "ip:192.0.2.1", floodgate.ErrExceedsLimit},
-		{"invalid options", always(allowed42, nil), httplimit.Options{MaxDelay: -1}, "", floodgate.ErrInvalidConfig},
-		{"nil limiter", nil, httplimit.Options{}, "", floodgate.ErrInvalidConfig},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,7 +69,7 @@ func TestMiddlewareShadowNeverBlocks(t *testing.T) {
 				t.Errorf("ErrorHandler called in shadow mode with %v", err)
 			}
 			next := &okHandler{}
-			rec := do(t, httplimit.Middleware(tt.lim, &opts)(next), "192.0.2.1:1234")
+			rec := do(t, newMW(t, tt.lim, &opts)(next), "192.0.2.1:1234")
 			assert.Equal(t, http.StatusOK, rec.Code, "a dry run blocked the request")
 			assert.Equal(t, 1, next.served())
 			noFields(t, rec)
@@ -88,7 +87,7 @@ func TestMiddlewareOnError(t *testing.T) {
 	var log errorLog
 	var order []string
 	storeDown := fmt.Errorf("%w: i/o timeout", floodgate.ErrUnavailable)
-	h := httplimit.Middleware(always(floodgate.Decision{}, storeDown), &httplimit.Options{
+	h := newMW(t, always(floodgate.Decision{}, storeDown), &httplimit.Options{
 		OnError: func(r *http.Request, key string, err error) {
 			order = append(order, "OnError")
 			log.OnError(r, key, err)
@@ -105,7 +104,7 @@ func TestMiddlewareOnError(t *testing.T) {
 	assert.True(t, errors.Is(log.calls()[0].err, floodgate.ErrUnavailable))
 
 	// The default answers are unchanged by it.
-	h = httplimit.Middleware(always(allowed42, nil), &httplimit.Options{
+	h = newMW(t, always(allowed42, nil), &httplimit.Options{
 		Key:     httplimit.KeyByAPIKey("X-API-Key"),
 		OnError: log.OnError,
 	})(&okHandler{})

@@ -7,12 +7,11 @@ import (
 	"testing"
 
 	"github.com/floodgate-go/floodgate/inflight"
-	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/observe"
 )
 
-// BenchmarkLimiterAcquire measures an Acquire and its Release on
-// memstore: serially on one key, and in parallel on one key and on 1024;
+// BenchmarkLimiterAcquire measures an Acquire and its Release on a
+// LocalStore: serially on one key, and in parallel on one key and on 1024;
 // and observed, with OnAcquire and OnRelease counting as a metrics adapter
 // would. Issue 15's bar: at most 100ns and 0 allocs per op serially;
 // issue 16's: 0 allocs observed.
@@ -25,11 +24,7 @@ func BenchmarkLimiterAcquire(b *testing.B) {
 		OnRelease: func(_ context.Context, e observe.Release) { released.Add(int64(e.Held)) },
 	}
 	newLim := func(b *testing.B, o *observe.Observer) *inflight.Limiter {
-		s, err := memstore.New(nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		l, err := inflight.New(s, 1<<30, &inflight.Options{Observer: o})
+		l, err := inflight.New(inflight.NewLocalStore(), 1<<30, &inflight.Options{Observer: o})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -44,20 +39,20 @@ func BenchmarkLimiterAcquire(b *testing.B) {
 		name string
 		o    *observe.Observer
 	}{{"", nil}, {"/observed", observer}} {
-		b.Run("memstore/serial"+o.name, func(b *testing.B) {
+		b.Run("local/serial"+o.name, func(b *testing.B) {
 			l := newLim(b, o.o)
 			b.ReportAllocs()
 			for b.Loop() {
 				s, err := l.Acquire(ctx, keys[0])
 				if err != nil || !s.Allowed {
-					b.Fatal(s.Decision, err)
+					b.Fatal(s.Status, err)
 				}
 				_ = s.Release(ctx)
 			}
 		})
 	}
 	for _, n := range []int{1, len(keys)} {
-		b.Run("memstore/parallel/keys="+strconv.Itoa(n), func(b *testing.B) {
+		b.Run("local/parallel/keys="+strconv.Itoa(n), func(b *testing.B) {
 			l := newLim(b, nil)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
@@ -65,7 +60,7 @@ func BenchmarkLimiterAcquire(b *testing.B) {
 				for pb.Next() {
 					s, err := l.Acquire(ctx, keys[i%n])
 					if err != nil || !s.Allowed {
-						b.Error(s.Decision, err)
+						b.Error(s.Status, err)
 						return
 					}
 					_ = s.Release(ctx)

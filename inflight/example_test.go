@@ -5,11 +5,10 @@ import (
 	"fmt"
 
 	"github.com/floodgate-go/floodgate/inflight"
-	"github.com/floodgate-go/floodgate/memstore"
 )
 
 func Example() {
-	store, _ := memstore.New(nil)
+	store := inflight.NewLocalStore()
 	lim, err := inflight.New(store, 2, nil) // 2 requests in flight per key
 	if err != nil {
 		panic(err)
@@ -31,4 +30,29 @@ func Example() {
 	// Output:
 	// true true false 2 1s
 	// true 2
+}
+
+// Two limiters on one store, keyed by the same user, count apart: a key's
+// holds belong to it under the limiter's name. Without Options.Name the
+// name is derived from the limit.
+func ExampleOptions_name() {
+	store := inflight.NewLocalStore()
+	exports, _ := inflight.New(store, 1, &inflight.Options{Name: "exports"})
+	defer exports.Close()
+	imports, _ := inflight.New(store, 1, &inflight.Options{Name: "imports"})
+	defer imports.Close()
+	search, _ := inflight.New(store, 20, nil)
+	defer search.Close()
+	ctx := context.Background()
+
+	e, _ := exports.Acquire(ctx, "user:42")
+	i, _ := imports.Acquire(ctx, "user:42")
+	again, _ := exports.Acquire(ctx, "user:42")
+	fmt.Println(e.Allowed, i.Allowed, again.Allowed)
+	fmt.Println(search.Name())
+	_ = e.Release(ctx)
+	_ = i.Release(ctx)
+	// Output:
+	// true true false
+	// inflight:20
 }

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/observe"
-	"github.com/floodgate-go/floodgate/step"
 )
 
 // Defaults of Options.
@@ -19,8 +19,6 @@ const (
 	DefaultTTL = 10 * time.Second
 	// DefaultRetryAfter is the default of Options.RetryAfter.
 	DefaultRetryAfter = time.Second
-	// DefaultName is the default of Options.Name.
-	DefaultName = "inflight"
 )
 
 // MinTTL is the shortest Options.TTL: Redis expires keys in whole
@@ -29,14 +27,16 @@ const MinTTL = time.Millisecond
 
 // Errors. They are matched with errors.Is. Bad keys are floodgate's
 // ErrEmptyKey and ErrKeyTooLong, unusable options and limits
-// floodgate.ErrInvalidConfig, and failing stores floodgate.ErrUnavailable.
+// floodgate.ErrInvalidConfig, failing stores floodgate.ErrUnavailable, and
+// an Acquire on a closed Limiter floodgate.ErrClosed.
 var (
-	// ErrClosed reports an Acquire on a closed Limiter.
-	ErrClosed = errors.New("inflight: limiter closed")
 	// ErrInvalidHold reports a Hold given to a store that did not grant
 	// it.
 	ErrInvalidHold = errors.New("inflight: hold not granted by this store")
 )
+
+// errClosed is the error of an Acquire on a closed Limiter.
+var errClosed = fmt.Errorf("inflight: limiter closed: %w", floodgate.ErrClosed)
 
 // Options configures a Limiter. A nil *Options means the defaults; so does
 // the zero value of each field.
@@ -46,7 +46,7 @@ type Options struct {
 	// holding slots (killed, or cut off from Redis) frees them within TTL.
 	// The Limiter renews the slots of longer requests for them (see
 	// RenewEvery). The default is 10s; the least is MinTTL. Holds of an
-	// in-process store (memstore) do not expire, and ignore it.
+	// in-process store (LocalStore) do not expire, and ignore it.
 	TTL time.Duration
 
 	// RenewEvery is how often the Limiter renews each slot still held, on
@@ -59,14 +59,30 @@ type Options struct {
 	// a third of the TTL before the hold expires.
 	RenewEvery time.Duration
 
-	// RetryAfter is the Decision.RetryAfter of a denial: the hint a client
+	// RetryAfter is the Status.RetryAfter of a denial: the hint a client
 	// is given. A slot frees as soon as any request of the key ends, so no
 	// exact time exists; the default is 1s.
 	RetryAfter time.Duration
 
-	// Name names the Limiter in the events it reports
-	// (observe.Acquire.Name, observe.Release.Name). The default is
-	// "inflight".
+	// Name names the Limiter: a key's holds in the Store are those of the
+	// key under this name, and the events the Limiter reports carry it
+	// (observe.Acquire.Name, observe.Release.Name). Limiters of one name
+	// on one store share each key's holds, whatever their limits (the
+	// processes of a fleet, or a limit changed during a rolling deploy);
+	// limiters of different names never do. It must pass
+	// floodgate.CheckName.
+	//
+	// The default is derived from the limit: "inflight:" and the limit in
+	// decimal, such as "inflight:20" (Limiter.Name returns it). So two
+	// limiters built for different purposes with different limits keep
+	// apart, and the processes of a fleet, built alike, share. Name a
+	// limiter to keep apart limiters of equal limits (two endpoints, each
+	// with its own 20 in flight per client), and to keep a key's holds
+	// across a change of its limit: under the default name, processes
+	// deployed with a new limit start with no holds under the new name,
+	// so while a rolling deploy runs the old processes and the new admit
+	// up to the old limit and the new one each, until the requests
+	// admitted under the old name end.
 	Name string
 
 	// Observer receives every Acquire (OnAcquire: allowed, denied or
@@ -81,13 +97,13 @@ type Options struct {
 	//
 	// Observing allocates nothing. With OnRelease set, an Acquire reads
 	// the monotonic clock, and on a store whose holds do not expire
-	// (memstore) takes a pooled record that tells a slot's first Release
+	// (LocalStore) takes a pooled record that tells a slot's first Release
 	// from later ones, which Store.Release does not say.
 	Observer *observe.Observer
 }
 
-// Decision is the outcome of an Acquire.
-type Decision struct {
+// Status is the outcome of an Acquire.
+type Status struct {
 	// Allowed reports whether a slot was taken: the request may proceed,
 	// and must release the slot when it ends.
 	Allowed bool
@@ -95,7 +111,8 @@ type Decision struct {
 	Limit int64
 	// InFlight is the number of requests of the key holding a slot right
 	// after the decision, this one included when Allowed. It may exceed
-	// Limit after a limiter with a higher limit shared the key.
+	// Limit when a limiter of the same name with a higher limit holds
+	// slots of the key (a limit lowered during a rolling deploy).
 	InFlight int64
 	// RetryAfter is, for a denial, the hint of Options.RetryAfter; it is
 	// never 0 on a denial, and 0 when Allowed.
@@ -157,22 +174,31 @@ func New(store Store, limit int64, opts *Options) (*Limiter, error) {
 	if err := o.Observer.Validate(); err != nil {
 		return nil, fmt.Errorf("inflight: Observer: %w", err)
 	}
-	if err := observe.CheckName(o.Name); err != nil {
-		return nil, fmt.Errorf("inflight: Name: %w", err)
-	}
 	if o.Name == "" {
-		o.Name = DefaultName
+		o.Name = defaultName(limit)
+	}
+	if err := floodgate.CheckName(o.Name); err != nil {
+		return nil, fmt.Errorf("inflight: Name: %w", err)
 	}
 	l := &Limiter{store: store, limit: limit, ttl: o.TTL, retryAfter: o.RetryAfter, name: o.Name, base: time.Now()}
 	if o.Observer != nil {
 		l.onAcquire, l.onRelease = o.Observer.OnAcquire, o.Observer.OnRelease
 	}
-	l.renew.init(store, o.TTL, o.RenewEvery)
+	l.renew.init(store, o.Name, o.TTL, o.RenewEvery)
 	return l, nil
+}
+
+// defaultName is the name of a Limiter of limit without Options.Name.
+func defaultName(limit int64) string {
+	return "inflight:" + strconv.FormatInt(limit, 10)
 }
 
 // Limit returns the most requests of a key in flight at once.
 func (l *Limiter) Limit() int64 { return l.limit }
+
+// Name returns the Limiter's name: Options.Name, or the name derived from
+// its limit (see Options.Name).
+func (l *Limiter) Name() string { return l.name }
 
 // Acquire takes a slot of key for a request, or denies it when Limit
 // requests of key hold one. It never waits. The request releases the slot
@@ -189,9 +215,9 @@ func (l *Limiter) Limit() int64 { return l.limit }
 //
 // A denial is a Slot with Allowed false (its Release does nothing), not an
 // error. Errors are those of Store.Acquire, ctx.Err() when ctx has ended,
-// and ErrClosed after Close.
+// and an error matching floodgate.ErrClosed after Close.
 //
-// On memstore, Acquire and Release allocate nothing for a key in use;
+// On a LocalStore, Acquire and Release allocate nothing for a key in use;
 // on a store whose holds expire, a slot held longer than
 // Options.RenewEvery is renewed by the Limiter until it is released.
 func (l *Limiter) Acquire(ctx context.Context, key string) (s Slot, err error) {
@@ -201,19 +227,19 @@ func (l *Limiter) Acquire(ctx context.Context, key string) (s Slot, err error) {
 		defer func() { l.reportAcquire(ctx, key, &s, err) }()
 	}
 	if key == "" || len(key) > floodgate.MaxKeyLen {
-		return Slot{}, step.CheckKey(key)
+		return Slot{}, floodgate.CheckKey(key)
 	}
 	if err := ctx.Err(); err != nil {
 		return Slot{}, err
 	}
 	if l.closed.Load() {
-		return Slot{}, ErrClosed
+		return Slot{}, errClosed
 	}
-	res, err := l.store.Acquire(ctx, key, l.limit, l.ttl)
+	res, err := l.store.Acquire(ctx, l.name, key, l.limit, l.ttl)
 	if err != nil {
 		return Slot{}, err
 	}
-	s = Slot{Decision: Decision{Allowed: res.Allowed, Limit: l.limit, InFlight: res.InFlight}}
+	s = Slot{Status: Status{Allowed: res.Allowed, Limit: l.limit, InFlight: res.InFlight}}
 	if !res.Allowed {
 		s.RetryAfter = l.retryAfter
 		return s, nil
@@ -251,7 +277,7 @@ func (l *Limiter) reportAcquire(ctx context.Context, key string, s *Slot, err er
 
 // Close stops the renewals of the slots still held: they then expire
 // within Options.TTL, unless their requests release them first (Release
-// works after Close). Acquire fails with ErrClosed after Close. Close waits
+// works after Close). Acquire fails with an error matching floodgate.ErrClosed after Close. Close waits
 // for a renewal in progress, is safe to call more than once and always
 // returns nil.
 func (l *Limiter) Close() error {
@@ -260,7 +286,7 @@ func (l *Limiter) Close() error {
 	return nil
 }
 
-// Slot is the outcome of an Acquire: a Decision and, when Allowed, the
+// Slot is the outcome of an Acquire: a Status and, when Allowed, the
 // slot the request holds until Release.
 //
 // Slot is a value, not a pointer, so that Acquire does not allocate. Its
@@ -268,7 +294,7 @@ func (l *Limiter) Close() error {
 // first call of all releases the slot, and the others do nothing. The zero
 // Slot, like a denial, holds nothing.
 type Slot struct {
-	Decision
+	Status
 
 	l     *Limiter // nil unless Allowed
 	key   string
@@ -317,7 +343,7 @@ func (s Slot) Release(ctx context.Context) error {
 		}
 		s.l.onces.Put(s.once)
 	}
-	err := s.l.store.Release(ctx, s.key, s.hold)
+	err := s.l.store.Release(ctx, s.l.name, s.key, s.hold)
 	if s.l.onRelease != nil {
 		s.reportRelease(ctx, err)
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/inflight"
-	"github.com/floodgate-go/floodgate/memstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // (virtual inside a synctest bubble): Redis in miniature.
 type fake struct {
 	mu       sync.Mutex
-	holds    map[string]map[uint64]time.Time // key -> id -> expiry
+	holds    map[nameKey]map[uint64]time.Time // (name, key) -> id -> expiry
 	next     uint64
 	renewals atomic.Int64
 	releases atomic.Int64
@@ -33,18 +32,21 @@ type fake struct {
 	lose     atomic.Bool  // forget every hold at the next Renew
 }
 
-func newFake() *fake { return &fake{holds: map[string]map[uint64]time.Time{}} }
+// nameKey is a key under a limiter name.
+type nameKey struct{ name, key string }
+
+func newFake() *fake { return &fake{holds: map[nameKey]map[uint64]time.Time{}} }
 
 var errDown = errors.New("fake: down")
 
-func (f *fake) Acquire(_ context.Context, key string, limit int64, ttl time.Duration) (inflight.Result, error) {
+func (f *fake) Acquire(_ context.Context, name, key string, limit int64, ttl time.Duration) (inflight.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := time.Now()
-	hs := f.holds[key]
+	hs := f.holds[nameKey{name, key}]
 	if hs == nil {
 		hs = map[uint64]time.Time{}
-		f.holds[key] = hs
+		f.holds[nameKey{name, key}] = hs
 	}
 	for id, exp := range hs {
 		if !exp.After(now) {
@@ -59,7 +61,7 @@ func (f *fake) Acquire(_ context.Context, key string, limit int64, ttl time.Dura
 	return inflight.Result{Allowed: true, InFlight: int64(len(hs)), Hold: inflight.Hold{ID: f.next, Expires: true}}, nil
 }
 
-func (f *fake) Renew(_ context.Context, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
+func (f *fake) Renew(_ context.Context, name, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
 	f.renewals.Add(1)
 	if f.failNext.Load() > 0 {
 		f.failNext.Add(-1)
@@ -71,19 +73,20 @@ func (f *fake) Renew(_ context.Context, key string, h inflight.Hold, ttl time.Du
 		clear(f.holds)
 	}
 	now := time.Now()
-	exp, ok := f.holds[key][h.ID]
+	nk := nameKey{name, key}
+	exp, ok := f.holds[nk][h.ID]
 	if !ok || !exp.After(now) {
 		return false, nil
 	}
-	f.holds[key][h.ID] = now.Add(ttl)
+	f.holds[nk][h.ID] = now.Add(ttl)
 	return true, nil
 }
 
-func (f *fake) Release(_ context.Context, key string, h inflight.Hold) error {
+func (f *fake) Release(_ context.Context, name, key string, h inflight.Hold) error {
 	f.releases.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.holds[key], h.ID)
+	delete(f.holds[nameKey{name, key}], h.ID)
 	return nil
 }
 
@@ -125,11 +128,10 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestAcquireErrors(t *testing.T) {
-	s, err := memstore.New(nil)
-	require.NoError(t, err)
+	s := inflight.NewLocalStore()
 	l := newLimiter(t, s, 1, nil)
 	ctx := context.Background()
-	_, err = l.Acquire(ctx, "")
+	_, err := l.Acquire(ctx, "")
 	assert.ErrorIs(t, err, floodgate.ErrEmptyKey)
 	_, err = l.Acquire(ctx, strings.Repeat("k", floodgate.MaxKeyLen+1))
 	assert.ErrorIs(t, err, floodgate.ErrKeyTooLong)
@@ -143,10 +145,10 @@ func TestAcquireErrors(t *testing.T) {
 	require.NoError(t, l.Close())
 	require.NoError(t, l.Close())
 	_, err = l.Acquire(ctx, "k")
-	assert.ErrorIs(t, err, inflight.ErrClosed)
+	assert.ErrorIs(t, err, floodgate.ErrClosed)
 	// A slot held across Close is still released.
 	require.NoError(t, slot.Release(ctx))
-	res, err := s.Acquire(ctx, "k", 1, time.Second)
+	res, err := s.Acquire(ctx, l.Name(), "k", 1, time.Second)
 	require.NoError(t, err)
 	assert.True(t, res.Allowed)
 }
@@ -159,13 +161,15 @@ func TestStoreError(t *testing.T) {
 
 type failing struct{}
 
-func (failing) Acquire(context.Context, string, int64, time.Duration) (inflight.Result, error) {
+func (failing) Acquire(context.Context, string, string, int64, time.Duration) (inflight.Result, error) {
 	return inflight.Result{}, floodgate.ErrUnavailable
 }
-func (failing) Renew(context.Context, string, inflight.Hold, time.Duration) (bool, error) {
+func (failing) Renew(context.Context, string, string, inflight.Hold, time.Duration) (bool, error) {
 	return false, floodgate.ErrUnavailable
 }
-func (failing) Release(context.Context, string, inflight.Hold) error { return floodgate.ErrUnavailable }
+func (failing) Release(context.Context, string, string, inflight.Hold) error {
+	return floodgate.ErrUnavailable
+}
 
 // TestRenewal: a slot held for 10 TTLs is renewed about every RenewEvery
 // and never taken by another client; a request shorter than RenewEvery
@@ -276,7 +280,7 @@ func TestCloseStopsRenewals(t *testing.T) {
 		n := f.renewals.Load()
 		require.Equal(t, int64(1), n)
 		time.Sleep(ttl)
-		res, err := f.Acquire(ctx, "k", 1, ttl)
+		res, err := f.Acquire(ctx, l.Name(), "k", 1, ttl)
 		require.NoError(t, err)
 		require.True(t, res.Allowed, "a slot outlived its TTL after Close")
 		require.Equal(t, n, f.renewals.Load())
@@ -303,10 +307,10 @@ func TestManyDue(t *testing.T) {
 			require.True(t, slots[i].Allowed)
 		}
 		time.Sleep(5 * ttl)
-		res, err := f.Acquire(ctx, "k", 1000, ttl)
+		res, err := f.Acquire(ctx, l.Name(), "k", 1000, ttl)
 		require.NoError(t, err)
 		require.Equal(t, int64(501), res.InFlight, "holds alive after 5 TTLs")
-		require.NoError(t, f.Release(ctx, "k", res.Hold))
+		require.NoError(t, f.Release(ctx, l.Name(), "k", res.Hold))
 		for _, s := range slots {
 			require.NoError(t, s.Release(ctx))
 		}

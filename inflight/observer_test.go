@@ -14,7 +14,6 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/inflight"
-	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/observe"
 )
 
@@ -50,20 +49,13 @@ type ctxKey struct{}
 // failingRelease is a Store whose Releases fail.
 type failingRelease struct{ inflight.Store }
 
-func (failingRelease) Release(context.Context, string, inflight.Hold) error { return errDown }
-
-func newMemstore(t *testing.T) *memstore.Store {
-	t.Helper()
-	s, err := memstore.New(nil)
-	require.NoError(t, err)
-	return s
-}
+func (failingRelease) Release(context.Context, string, string, inflight.Hold) error { return errDown }
 
 // TestObserverAcquire: every Acquire is one OnAcquire with the Limiter's
 // name, the key, its outcome, the limit and the requests in flight, and
 // the Acquire's context: admissions, denials and each kind of failure.
 func TestObserverAcquire(t *testing.T) {
-	s := newMemstore(t)
+	s := inflight.NewLocalStore()
 	var rec events
 	l := newLimiter(t, s, 2, &inflight.Options{Name: "uploads", Observer: rec.observer()})
 	ctx := context.WithValue(context.Background(), ctxKey{}, "acquire")
@@ -86,11 +78,11 @@ func TestObserverAcquire(t *testing.T) {
 	require.NoError(t, b.Release(ctx))
 	require.NoError(t, l.Close())
 	_, err = l.Acquire(ctx, "k")
-	require.ErrorIs(t, err, inflight.ErrClosed)
+	require.ErrorIs(t, err, floodgate.ErrClosed)
 
 	outcomes := []observe.Outcome{observe.Allowed, observe.Allowed, observe.Denied, observe.Failed, observe.Failed, observe.Failed, observe.Failed}
 	inFlight := []int64{1, 2, 2, 0, 0, 0, 0}
-	errs := []error{nil, nil, nil, floodgate.ErrEmptyKey, floodgate.ErrKeyTooLong, context.Canceled, inflight.ErrClosed}
+	errs := []error{nil, nil, nil, floodgate.ErrEmptyKey, floodgate.ErrKeyTooLong, context.Canceled, floodgate.ErrClosed}
 	require.Len(t, rec.acquires, len(outcomes))
 	for i, e := range rec.acquires {
 		assert.Equal(t, "uploads", e.Name, "event %d", i)
@@ -120,7 +112,7 @@ func TestObserverStoreError(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, slot.Release(context.Background()), errDown)
 	require.Len(t, rec.releases, 1)
-	assert.Equal(t, "inflight", rec.releases[0].Name)
+	assert.Equal(t, "inflight:1", rec.releases[0].Name, "the default name")
 	assert.ErrorIs(t, rec.releases[0].Err, errDown)
 
 	l = newLimiter(t, failing{}, 1, &inflight.Options{Observer: rec.observer()})
@@ -133,14 +125,14 @@ func TestObserverStoreError(t *testing.T) {
 
 // TestObserverRelease: each admitted slot is released once, however many
 // of its copies are released, with how long it was held on the (virtual)
-// monotonic clock and the Release's context; on memstore, on a store whose
+// monotonic clock and the Release's context; on a LocalStore, on a store whose
 // holds expire (renewed meanwhile), and for a hold a renewal found lost.
 func TestObserverRelease(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		store func(t *testing.T) inflight.Store
 	}{
-		{"memstore", func(t *testing.T) inflight.Store { return newMemstore(t) }},
+		{"local", func(*testing.T) inflight.Store { return inflight.NewLocalStore() }},
 		{"expiring", func(*testing.T) inflight.Store { return newFake() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,7 +178,7 @@ func TestObserverRelease(t *testing.T) {
 			require.NoError(t, slot.Release(context.Background()))
 			require.Zero(t, f.releases.Load(), "nothing left to free")
 			require.Len(t, rec.releases, 1, "the request ended all the same")
-			assert.Equal(t, observe.Release{Name: "inflight", Key: "k", Held: 2 * time.Second}, rec.releases[0])
+			assert.Equal(t, observe.Release{Name: "inflight:2", Key: "k", Held: 2 * time.Second}, rec.releases[0])
 		})
 	})
 }
@@ -199,7 +191,7 @@ func TestObserverCounts(t *testing.T) {
 		name  string
 		store func(t *testing.T) inflight.Store
 	}{
-		{"memstore", func(t *testing.T) inflight.Store { return newMemstore(t) }},
+		{"local", func(*testing.T) inflight.Store { return inflight.NewLocalStore() }},
 		{"expiring", func(*testing.T) inflight.Store { return newFake() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -280,7 +272,7 @@ func TestObserverMayCallTheLimiter(t *testing.T) {
 func TestObserverNone(t *testing.T) {
 	var other atomic.Int64
 	for _, o := range []*observe.Observer{nil, {}, {OnShed: func(context.Context, observe.Shed) { other.Add(1) }}} {
-		l := newLimiter(t, newMemstore(t), 1, &inflight.Options{Observer: o})
+		l := newLimiter(t, inflight.NewLocalStore(), 1, &inflight.Options{Observer: o})
 		s, err := l.Acquire(context.Background(), "k")
 		require.NoError(t, err)
 		d, err := l.Acquire(context.Background(), "k")
@@ -304,7 +296,7 @@ func TestObserverInvalid(t *testing.T) {
 	}
 }
 
-// TestAllocations: on memstore, an Acquire and its Release allocate
+// TestAllocations: on a LocalStore, an Acquire and its Release allocate
 // nothing for a key in use, observed or not, a denial and a second
 // Release included.
 func TestAllocations(t *testing.T) {
@@ -313,7 +305,7 @@ func TestAllocations(t *testing.T) {
 		OnAcquire: func(context.Context, observe.Acquire) { n.Add(1) },
 		OnRelease: func(context.Context, observe.Release) { n.Add(1) },
 	}} {
-		l := newLimiter(t, newMemstore(t), 1, &inflight.Options{Observer: o})
+		l := newLimiter(t, inflight.NewLocalStore(), 1, &inflight.Options{Observer: o})
 		ctx := context.Background()
 		held, err := l.Acquire(ctx, "busy")
 		require.NoError(t, err)

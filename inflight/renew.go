@@ -18,6 +18,7 @@ import (
 // called without it.
 type renewer struct {
 	store Store
+	name  string // the Limiter's
 	ttl   time.Duration
 	every time.Duration
 
@@ -50,8 +51,8 @@ type renewal struct {
 // trip's time each rather than one after another.
 const maxRenewing = 16
 
-func (r *renewer) init(store Store, ttl, every time.Duration) {
-	r.store, r.ttl, r.every = store, ttl, every
+func (r *renewer) init(store Store, name string, ttl, every time.Duration) {
+	r.store, r.name, r.ttl, r.every = store, name, ttl, every
 	r.wake = make(chan struct{}, 1)
 	r.exited = make(chan struct{})
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -230,7 +231,7 @@ func (r *renewer) renewAll(batch []due) {
 
 // renewOne renews the hold of d.
 func (r *renewer) renewOne(d *due) {
-	held, err := r.store.Renew(r.ctx, d.key, d.hold, r.ttl)
+	held, err := r.store.Renew(r.ctx, r.name, d.key, d.hold, r.ttl)
 	if err != nil || held {
 		return
 	}

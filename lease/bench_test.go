@@ -21,7 +21,7 @@ import (
 
 // The benchmark algorithms never run out within a benchmark: every decision
 // is admitted, so the benchmarks measure the cost of deciding. A window
-// algorithm's local decision also reads the clock (see Limiter.AllowN).
+// algorithm's local decision also reads the clock (see the package doc).
 var (
 	benchAlgorithm       = floodgate.TokenBucket{Rate: 1_000_000_000, Per: time.Second, Burst: 1_000_000_000}
 	benchWindowAlgorithm = floodgate.FixedWindow{Limit: 1 << 50, Window: 30 * 24 * time.Hour}
@@ -61,28 +61,30 @@ func (m cpuMeter) report(b *testing.B) {
 	}
 }
 
-// BenchmarkLimiterAllow measures decisions served by the lease layer:
-// over an in-process remote (memstore), the cost of a local decision
-// including the amortized refills, serially and from every core at once on
-// one key; and end to end over Redis (REDIS_ADDR, else miniredis) with 64
-// goroutines on one key, against the plain Redis store in the same run.
+// BenchmarkLimiterAllow measures the decisions of a floodgate.Limiter on
+// a lease Store: over an in-process remote (memstore), the cost of a local
+// decision including the amortized refills, serially and from every core
+// at once on one key; and end to end over Redis (REDIS_ADDR, else
+// miniredis) with 64 goroutines on one key, against a limiter on the plain
+// Redis store in the same run.
 func BenchmarkLimiterAllow(b *testing.B) {
 	ctx := context.Background()
-	newMem := func(b *testing.B, alg floodgate.Algorithm) *lease.Limiter {
+	newMem := func(b *testing.B, alg floodgate.Algorithm) leased {
 		b.Helper()
 		store, err := memstore.New(nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		remote, err := floodgate.New(store, alg)
+		ls, err := lease.New(store, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
-		l, err := lease.New(remote, nil)
+		b.Cleanup(func() { _ = ls.Close() })
+		lim, err := floodgate.New(ls, alg, &floodgate.Options{Name: testName})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { _ = l.Close() })
+		l := leased{Limiter: lim, Store: ls}
 		// Warm up: the batch grows to its steady size.
 		for range 100_000 {
 			_, _ = l.Allow(ctx, "key")
@@ -137,7 +139,7 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		defer m.Close()
 		addr = m.Addr()
 	}
-	newRemote := func(b *testing.B) floodgate.Limiter {
+	newRemote := func(b *testing.B) floodgate.Store {
 		b.Helper()
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
 		b.Cleanup(func() { _ = c.Close() })
@@ -150,13 +152,17 @@ func BenchmarkLimiterAllow(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = store.Close() })
-		remote, err := floodgate.New(store, benchAlgorithm)
+		return store
+	}
+	newLimiter := func(b *testing.B, store floodgate.Store) *floodgate.Limiter {
+		b.Helper()
+		lim, err := floodgate.New(store, benchAlgorithm, &floodgate.Options{Name: testName})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return remote
+		return lim
 	}
-	run64 := func(b *testing.B, lim floodgate.Limiter) {
+	run64 := func(b *testing.B, lim *floodgate.Limiter) {
 		var errs atomic.Int64
 		var first atomic.Value
 		b.SetParallelism((64 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
@@ -177,17 +183,17 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		}
 	}
 	b.Run("redis/64goroutines/plain", func(b *testing.B) {
-		run64(b, newRemote(b))
+		run64(b, newLimiter(b, newRemote(b)))
 	})
 	b.Run("redis/64goroutines/lease", func(b *testing.B) {
-		l, err := lease.New(newRemote(b), &lease.Options{Timeout: 10 * time.Second})
+		ls, err := lease.New(newRemote(b), &lease.Options{Timeout: 10 * time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { _ = l.Close() })
-		before := l.Stats()
-		run64(b, l)
-		reportRoundTrips(b, before, l.Stats())
+		b.Cleanup(func() { _ = ls.Close() })
+		before := ls.Stats()
+		run64(b, newLimiter(b, ls))
+		reportRoundTrips(b, before, ls.Stats())
 	})
 }
 

@@ -36,7 +36,7 @@ const (
 )
 
 // TestBoundRandomTraces runs random traces of decisions through three lease
-// Limiters (three processes) sharing one remote quota, on the virtual
+// Stores (three processes) sharing one remote quota, on the virtual
 // clock, and checks the instants at which units were used against each
 // algorithm's bound: exactly the remote algorithm's for the fixed and
 // sliding windows; the remote's plus the units the pools can hold for the
@@ -61,9 +61,9 @@ func runBoundTrace(t *testing.T, alg floodgate.Algorithm, seed uint64) {
 	store, err := memstore.New(nil)
 	require.NoError(t, err)
 	var remotes []*remote
-	var nodes []*lease.Limiter
+	var nodes []leased
 	for range boundNodes {
-		r := wrap(t, store, alg)
+		r := wrap(store, alg)
 		remotes = append(remotes, r)
 		nodes = append(nodes, newLease(t, r, &lease.Options{
 			MinBatch: 1, MaxBatch: boundMaxBatch,

@@ -10,21 +10,21 @@ import (
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
-// A lease Limiter in front of a remote limiter (here in memory; in
-// production, a floodgate.New limiter on a redisstore): the first decision
-// leases a batch of 10 units in one round trip, the next ones are served
-// locally, and Close gives back the units not used.
+// A lease Store over a remote store (here in memory; in production, a
+// redisstore shared by every process), and a limiter on it: the first
+// decision leases a batch of 10 units in one round trip, the next ones are
+// served locally, and Close gives back the units not used.
 func Example() {
-	store, err := memstore.New(nil)
+	remote, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	ls, err := lease.New(remote, &lease.Options{MinBatch: 10, MaxBatch: 10})
 	if err != nil {
 		panic(err)
 	}
 	alg := floodgate.FixedWindow{Limit: 100, Window: 24 * time.Hour}
-	remote, err := floodgate.New(store, alg)
-	if err != nil {
-		panic(err)
-	}
-	lim, err := lease.New(remote, &lease.Options{MinBatch: 10, MaxBatch: 10})
+	lim, err := floodgate.New(ls, alg, &floodgate.Options{Name: "api"})
 	if err != nil {
 		panic(err)
 	}
@@ -37,14 +37,19 @@ func Example() {
 		// Remaining: the units left in the pool plus the remote's 90.
 		fmt.Println(d.Allowed, d.Remaining)
 	}
-	s := lim.Stats()
+	s := ls.Stats()
 	fmt.Printf("%d local, %d waited, %d lease\n", s.Local, s.Waited, s.Leases)
 
-	if err := lim.Close(); err != nil {
+	if err := ls.Close(); err != nil {
 		panic(err)
 	}
-	// The remote counts the 5 units used, no more.
-	res, err := remote.Apply(ctx, "user-42", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100})
+	// The remote counts the 5 units used, no more: a limiter of the same
+	// name and algorithm directly on it sees 95 left.
+	direct, err := floodgate.New(remote, alg, &floodgate.Options{Name: "api"})
+	if err != nil {
+		panic(err)
+	}
+	res, err := direct.Apply(ctx, "user-42", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100}, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -19,7 +19,7 @@ import (
 
 // allowAll calls Allow n times at the current instant and returns how many
 // were admitted.
-func allowAll(t *testing.T, l *lease.Limiter, key string, n int) int {
+func allowAll(t *testing.T, l leased, key string, n int) int {
 	t.Helper()
 	admitted := 0
 	for range n {
@@ -54,7 +54,7 @@ func TestExpiryFixedWindow(t *testing.T) {
 		assert.Zero(t, r.refunds.Load())
 		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 7, Reason: "expired"}, returns[0])
+		assert.Equal(t, observe.Return{Name: testName, Key: "k", Units: 7, Reason: "expired"}, returns[0])
 
 		// The next window admits its Limit, and nothing of the last one.
 		time.Sleep(400 * time.Microsecond)
@@ -107,7 +107,7 @@ func TestExpirySlidingWindow(t *testing.T) {
 		synctest.Wait()
 		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 7, Granted: 7, Reason: "expired"}, returns[0])
+		assert.Equal(t, observe.Return{Name: testName, Key: "k", Units: 7, Granted: 7, Reason: "expired"}, returns[0])
 		// At 1 s, the previous window counts the 3 used, at full weight:
 		// 7 units fit, none of them from the old lease.
 		assert.Equal(t, 7, allowAll(t, l, "k", 20))
@@ -135,7 +135,7 @@ func TestExpiryTokenBucket(t *testing.T) {
 		// come back, and the bucket is full again, no fuller.
 		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 7, Granted: 5, Reason: "expired"}, returns[0])
+		assert.Equal(t, observe.Return{Name: testName, Key: "k", Units: 7, Granted: 5, Reason: "expired"}, returns[0])
 		assert.EqualValues(t, 10, remoteLeft(t, r, "k", 10))
 		require.NoError(t, l.Close())
 	})
@@ -153,7 +153,7 @@ func TestExpirySlidingLog(t *testing.T) {
 		synctest.Wait()
 		returns := rec.returned()
 		require.Len(t, returns, 1)
-		assert.Equal(t, observe.Return{Name: "lease", Key: "k", Units: 6, Granted: 6, Reason: "expired"}, returns[0])
+		assert.Equal(t, observe.Return{Name: testName, Key: "k", Units: 6, Granted: 6, Reason: "expired"}, returns[0])
 		assert.EqualValues(t, 6, remoteLeft(t, r, "k", 10), "the log holds the 4 used")
 		require.NoError(t, l.Close())
 	})

@@ -1,10 +1,54 @@
 package lease
 
-// Keys returns the number of keys the Limiter tracks.
-func (l *Limiter) Keys() int { return l.entries.Size() }
+// Keys returns the number of keys the Store tracks, over its bindings.
+func (s *Store) Keys() int {
+	n := 0
+	for _, b := range s.bound() {
+		n += b.entries.Size()
+	}
+	return n
+}
 
-// Held returns the units in key's pool, usable or not.
-func (l *Limiter) Held(key string) int64 {
+// Held returns the units in key's pools, usable or not, over the Store's
+// bindings.
+func (s *Store) Held(key string) int64 {
+	n := int64(0)
+	for _, b := range s.bound() {
+		n += b.held(key)
+	}
+	return n
+}
+
+// HeldBy returns the units in key's pool of the binding of the limiter
+// named name (of any algorithm).
+func (s *Store) HeldBy(name, key string) int64 {
+	n := int64(0)
+	for _, b := range s.bound() {
+		if b.name == name {
+			n += b.held(key)
+		}
+	}
+	return n
+}
+
+// Batch returns key's current batch size: the largest over the Store's
+// bindings.
+func (s *Store) Batch(key string) int64 {
+	n := int64(0)
+	for _, b := range s.bound() {
+		e, ok := b.entries.Load(key)
+		if !ok {
+			continue
+		}
+		e.mu.Lock()
+		n = max(n, e.batch)
+		e.mu.Unlock()
+	}
+	return n
+}
+
+// held returns the units in key's pool, usable or not.
+func (l *binding) held(key string) int64 {
 	e, ok := l.entries.Load(key)
 	if !ok {
 		return 0
@@ -13,15 +57,4 @@ func (l *Limiter) Held(key string) int64 {
 		return p.left.Load()
 	}
 	return 0
-}
-
-// Batch returns key's current batch size.
-func (l *Limiter) Batch(key string) int64 {
-	e, ok := l.entries.Load(key)
-	if !ok {
-		return 0
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.batch
 }

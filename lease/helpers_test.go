@@ -22,14 +22,25 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 const ms = time.Millisecond
 
-// remote wraps a floodgate.Limiter: it counts the calls the lease layer
-// makes, and can hold lease round trips at a gate or fail them.
+// testName is the name of the limiters the tests make.
+const testName = "api"
+
+// remote is the lease's remote store: a floodgate.Store over a memstore
+// whose Bounds count the steps the lease layer sends them (OpTakeUpTo is
+// the lease round trip, OpSettle the return of units, Take and OpTake
+// applies the decisions forwarded to the remote), and can hold lease
+// round trips at a gate or fail them.
 type remote struct {
-	floodgate.Limiter
+	store floodgate.Store
+	// alg is the algorithm of the tests' limiters, and of remoteLeft.
 	alg floodgate.Algorithm
 
-	upTo, refunds, allowN, reserves, waits atomic.Int64
-	asked, granted, refunded               atomic.Int64
+	upTo, refunds            atomic.Int64
+	asked, granted, refunded atomic.Int64
+	// takes counts Take, applies OpTake applies without a delay and
+	// reserves those with one (a limiter's Reserve and Wait): the
+	// decisions forwarded to the remote. checks counts check-only steps.
+	takes, applies, reserves, checks atomic.Int64
 
 	// gate, when set, holds every OpTakeUpTo until a value is sent or its
 	// context ends.
@@ -38,10 +49,13 @@ type remote struct {
 	fail atomic.Pointer[error]
 	// fake, when set, replaces OpTakeUpTo's result (a store's fail-open).
 	fake func(n int64) floodgate.Result
+	// bindErr, when set, is the error of Bind.
+	bindErr error
 
 	mu      sync.Mutex
 	askLog  []int64
 	refLogs []refundCall
+	binds   []bindCall
 }
 
 type refundCall struct {
@@ -49,36 +63,76 @@ type refundCall struct {
 	at time.Time
 }
 
-// newRemote returns a limiter running alg on a fresh memstore. Inside a
-// synctest bubble, the store's clock is the bubble's.
+// bindCall is one Bind the remote served.
+type bindCall struct {
+	name string
+	alg  floodgate.Algorithm
+}
+
+var _ floodgate.Store = (*remote)(nil)
+
+// newRemote returns a remote over a fresh memstore, for limiters of alg.
+// Inside a synctest bubble, the store's clock is the bubble's.
 func newRemote(t *testing.T, alg floodgate.Algorithm) *remote {
 	t.Helper()
 	store, err := memstore.New(nil)
 	require.NoError(t, err)
-	return wrap(t, store, alg)
+	return wrap(store, alg)
 }
 
-// wrap returns a limiter running alg on store.
-func wrap(t *testing.T, store floodgate.Store, alg floodgate.Algorithm) *remote {
-	t.Helper()
-	lim, err := floodgate.New(store, alg)
-	require.NoError(t, err)
-	return &remote{Limiter: lim, alg: alg}
+// wrap returns a remote over store, for limiters of alg.
+func wrap(store floodgate.Store, alg floodgate.Algorithm) *remote {
+	return &remote{store: store, alg: alg}
+}
+
+// Bind binds the inner store and returns a counting Bound over it.
+func (r *remote) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if r.bindErr != nil {
+		return nil, r.bindErr
+	}
+	b, err := r.store.Bind(name, alg)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.binds = append(r.binds, bindCall{name: name, alg: alg})
+	r.mu.Unlock()
+	return &counting{r: r, b: b}, nil
+}
+
+// counting is the Bound of remote.Bind.
+type counting struct {
+	r *remote
+	b floodgate.Bound
 }
 
 // Apply counts and forwards every step; OpTakeUpTo is the lease round trip
-// and OpSettle the return of units.
-func (r *remote) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	switch req.Op {
-	case floodgate.OpTakeUpTo:
-		return r.allowUpTo(ctx, key, req.N)
-	case floodgate.OpSettle:
-		return r.refund(ctx, key, -req.N, req.At)
+// and OpSettle giving back is the return of units.
+func (c *counting) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	r := c.r
+	switch {
+	case req.Check:
+		r.checks.Add(1)
+	case req.Op == floodgate.OpTakeUpTo:
+		return c.allowUpTo(ctx, key, req.N)
+	case req.Op == floodgate.OpSettle && req.N < 0:
+		return c.refund(ctx, key, -req.N, req.At)
+	case req.Op == floodgate.OpTake && req.MaxDelay > 0:
+		r.reserves.Add(1)
+	case req.Op == floodgate.OpTake:
+		r.applies.Add(1)
 	}
-	return r.Limiter.Apply(ctx, key, req)
+	return c.b.Apply(ctx, key, req, each)
 }
 
-func (r *remote) allowUpTo(ctx context.Context, key string, n int64) (floodgate.Result, error) {
+// Take counts and forwards a take: a decision the lease forwarded.
+func (c *counting) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	c.r.takes.Add(1)
+	return c.b.Take(ctx, key, n)
+}
+
+func (c *counting) allowUpTo(ctx context.Context, key string, n int64) (floodgate.Result, error) {
+	r := c.r
 	r.upTo.Add(1)
 	r.asked.Add(n)
 	r.mu.Lock()
@@ -97,35 +151,25 @@ func (r *remote) allowUpTo(ctx context.Context, key string, n int64) (floodgate.
 	if r.fake != nil {
 		return r.fake(n), nil
 	}
-	res, err := r.Limiter.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: n})
+	res, err := c.b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}, nil)
 	r.granted.Add(res.Granted)
 	return res, err
 }
 
-func (r *remote) refund(ctx context.Context, key string, n int64, at time.Time) (floodgate.Result, error) {
+func (c *counting) refund(ctx context.Context, key string, n int64, at time.Time) (floodgate.Result, error) {
+	r := c.r
 	r.refunds.Add(1)
 	r.mu.Lock()
 	r.refLogs = append(r.refLogs, refundCall{n: n, at: at})
 	r.mu.Unlock()
-	res, err := r.Limiter.Apply(ctx, key, floodgate.Request{Op: floodgate.OpSettle, N: -n, At: at})
+	res, err := c.b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpSettle, N: -n, At: at}, nil)
 	r.refunded.Add(res.Granted)
 	return res, err
 }
 
-func (r *remote) AllowN(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	r.allowN.Add(1)
-	return r.Limiter.AllowN(ctx, key, n)
-}
-
-func (r *remote) Reserve(ctx context.Context, key string, n int64, maxDelay time.Duration) (floodgate.Decision, error) {
-	r.reserves.Add(1)
-	return r.Limiter.Reserve(ctx, key, n, maxDelay)
-}
-
-func (r *remote) Wait(ctx context.Context, key string, n int64) error {
-	r.waits.Add(1)
-	return r.Limiter.Wait(ctx, key, n)
-}
+// forwarded returns the decisions forwarded to the remote: takes and
+// OpTake applies, with or without a delay.
+func (r *remote) forwarded() int64 { return r.takes.Load() + r.applies.Load() + r.reserves.Load() }
 
 func (r *remote) setFail(err error) {
 	if err == nil {
@@ -141,23 +185,59 @@ func (r *remote) asks() []int64 {
 	return append([]int64(nil), r.askLog...)
 }
 
-// newLease returns a lease Limiter over r.
-func newLease(t *testing.T, r *remote, o *lease.Options) *lease.Limiter {
+func (r *remote) bound() []bindCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.binds)
+}
+
+// leased is a limiter on a lease Store, as users build one: its decisions
+// (Allow, AllowN, Reserve, Wait, Apply) are the Limiter's, and Close,
+// Stats and the test accessors the Store's.
+type leased struct {
+	*floodgate.Limiter
+	*lease.Store
+}
+
+// newLease returns a limiter of r.alg named testName on a lease Store over
+// r.
+func newLease(t *testing.T, r *remote, o *lease.Options) leased {
+	t.Helper()
+	return newNamed(t, r, testName, o)
+}
+
+// newNamed returns a limiter of r.alg named name on a lease Store over r.
+func newNamed(t *testing.T, r *remote, name string, o *lease.Options) leased {
 	t.Helper()
 	var opts lease.Options
 	if o != nil {
 		opts = *o
 	}
-	l, err := lease.New(r, &opts)
+	ls, err := lease.New(r, &opts)
 	require.NoError(t, err)
-	return l
+	lim, err := floodgate.New(ls, r.alg, &floodgate.Options{Name: name})
+	if err != nil {
+		_ = ls.Close()
+	}
+	require.NoError(t, err)
+	return leased{Limiter: lim, Store: ls}
 }
 
-// remoteLeft returns how many units the remote can admit for key now,
-// taking them: the remote's view of what was consumed.
-func remoteLeft(t *testing.T, r floodgate.Limiter, key string, quota int64) int64 {
+// remoteLeft returns how many units the remote can admit for key now, to
+// the limiter of r.alg named testName, taking them: the remote's view of
+// what was consumed.
+func remoteLeft(t *testing.T, r *remote, key string, quota int64) int64 {
 	t.Helper()
-	res, err := r.Apply(context.Background(), key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: quota})
+	return remoteLeftOf(t, r.store, testName, r.alg, key, quota)
+}
+
+// remoteLeftOf returns how many units store can admit for key now, to the
+// limiter of alg named name, taking them.
+func remoteLeftOf(t *testing.T, store floodgate.Store, name string, alg floodgate.Algorithm, key string, quota int64) int64 {
+	t.Helper()
+	lim, err := floodgate.New(store, alg, &floodgate.Options{Name: name})
+	require.NoError(t, err)
+	res, err := lim.Apply(context.Background(), key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: quota}, nil)
 	require.NoError(t, err)
 	return res.Granted
 }
@@ -203,7 +283,7 @@ func (rec *recorder) returned() []observe.Return {
 }
 
 // background reports whether every event came with context.Background():
-// the Limiter reports round trips of its own, never a caller's.
+// the Store reports round trips of its own, never a caller's.
 func (rec *recorder) background() bool {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

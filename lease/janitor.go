@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// janitor expires pools and forgets idle keys: one goroutine per Limiter,
+// janitor expires pools and forgets idle keys: one goroutine per Store,
 // sleeping until the earliest instant an entry is due. Decisions never wait
 // for it: they check a pool's deadline themselves, so a late janitor only
 // returns units late.
@@ -65,24 +65,26 @@ func (j *janitor) popDue(now int64) ([]*entry, time.Duration) {
 	return due, time.Duration(j.due[0].due - now)
 }
 
-// runJanitor is the janitor's goroutine; Close stops it.
-func (l *Limiter) runJanitor() {
-	defer l.wg.Done()
-	j := l.jan
+// runJanitor is the janitor's goroutine; Close stops it. Every binding
+// of the Store reads one clock (Options.Now), on which the janitor looks
+// at the entries due.
+func (s *Store) runJanitor() {
+	defer s.wg.Done()
+	j := s.jan
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	for {
-		now := l.cfg.now()
+		now := s.cfg.now()
 		due, wait := j.popDue(now)
 		if len(due) > 0 {
 			var jobs []returnJob
 			for _, e := range due {
-				js, next := l.expire(e, now)
+				js, next := e.b.expire(e, now)
 				jobs = append(jobs, js...)
 				j.schedule(e, next)
 			}
-			_ = l.giveBack(jobs)
+			_ = s.giveBack(jobs)
 			continue
 		}
 		if wait >= 0 {

@@ -20,15 +20,15 @@ import (
 // TestObserverReplacedAndNamed: a lease counted in a later window of the
 // remote than the pool's (here the remote's clock jumps a window ahead)
 // replaces the pool, whose units are returned as "replaced"; every event
-// carries Options.Name.
+// carries the limiter's name.
 func TestObserverReplacedAndNamed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var skew atomic.Int64
 		store, err := memstore.New(&memstore.Options{Now: func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }})
 		require.NoError(t, err)
-		r := wrap(t, store, floodgate.FixedWindow{Limit: 100, Window: time.Second})
+		r := wrap(store, floodgate.FixedWindow{Limit: 100, Window: time.Second})
 		rec := &recorder{}
-		l := newLease(t, r, &lease.Options{Name: "edge", MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec.observer()})
+		l := newNamed(t, r, "edge", &lease.Options{MinBatch: 10, MaxBatch: 10, TTL: time.Hour, Observer: rec.observer()})
 
 		time.Sleep(100 * ms)
 		// The gate holds the first round trip until its caller waits for
@@ -57,7 +57,7 @@ func TestObserverReplacedAndNamed(t *testing.T) {
 			{Name: "edge", Key: "k", Units: 4, Reason: "replaced"},
 			{Name: "edge", Key: "k", Units: 6, Granted: 6, Reason: "closed"},
 		}, rec.returned())
-		assert.True(t, rec.background(), "events of the Limiter's own round trips carry context.Background()")
+		assert.True(t, rec.background(), "events of the Store's own round trips carry context.Background()")
 	})
 }
 
@@ -83,14 +83,14 @@ func TestObserverFailedLease(t *testing.T) {
 		require.Len(t, leases, 1)
 		assert.ErrorIs(t, leases[0].Err, errDown)
 		leases[0].Err = nil
-		assert.Equal(t, observe.Lease{Name: "lease", Key: "k", Units: 5, Waited: 1}, leases[0])
+		assert.Equal(t, observe.Lease{Name: testName, Key: "k", Units: 5, Waited: 1}, leases[0])
 		require.NoError(t, l.Close())
 		assert.Empty(t, rec.returned(), "nothing was leased, nothing is returned")
 	})
 }
 
 // TestObserverCounts: over random traffic on several keys, the events add
-// up to the Limiter's Stats and to what the remote saw: one OnLease per
+// up to the Store's Stats and to what the remote saw: one OnLease per
 // round trip with the units it granted, one OnReturn per pool given up
 // with the units the remote took back, and every leased unit either
 // admitted or returned.
@@ -125,7 +125,7 @@ func TestObserverCounts(t *testing.T) {
 				leases, returns := rec.leased(), rec.returned()
 				var granted, given, back int64
 				for _, e := range leases {
-					require.Equal(t, "lease", e.Name)
+					require.Equal(t, testName, e.Name)
 					require.NoError(t, e.Err)
 					granted += e.Granted
 				}
@@ -154,11 +154,11 @@ func TestObserverCounts(t *testing.T) {
 }
 
 // TestObserverNone: without an Observer, or with one of other events, the
-// Limiter works the same and reports nothing.
+// Store works the same and reports nothing.
 func TestObserverNone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var decisions atomic.Int64
-		for _, o := range []*observe.Observer{nil, {}, {OnDecision: func(context.Context, observe.Decision) { decisions.Add(1) }}} {
+		for _, o := range []*observe.Observer{nil, {}, {OnDecision: func(context.Context, observe.DecisionEvent) { decisions.Add(1) }}} {
 			r := newRemote(t, floodgate.FixedWindow{Limit: 100, Window: time.Second})
 			l := newLease(t, r, &lease.Options{MinBatch: 10, MaxBatch: 10, Observer: o})
 			require.Equal(t, 20, allowAll(t, l, "k", 20))
@@ -166,7 +166,7 @@ func TestObserverNone(t *testing.T) {
 			require.NoError(t, l.Close())
 			assert.EqualValues(t, 20, 100-remoteLeft(t, r, "k", 100))
 		}
-		assert.Zero(t, decisions.Load(), "a lease.Limiter reports no decision: observe.Wrap does")
+		assert.Zero(t, decisions.Load(), "a lease Store reports no decision: observe.Store does")
 	})
 }
 
@@ -187,7 +187,7 @@ func TestObserverInvalid(t *testing.T) {
 func TestObserverWaitedAddsUp(t *testing.T) {
 	store, err := memstore.New(nil)
 	require.NoError(t, err)
-	r := wrap(t, store, floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40})
+	r := wrap(store, floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40})
 	rec := &recorder{}
 	l := newLease(t, r, &lease.Options{MinBatch: 1, MaxBatch: 2, Observer: rec.observer()})
 	const goroutines, each = 16, 3000

@@ -2,11 +2,11 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/observe"
 )
 
@@ -26,27 +26,23 @@ const (
 	DefaultTTL = time.Second
 	// DefaultTimeout is the default of Options.Timeout.
 	DefaultTimeout = time.Second
-	// DefaultName is the default of Options.Name.
-	DefaultName = "lease"
 )
 
-// ErrInvalidOptions reports unusable Options.
-var ErrInvalidOptions = errors.New("lease: invalid options")
-
-// ErrClosed reports a decision asked of a closed Limiter.
-var ErrClosed = errors.New("lease: limiter closed")
-
-// Options configures a Limiter. A nil *Options means the defaults; so does
+// Options configures a Store. A nil *Options means the defaults; so does
 // the zero value of each field.
 type Options struct {
-	// MinBatch is the fewest units a refill asks for. The default is 1.
+	// MinBatch is the fewest units a refill asks for. The default is 1. It
+	// must not be above MaxBatch when that is set, nor above the quota of
+	// any algorithm bound to the Store: Bind refuses one with a smaller
+	// quota.
 	MinBatch int64
 
 	// MaxBatch is the most units a pool of one key holds, leased or in
 	// flight, in units; it bounds both the quota one idle process can hoard
-	// and the under-admission it can cause. The default is the remote's
-	// quota divided by 16, rounded up. Values above the quota are treated as
-	// the quota. Requests of more than MaxBatch units go to the remote.
+	// and the under-admission it can cause, per key of each limiter. The
+	// default is each limiter's quota divided by 16, rounded up, and at
+	// least MinBatch. Values above the quota are treated as the quota.
+	// Requests of more than MaxBatch units go to the remote.
 	MaxBatch int64
 
 	// LowWater is the fraction of the current batch size, in (0, 1], below
@@ -71,7 +67,7 @@ type Options struct {
 	// which every decision checks (see the package doc). The default is 1s.
 	TTL time.Duration
 
-	// Timeout bounds each round trip the Limiter makes on its own behalf:
+	// Timeout bounds each round trip the Store makes on its own behalf:
 	// refills and the refunds of expired or closed pools. A caller waiting
 	// for a refill is bounded by its own context as well. The default is
 	// 1s; the remote store's own timeout (redisstore's is 20ms) is usually
@@ -89,11 +85,6 @@ type Options struct {
 	// time; tests use testing/synctest instead.
 	Now func() time.Time
 
-	// Name names the Limiter in the events it reports (observe.Lease.Name,
-	// observe.Return.Name), so that the leases of several Limiters can be
-	// told apart. The default is "lease".
-	Name string
-
 	// Observer receives every lease round trip (OnLease: the units asked
 	// for and granted, its latency on Now's clock, and the decisions served
 	// locally and waited since the key's previous one, whose ratio is the
@@ -104,13 +95,16 @@ type Options struct {
 	// after its key was forgotten). Both are called on the goroutine that
 	// made the round trip (a refill's own, Close's, or the expiry's), with
 	// context.Background() since it serves no one caller, and never under
-	// a lock of the Limiter: they may call it (Stats, for example). The
-	// default (nil) reports nothing. Its other fields do not apply: wrap
-	// the Limiter with observe.Wrap to see its decisions.
+	// a lock of the Store: they may call it (Stats, for example). Each
+	// event's Name is the name of the limiter whose key it is. The default
+	// (nil) reports nothing. Its other fields do not apply: wrap the Store
+	// with observe.Store to see its decisions.
 	Observer *observe.Observer
 }
 
-// config is Options resolved against the remote's policy.
+// config is Options resolved: by New for the Store (minBatch and maxBatch
+// as set, 0 meaning the default), and by Bind for each binding, against
+// its algorithm's quota.
 type config struct {
 	minBatch       int64
 	maxBatch       int64
@@ -121,13 +115,13 @@ type config struct {
 	userNow        func() time.Time // Options.Now; nil for the monotonic clock
 	base           time.Time        // the monotonic clock's origin
 	baseNs         int64
-	name           string
 	onLease        func(context.Context, observe.Lease)  // nil: none
 	onReturn       func(context.Context, observe.Return) // nil: none
 }
 
-// resolve validates o and fills in the defaults for a remote with quota.
-func (o *Options) resolve(quota int64) (config, error) {
+// resolve validates o and fills in the defaults that depend on no quota;
+// MinBatch and MaxBatch are resolved per quota by forQuota.
+func (o *Options) resolve() (config, error) {
 	var v Options
 	if o != nil {
 		v = *o
@@ -137,6 +131,8 @@ func (o *Options) resolve(quota int64) (config, error) {
 		return config{}, fmt.Errorf("%w: MinBatch must not be negative, got %d", ErrInvalidOptions, v.MinBatch)
 	case v.MaxBatch < 0:
 		return config{}, fmt.Errorf("%w: MaxBatch must not be negative, got %d", ErrInvalidOptions, v.MaxBatch)
+	case v.MaxBatch > 0 && v.MinBatch > v.MaxBatch:
+		return config{}, fmt.Errorf("%w: MinBatch %d is above MaxBatch %d", ErrInvalidOptions, v.MinBatch, v.MaxBatch)
 	case math.IsNaN(v.LowWater) || v.LowWater < 0 || v.LowWater > 1:
 		return config{}, fmt.Errorf("%w: LowWater must be in (0, 1], got %v", ErrInvalidOptions, v.LowWater)
 	case v.TargetInterval < 0:
@@ -150,9 +146,6 @@ func (o *Options) resolve(quota int64) (config, error) {
 		// Both ErrInvalidOptions and the Observer's ErrInvalidConfig match.
 		return config{}, fmt.Errorf("%w: Observer: %w", ErrInvalidOptions, err)
 	}
-	if err := observe.CheckName(v.Name); err != nil {
-		return config{}, fmt.Errorf("%w: Name: %w", ErrInvalidOptions, err)
-	}
 	c := config{
 		minBatch:       v.MinBatch,
 		maxBatch:       v.MaxBatch,
@@ -160,23 +153,12 @@ func (o *Options) resolve(quota int64) (config, error) {
 		targetInterval: int64(v.TargetInterval),
 		ttl:            int64(v.TTL),
 		timeout:        v.Timeout,
-		name:           v.Name,
-	}
-	if c.name == "" {
-		c.name = DefaultName
 	}
 	if v.Observer != nil {
 		c.onLease, c.onReturn = v.Observer.OnLease, v.Observer.OnReturn
 	}
 	if c.minBatch == 0 {
 		c.minBatch = DefaultMinBatch
-	}
-	if c.maxBatch == 0 {
-		c.maxBatch = max((quota+DefaultMaxBatchDivisor-1)/DefaultMaxBatchDivisor, 1)
-	}
-	c.maxBatch = min(c.maxBatch, quota)
-	if c.minBatch > c.maxBatch {
-		return config{}, fmt.Errorf("%w: MinBatch %d is above MaxBatch %d (or the quota)", ErrInvalidOptions, c.minBatch, c.maxBatch)
 	}
 	if c.lowWater == 0 {
 		c.lowWater = DefaultLowWater
@@ -193,6 +175,27 @@ func (o *Options) resolve(quota int64) (config, error) {
 	c.userNow = v.Now
 	c.base = time.Now()
 	c.baseNs = c.base.UnixNano()
+	return c, nil
+}
+
+// forQuota returns c, the Store's config, resolved for an algorithm of
+// quota units: MaxBatch defaults to the quota divided by
+// DefaultMaxBatchDivisor, rounded up, and at least MinBatch; both are at
+// most the quota. It returns an error matching ErrInvalidOptions and
+// floodgate.ErrInvalidConfig (the Store cannot run the algorithm) when
+// MinBatch is above the quota.
+func (c config) forQuota(quota int64) (config, error) {
+	if c.minBatch > quota {
+		return config{}, fmt.Errorf("%w: %w: MinBatch %d is above the quota %d", ErrInvalidOptions, floodgate.ErrInvalidConfig, c.minBatch, quota)
+	}
+	if c.maxBatch == 0 {
+		// quota/d rounded up, without overflowing near math.MaxInt64.
+		c.maxBatch = max(quota/DefaultMaxBatchDivisor, c.minBatch)
+		if quota%DefaultMaxBatchDivisor != 0 {
+			c.maxBatch = max(quota/DefaultMaxBatchDivisor+1, c.minBatch)
+		}
+	}
+	c.maxBatch = min(c.maxBatch, quota)
 	return c, nil
 }
 

@@ -21,9 +21,10 @@ import (
 // Lock discipline: decisions served from the pool touch only atomics (pool,
 // the pool's counters, fill, quiet). mu guards the rest and every change of
 // pool, and is never held during a round trip or an observer call. Lock
-// order: entry.mu, then Limiter.mu or the map's bucket lock; janitor.mu is
+// order: entry.mu, then Store.mu or the map's bucket lock; janitor.mu is
 // never held with another lock.
 type entry struct {
+	b   *binding // the limiter whose key it is
 	key string
 	// pool serves decisions; nil when the key holds no units.
 	pool atomic.Pointer[pool]
@@ -60,7 +61,7 @@ type entry struct {
 	hidx int
 }
 
-func newEntry(key string) *entry { return &entry{key: key, hidx: -1} }
+func newEntry(b *binding, key string) *entry { return &entry{b: b, key: key, hidx: -1} }
 
 // pool is a set of leased units that share a deadline. The first seven
 // fields are what a decision reads or writes: they share one cache line.
@@ -124,6 +125,7 @@ const (
 
 // returnJob is units a pool gave up, to refund to the remote.
 type returnJob struct {
+	b      *binding
 	key    string
 	reason string // returnExpired, returnReplaced or returnClosed
 	units  int64
@@ -146,7 +148,7 @@ var errDead = errors.New("lease: entry retired")
 // token bucket and the sliding log may use a unit at any time; their TTL
 // only bounds hoarding, and the janitor enforces it, so their decisions
 // skip the clock, which costs more than the rest of a decision.
-func (l *Limiter) take(e *entry, n int64, count bool) (p *pool, left, now int64, ok bool) {
+func (l *binding) take(e *entry, n int64, count bool) (p *pool, left, now int64, ok bool) {
 	p = e.pool.Load()
 	if p == nil {
 		return nil, 0, 0, false
@@ -187,7 +189,7 @@ func (r *refill) join() {
 
 // prefetch starts a background refill of e, unless the remote recently
 // denied one: once per batch, so it may take e.mu and a goroutine.
-func (l *Limiter) prefetch(e *entry, now int64) {
+func (l *binding) prefetch(e *entry, now int64) {
 	if now == 0 {
 		now = l.cfg.now()
 	}
@@ -198,7 +200,7 @@ func (l *Limiter) prefetch(e *entry, now int64) {
 
 // decision is the Decision of units taken from p, leaving left, at now
 // (read only for the window algorithms).
-func (l *Limiter) decision(p *pool, left, now int64) floodgate.Decision {
+func (l *binding) decision(p *pool, left, now int64) floodgate.Decision {
 	reset := p.resetFor.Load()
 	if l.window > 0 {
 		reset = max(p.resetAt.Load()-now, 0)
@@ -224,8 +226,8 @@ func usable(p *pool, now int64) int64 {
 // wait for the refill it returns (wait) joins it under e.mu, so that no
 // caller joins after the round trip has counted them; it must then await
 // it. It returns nil and no error when the pool already holds enough,
-// errDead when e was retired and ErrClosed after Close.
-func (l *Limiter) startRefill(e *entry, need int64, wait bool) (*refill, error) {
+// errDead when e was retired and errClosed after Close.
+func (l *binding) startRefill(e *entry, need int64, wait bool) (*refill, error) {
 	e.mu.Lock()
 	if r := e.fill.Load(); r != nil {
 		if wait {
@@ -244,9 +246,9 @@ func (l *Limiter) startRefill(e *entry, need int64, wait bool) (*refill, error) 
 		e.mu.Unlock()
 		return nil, nil
 	}
-	if !l.enter() {
+	if !l.s.enter() {
 		e.mu.Unlock()
-		return nil, ErrClosed
+		return nil, errClosed
 	}
 	r := &refill{done: make(chan struct{}), asked: asked, start: now}
 	if wait {
@@ -261,7 +263,7 @@ func (l *Limiter) startRefill(e *entry, need int64, wait bool) (*refill, error) 
 // sizeLocked updates e's consumption rate and batch size and returns the
 // units a refill asks for: enough to bring the usable units up to the batch
 // (or to need), so that a pool and its refill never hold more than MaxBatch.
-func (l *Limiter) sizeLocked(e *entry, now, need int64) int64 {
+func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 	p := e.pool.Load()
 	held := int64(0)
 	if p != nil {
@@ -296,10 +298,10 @@ func (l *Limiter) sizeLocked(e *entry, now, need int64) int64 {
 }
 
 // runRefill makes the round trip of r for e and installs what it leased.
-func (l *Limiter) runRefill(e *entry, r *refill) {
-	defer l.wg.Done()
+func (l *binding) runRefill(e *entry, r *refill) {
+	defer l.s.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-	res, err := l.remote.Apply(ctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: r.asked})
+	res, err := l.remote.Apply(ctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: r.asked}, nil)
 	cancel()
 	end := l.cfg.now()
 	granted := int64(0)
@@ -315,8 +317,8 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 	var jobs []returnJob
 	e.mu.Lock()
 	switch {
-	case granted > 0 && (e.dead || l.closed.Load()):
-		jobs = append(jobs, returnJob{key: e.key, reason: returnClosed, units: granted,
+	case granted > 0 && (e.dead || l.s.closed.Load()):
+		jobs = append(jobs, returnJob{b: l, key: e.key, reason: returnClosed, units: granted,
 			parts: refundParts(grantRefundable(res), []grant{{at: res.At.Add(res.Delay), n: granted}}, granted)})
 	case granted > 0:
 		jobs = l.installLocked(e, r, res, granted, end)
@@ -336,18 +338,18 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 	if p := e.pool.Load(); p != nil {
 		h := p.hits.Swap(0)
 		local += h
-		l.local.Add(h)
+		l.s.local.Add(h)
 	}
 	e.fill.Store(nil)
 	due := l.dueLocked(e)
 	e.mu.Unlock()
 	// Count the round trip before waking its waiters, so a caller that
 	// waited for it sees it in Stats.
-	l.leases.Add(1)
-	l.leased.Add(granted)
+	l.s.leases.Add(1)
+	l.s.leased.Add(granted)
 	close(r.done)
 
-	l.jan.schedule(e, due)
+	l.s.jan.schedule(e, due)
 	if l.cfg.onLease != nil {
 		// The event counts the decisions the round trip served: wait for
 		// its callers to take their units (a few steps, none blocking).
@@ -355,14 +357,14 @@ func (l *Limiter) runRefill(e *entry, r *refill) {
 		// The round trip ran on this goroutine, for whichever callers
 		// waited for it (each with a context of its own) or for none: its
 		// context is the background's.
-		l.cfg.onLease(context.Background(), observe.Lease{Name: l.cfg.name, Key: e.key, Units: r.asked, Granted: granted, Err: err,
+		l.cfg.onLease(context.Background(), observe.Lease{Name: l.name, Key: e.key, Units: r.asked, Granted: granted, Err: err,
 			Latency: time.Duration(max(end-r.start, 0)), Local: local, Waited: r.decided.Load()})
 	}
-	_ = l.giveBack(jobs)
+	_ = l.s.giveBack(jobs)
 }
 
 // refillError wraps the error of a lease round trip. A context error there
-// is the Limiter's own timeout, not the caller's: it is reported as the
+// is the Store's own timeout (Options.Timeout), not the caller's: it is reported as the
 // remote being unavailable.
 func refillError(key string, err error) error {
 	if !errors.Is(err, floodgate.ErrUnavailable) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
@@ -381,7 +383,7 @@ func grantRefundable(res floodgate.Result) bool { return res.ResetAfter > 0 }
 // installLocked adds a lease to e's pool, or replaces the pool when the
 // lease cannot share it; it returns the units of a replaced pool to give
 // back.
-func (l *Limiter) installLocked(e *entry, r *refill, res floodgate.Result, granted, end int64) []returnJob {
+func (l *binding) installLocked(e *entry, r *refill, res floodgate.Result, granted, end int64) []returnJob {
 	at := res.At.Add(res.Delay)
 	refundable := grantRefundable(res)
 	window, winDeadline := int64(0), int64(math.MaxInt64)
@@ -482,11 +484,11 @@ func refundParts(refundable bool, grants []grant, units int64) []grant {
 // retireLocked empties p, which is no longer e's pool, and returns its
 // unused units to give back. Decisions racing with it either took their
 // units before the swap or find none: no unit is both used and returned.
-func (l *Limiter) retireLocked(e *entry, p *pool, reason string, now int64) []returnJob {
+func (l *binding) retireLocked(e *entry, p *pool, reason string, now int64) []returnJob {
 	units := p.left.Swap(0)
 	if h := p.hits.Swap(0); h != 0 {
 		e.local += h
-		l.local.Add(h)
+		l.s.local.Add(h)
 	}
 	if units <= 0 {
 		return nil
@@ -498,13 +500,13 @@ func (l *Limiter) retireLocked(e *entry, p *pool, reason string, now int64) []re
 		// its count resets and a refund would come back empty.
 		refundable = false
 	}
-	return []returnJob{{key: e.key, reason: reason, units: units, parts: refundParts(refundable, p.grants, units)}}
+	return []returnJob{{b: l, key: e.key, reason: reason, units: units, parts: refundParts(refundable, p.grants, units)}}
 }
 
 // dueLocked returns when the janitor next needs to look at e: the pool's
 // deadline, or the end of e's idle time, or 0 while a refill is in flight
 // (its end schedules e).
-func (l *Limiter) dueLocked(e *entry) int64 {
+func (l *binding) dueLocked(e *entry) int64 {
 	if p := e.pool.Load(); p != nil {
 		return p.deadline.Load()
 	}
@@ -517,7 +519,7 @@ func (l *Limiter) dueLocked(e *entry) int64 {
 // expire retires e's pool if it expired at now, and removes e from the map
 // once it has been idle for a TTL. It returns the units to give back and
 // when to look at e again (0: not before a refill schedules it).
-func (l *Limiter) expire(e *entry, now int64) ([]returnJob, int64) {
+func (l *binding) expire(e *entry, now int64) ([]returnJob, int64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.dead {
@@ -546,14 +548,15 @@ func (l *Limiter) expire(e *entry, now int64) ([]returnJob, int64) {
 	return jobs, 0
 }
 
-// giveBack refunds the units of jobs to the remote, a few at a time, and
-// reports each job to Observer.OnReturn. It returns the refunds' errors.
-func (l *Limiter) giveBack(jobs []returnJob) error {
+// giveBack refunds the units of jobs to their remotes, a few at a time,
+// and reports each job to Observer.OnReturn. It returns the refunds'
+// errors.
+func (s *Store) giveBack(jobs []returnJob) error {
 	switch len(jobs) {
 	case 0:
 		return nil
 	case 1:
-		return l.giveBackOne(jobs[0])
+		return jobs[0].giveBack()
 	}
 	const workers = 8
 	errs := make([]error, len(jobs))
@@ -562,7 +565,7 @@ func (l *Limiter) giveBack(jobs []returnJob) error {
 	for range min(workers, len(jobs)) {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(len(jobs)); i = next.Add(1) - 1 {
-				errs[i] = l.giveBackOne(jobs[i])
+				errs[i] = jobs[i].giveBack()
 			}
 		})
 	}
@@ -570,12 +573,14 @@ func (l *Limiter) giveBack(jobs []returnJob) error {
 	return errors.Join(errs...)
 }
 
-func (l *Limiter) giveBackOne(j returnJob) error {
+// giveBack refunds the units of j to its remote.
+func (j returnJob) giveBack() error {
+	l := j.b
 	var back int64
 	var errs []error
 	for _, part := range j.parts {
 		ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-		res, err := l.remote.Apply(ctx, j.key, floodgate.Request{Op: floodgate.OpSettle, N: -part.n, At: part.at})
+		res, err := l.remote.Apply(ctx, j.key, floodgate.Request{Op: floodgate.OpSettle, N: -part.n, At: part.at}, nil)
 		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lease: refund of %d units of %q: %w", part.n, j.key, err))
@@ -584,9 +589,9 @@ func (l *Limiter) giveBackOne(j returnJob) error {
 		back += min(max(res.Granted, 0), part.n)
 	}
 	err := errors.Join(errs...)
-	l.returned.Add(back)
+	l.s.returned.Add(back)
 	if l.cfg.onReturn != nil {
-		l.cfg.onReturn(context.Background(), observe.Return{Name: l.cfg.name, Key: j.key, Units: j.units, Granted: back, Reason: j.reason, Err: err})
+		l.cfg.onReturn(context.Background(), observe.Return{Name: l.name, Key: j.key, Units: j.units, Granted: back, Reason: j.reason, Err: err})
 	}
 	return err
 }

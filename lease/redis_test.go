@@ -77,19 +77,20 @@ func testPrefix(t *testing.T, c redis.UniversalClient) string {
 	return p
 }
 
-// redisRemote returns a floodgate Limiter running alg on a redisstore over
-// c, closed at the test's end. Tests on a shared, loaded machine check
-// correctness, not latency: a timed-out call may consume units nobody
-// receives, which the exact accounting below would count as an error.
-func redisRemote(t *testing.T, c redis.UniversalClient, prefix string, alg floodgate.Algorithm) floodgate.Limiter {
+// redisRemote returns a redisstore over c, closed at the test's end.
+// Tests on a shared, loaded machine check correctness, not latency: a
+// timed-out call may consume units nobody receives, which the exact
+// accounting below would count as an error.
+func redisRemote(t *testing.T, c redis.UniversalClient, prefix string) *redisstore.Store {
 	t.Helper()
 	store, err := redisstore.New(c, &redisstore.Options{Prefix: prefix, Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	lim, err := floodgate.New(store, alg)
-	require.NoError(t, err)
-	return lim
+	return store
 }
+
+// gatewayName is the name of the gateways' limiter.
+const gatewayName = "gateway"
 
 // gatewayAlgorithms have a quota of 2,000 and no refill within the test:
 // windows of 30 days (the test crosses a boundary with odds of about one
@@ -101,10 +102,10 @@ var gatewayAlgorithms = []floodgate.Algorithm{
 	floodgate.SlidingLog{Limit: 2000, Window: 24 * time.Hour},
 }
 
-// TestGateways is the bound on Redis: 8 gateways, each its own Redis client,
-// redisstore and lease Limiter, with 32 goroutines each, share a quota of
-// 2,000 under a demand of 9,216 (half the gateways stop early). The units admitted never exceed the
-// quota; after every gateway closes and gives its units back, the remote
+// TestGateways is the bound on Redis: 8 gateways, each its own Redis
+// client, redisstore, lease Store and limiter (of one name), with 32
+// goroutines each, share a quota of 2,000 under a demand of 9,216 (half
+// the gateways stop early). The units admitted never exceed the quota; after every gateway closes and gives its units back, the remote
 // shows exactly the units admitted as consumed; and the units the gateways
 // held when demand stopped, the under-admission, is at most 8 × MaxBatch.
 func TestGateways(t *testing.T) {
@@ -139,12 +140,16 @@ func runGateways(t *testing.T, client func() redis.UniversalClient, alg floodgat
 	prefix := testPrefix(t, admin)
 	key := "gateway"
 
-	var lims []*lease.Limiter
+	var lims []leased
 	for range gateways {
-		remote := redisRemote(t, client(), prefix, alg)
-		l, err := lease.New(remote, &lease.Options{MaxBatch: maxBatch, TTL: time.Minute, Timeout: 10 * time.Second})
+		ls, err := lease.New(redisRemote(t, client(), prefix), &lease.Options{MaxBatch: maxBatch, TTL: time.Minute, Timeout: 10 * time.Second})
 		require.NoError(t, err)
-		lims = append(lims, l)
+		lim, err := floodgate.New(ls, alg, &floodgate.Options{Name: gatewayName})
+		if err != nil {
+			_ = ls.Close()
+		}
+		require.NoError(t, err)
+		lims = append(lims, leased{Limiter: lim, Store: ls})
 	}
 
 	var admitted, maxSeen, errs atomic.Int64
@@ -193,8 +198,9 @@ func runGateways(t *testing.T, client func() redis.UniversalClient, alg floodgat
 
 	// The remote's own view, through a client of its own: what is left is
 	// the quota minus exactly what the gateways admitted.
-	fresh := redisRemote(t, client(), prefix, alg)
-	res, err := fresh.Apply(context.Background(), key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: quota})
+	fresh, err := floodgate.New(redisRemote(t, client(), prefix), alg, &floodgate.Options{Name: gatewayName})
+	require.NoError(t, err)
+	res, err := fresh.Apply(context.Background(), key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: quota}, nil)
 	require.NoError(t, err)
 	assert.Equal(t, quota-got, res.Granted, "units left at the remote after Close")
 	// Demand exceeded the quota, so what was not admitted was held in pools
@@ -214,10 +220,14 @@ func TestRedisFailOpen(t *testing.T) {
 	store, err := redisstore.New(c, &redisstore.Options{OnFailure: redisstore.FailOpen, Timeout: time.Second})
 	require.NoError(t, err)
 	defer func() { _ = store.Close() }()
-	remote, err := floodgate.New(store, alg)
+	// remote is a limiter of the lease's name directly on the redisstore.
+	remote, err := floodgate.New(store, alg, &floodgate.Options{Name: testName})
 	require.NoError(t, err)
-	l, err := lease.New(remote, &lease.Options{MinBatch: 10, MaxBatch: 10})
+	ls, err := lease.New(store, &lease.Options{MinBatch: 10, MaxBatch: 10})
 	require.NoError(t, err)
+	lim, err := floodgate.New(ls, alg, &floodgate.Options{Name: testName})
+	require.NoError(t, err)
+	l := leased{Limiter: lim, Store: ls}
 
 	// 50 units consumed at Redis before it fails: a refund of units
 	// granted by FailOpen would give some of them back.
@@ -232,7 +242,7 @@ func TestRedisFailOpen(t *testing.T) {
 	require.NoError(t, m.StartAddr(addr))
 	require.NoError(t, l.Close())
 
-	res, err := remote.Apply(context.Background(), "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100})
+	res, err := remote.Apply(context.Background(), "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: 100}, nil)
 	require.NoError(t, err)
 	assert.EqualValues(t, 50, res.Granted, "nothing was refunded into the recovered Redis")
 	assert.EqualValues(t, 0, l.Stats().Returned)

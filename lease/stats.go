@@ -1,6 +1,7 @@
 package lease
 
-// Stats are cumulative counts of a Limiter's decisions and round trips.
+// Stats are cumulative counts of a Store's decisions and round trips, over
+// every limiter bound to it.
 type Stats struct {
 	// Local is the number of decisions served from a pool without waiting
 	// for a round trip.
@@ -8,12 +9,14 @@ type Stats struct {
 	// Waited is the number of decisions that waited for a lease round
 	// trip: admitted, denied, or failed with the remote's error.
 	Waited int64
-	// Forwarded is the number of decisions passed to the remote limiter
-	// (more units than MaxBatch, Reserve or Wait that a pool could not
-	// serve, and pools too contended to serve after a refill).
+	// Forwarded is the number of takes passed to the remote store (more
+	// units than MaxBatch, reservations of Reserve or Wait that a pool
+	// could not serve, and pools too contended to serve after a refill).
+	// The steps the remote serves whatever the pools hold (checks, takes
+	// up to n, settlements) are not counted.
 	Forwarded int64
-	// Leases is the number of lease round trips (Apply with OpTakeUpTo), successful or
-	// not, in the background or waited for.
+	// Leases is the number of lease round trips (Apply with OpTakeUpTo),
+	// successful or not, in the background or waited for.
 	Leases int64
 	// Leased is the number of units the remote leased.
 	Leased int64

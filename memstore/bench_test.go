@@ -45,7 +45,7 @@ func BenchmarkStoreApply(b *testing.B) {
 			s, _ := memstore.New(nil)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Apply(ctx, "key", alg, req); err != nil {
+				if _, err := applyOnce(ctx, s, "key", alg, req); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -54,7 +54,7 @@ func BenchmarkStoreApply(b *testing.B) {
 			s, _ := memstore.New(nil)
 			keys := makeKeys(100_000)
 			for _, k := range keys {
-				_, _ = s.Apply(ctx, k, alg, req)
+				_, _ = applyOnce(ctx, s, k, alg, req)
 			}
 			var seq atomic.Uint64
 			b.ReportAllocs()
@@ -63,7 +63,7 @@ func BenchmarkStoreApply(b *testing.B) {
 				i := seq.Add(7919) * 7919
 				for pb.Next() {
 					i++
-					if _, err := s.Apply(ctx, keys[i%uint64(len(keys))], alg, req); err != nil {
+					if _, err := applyOnce(ctx, s, keys[i%uint64(len(keys))], alg, req); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -98,7 +98,7 @@ func BenchmarkLimits(b *testing.B) {
 	} {
 		b.Run(c.name+"/serial/1key", func(b *testing.B) {
 			s, _ := memstore.New(nil)
-			lim, err := floodgate.New(s, c.alg)
+			lim, err := floodgate.New(s, c.alg, testOpts)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func BenchmarkLimits(b *testing.B) {
 		})
 		b.Run(c.name+"/parallel/100000keys", func(b *testing.B) {
 			s, _ := memstore.New(nil)
-			lim, err := floodgate.New(s, c.alg)
+			lim, err := floodgate.New(s, c.alg, testOpts)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -6,8 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/keytable"
 	"github.com/floodgate-go/floodgate/internal/take"
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -21,61 +23,83 @@ const dead = math.MinInt64
 // an absolute instant (the theoretical arrival time, the next departure),
 // which means the same to every configuration of the kind.
 type wordEntry struct {
-	v   atomic.Int64
-	key string
+	keytable.Entry // first: see asWord
+	v              atomic.Int64
 }
+
+// The entry types of the tables start with their keytable.Entry, which
+// the tables hold: asWord, asFW and asLocked convert it back to the entry
+// it heads with unsafe.Pointer, a valid conversion since the Entry is at
+// offset 0 of an allocation of the entry type (see keytable.Entry). It
+// costs nothing at run time, and it keeps keytable's Table one compiled
+// type: a generic table, compiled once per entry type, was 38 KB of the
+// smallest memstore program (bench/cmd/binsize).
+func _() {
+	// An "invalid argument: index out of bounds" error here means an
+	// entry type's keytable.Entry is no longer its first field.
+	var x [1]struct{}
+	_ = x[unsafe.Offsetof(wordEntry{}.Entry)]
+	_ = x[unsafe.Offsetof(fwEntry{}.Entry)]
+	_ = x[unsafe.Offsetof(lockedEntry{}.Entry)]
+	_ = x[unsafe.Offsetof(swEntry{}.lockedEntry)]
+	_ = x[unsafe.Offsetof(slEntry{}.lockedEntry)]
+	_ = x[unsafe.Offsetof(limitsEntry{}.lockedEntry)]
+}
+
+// asWord returns the wordEntry that e heads, or nil for nil; e comes from
+// a wordTable.
+func asWord(e *keytable.Entry) *wordEntry { return (*wordEntry)(unsafe.Pointer(e)) }
 
 // wordTable holds the word entries of one kind, shared by every
 // configuration of it bound to the store.
 type wordTable struct {
-	*table[wordEntry]
+	*keytable.Table
 	s *Store
 }
 
 func newWordTable(s *Store) *wordTable {
 	return &wordTable{
-		table: newTable(s.shards,
-			func(e *wordEntry) string { return e.key },
-			func(key string) *wordEntry { return &wordEntry{key: key} }),
-		s: s,
+		Table: keytable.New(s.shards, func() *keytable.Entry { return &new(wordEntry).Entry }),
+		s:     s,
 	}
 }
 
-// lookup is table.load for word entries, comparing keys in place rather
-// than through the table's keyOf func: the hot path of every decision
-// (callgrind: 40 instructions a decision fewer).
-func (t *wordTable) lookup(key string) (*shard[wordEntry], uint64, *wordEntry) {
-	h := t.hash(key)
-	sh := t.shardOf(h)
-	slots := *sh.slots.Load()
+// lookup is keytable.Table.Load for word entries, probing the shard in
+// place rather than through a call to Find: the hot path of every
+// decision.
+func (t *wordTable) lookup(sc *keytable.Scope, key string) (*keytable.Shard, uint64, *wordEntry) {
+	h := t.Hash(sc, key)
+	sh := t.ShardOf(h)
+	slots := sh.Slots()
 	if len(slots) == 0 {
 		return sh, h, nil
 	}
 	m := uint64(len(slots) - 1)
 	for i := h & m; ; i = (i + 1) & m {
-		if e := slots[i].Load(); e == nil || e.key == key {
-			return sh, h, e
+		if e := slots[i].Load(); e == nil || sc.Holds(e.Key(), key) {
+			return sh, h, asWord(e)
 		}
 	}
 }
 
-// entry returns key's entry, adding one if needed.
-func (t *wordTable) entry(key string) *wordEntry {
-	sh, h, e := t.lookup(key)
+// entry returns the entry of key in keytable.Scope sc, adding one if needed.
+func (t *wordTable) entry(sc *keytable.Scope, key string) *wordEntry {
+	sh, h, e := t.lookup(sc, key)
 	if e == nil {
-		e = t.insert(sh, key, h, wordReclaimer{}, t.s.nowNs, t.s.maxKeys)
+		e = asWord(t.Insert(sh, sc, key, h, wordReclaimer{}, t.s.nowNs, t.s.maxKeys))
 	}
 	return e
 }
 
-func (t *wordTable) sweep(now int64) { t.sweepAll(wordReclaimer{}, now) }
-func (t *wordTable) len() int        { return t.size() }
+func (t *wordTable) sweep(now int64) { t.SweepAll(wordReclaimer{}, now) }
+func (t *wordTable) len() int        { return t.Len() }
 
 // wordReclaimer reclaims bucket words: the word is the instant at which
 // the bucket is restored.
 type wordReclaimer struct{}
 
-func (wordReclaimer) kill(e *wordEntry, now int64, force bool) bool {
+func (wordReclaimer) Kill(ke *keytable.Entry, now int64, force bool) bool {
+	e := asWord(ke)
 	w := e.v.Load()
 	if w == dead || (!force && w > now) {
 		return false
@@ -84,8 +108,8 @@ func (wordReclaimer) kill(e *wordEntry, now int64, force bool) bool {
 	return e.v.CompareAndSwap(w, dead)
 }
 
-func (wordReclaimer) held(e *wordEntry) (held, restoreAt int64, ok bool) {
-	w := e.v.Load()
+func (wordReclaimer) Held(e *keytable.Entry) (held, restoreAt int64, ok bool) {
+	w := asWord(e).v.Load()
 	// A bucket's debt in time is what it remembers; the units are that
 	// debt over the configuration's interval, the same order for all keys.
 	return 0, w, w != dead
@@ -95,23 +119,24 @@ func (wordReclaimer) held(e *wordEntry) (held, restoreAt int64, ok bool) {
 // emission interval (the same bucket, without a division per step).
 type tbBound struct {
 	t   *wordTable
+	sc  keytable.Scope
 	a   floodgate.TokenBucket
 	tau int64 // Burst emission intervals
 }
 
 // Apply executes one step on key; see floodgate.Bound.
-func (b *tbBound) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	if key == "" || len(key) > floodgate.MaxKeyLen {
-		return floodgate.Result{}, step.CheckKey(key)
+func (b *tbBound) Apply(_ context.Context, key string, req floodgate.Request, _ []floodgate.Decision) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
 	}
-	e := b.t.entry(key)
+	e := b.t.entry(&b.sc, key)
 	for {
 		now := b.t.s.clock()
 		old := e.v.Load()
 		if old == dead {
 			// The entry was reclaimed after we found it; its key is gone
 			// from the table by the time its shard lock is free again.
-			e = b.t.entry(key)
+			e = b.t.entry(&b.sc, key)
 			continue
 		}
 		next, res, err := step.TokenBucket(b.a, old, now, req)
@@ -127,13 +152,13 @@ func (b *tbBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 // Take is Apply of a plain take without building the Result: a Result is
 // ten words and Go copies structs of more than four fields through memory
 // at every call boundary (measured: the copies were a quarter of a
-// decision's time). A clock outside 1970 to 2262 and bad arguments take
+// decision's time). A clock outside 1970 to 2255 and bad arguments take
 // Apply's path, which reports them.
 func (b *tbBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	if key == "" || len(key) > floodgate.MaxKeyLen || n < 1 || n > b.a.Burst {
+	if !floodgate.ValidTake(key, n, b.a.Burst) {
 		return b.slowTake(ctx, key, n)
 	}
-	e := b.t.entry(key)
+	e := b.t.entry(&b.sc, key)
 	for {
 		now, ok := b.t.s.stepNow()
 		if !ok {
@@ -141,7 +166,7 @@ func (b *tbBound) Take(ctx context.Context, key string, n int64) (floodgate.Deci
 		}
 		old := e.v.Load()
 		if old == dead {
-			e = b.t.entry(key)
+			e = b.t.entry(&b.sc, key)
 			continue
 		}
 		next, remaining, wait, reset, ok := take.Bucket(old, now, n, int64(b.a.Per), b.tau, 0)
@@ -155,29 +180,30 @@ func (b *tbBound) Take(ctx context.Context, key string, n int64) (floodgate.Deci
 }
 
 func (b *tbBound) slowTake(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 
 // lbBound runs one leaky bucket configuration, normalized as tbBound is.
 type lbBound struct {
-	t *wordTable
-	a floodgate.LeakyBucket
+	t  *wordTable
+	sc keytable.Scope
+	a  floodgate.LeakyBucket
 }
 
 // Apply executes one step on key; see floodgate.Bound. It is tbBound.Apply
 // with the leaky bucket's step: a shared loop taking the step as a func
 // value would copy the Result once more per call (measured).
-func (b *lbBound) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	if key == "" || len(key) > floodgate.MaxKeyLen {
-		return floodgate.Result{}, step.CheckKey(key)
+func (b *lbBound) Apply(_ context.Context, key string, req floodgate.Request, _ []floodgate.Decision) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
 	}
-	e := b.t.entry(key)
+	e := b.t.entry(&b.sc, key)
 	for {
 		now := b.t.s.clock()
 		old := e.v.Load()
 		if old == dead {
-			e = b.t.entry(key)
+			e = b.t.entry(&b.sc, key)
 			continue
 		}
 		next, res, err := step.LeakyBucket(b.a, old, now, req)
@@ -192,73 +218,113 @@ func (b *lbBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 
 // Take is Apply of a plain take.
 func (b *lbBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 
-// lockedEntry is the state of a key guarded by a mutex.
-type lockedEntry[S any] struct {
-	key  string
-	mu   sync.Mutex
-	dead bool // reclaimed: look the key up again
-	st   S
+// lockedEntry heads the entries of keys whose state is guarded by a
+// mutex: swEntry, slEntry and limitsEntry, each a lockedEntry followed by
+// its state. One lockedTable serves the three: a table generic in the
+// state was compiled once per state type (12 KB more of the smallest
+// memstore program, bench/cmd/binsize).
+type lockedEntry struct {
+	keytable.Entry // first: see asWord
+	mu             sync.Mutex
+	dead           bool // reclaimed: look the key up again
 }
+
+// asLocked returns the lockedEntry that e heads, or nil for nil; e comes
+// from a lockedTable.
+func asLocked(e *keytable.Entry) *lockedEntry { return (*lockedEntry)(unsafe.Pointer(e)) }
+
+// swEntry is the state of a sliding window key.
+type swEntry struct {
+	lockedEntry // first: see asWord
+	st          step.SlidingWindowState
+}
+
+// slEntry is the state of a sliding log key.
+type slEntry struct {
+	lockedEntry // first: see asWord
+	st          step.SlidingLogState
+}
+
+// sw, sl and limits return the state of e, which heads an entry of that
+// kind (see asWord).
+func (e *lockedEntry) sw() *step.SlidingWindowState { return &(*swEntry)(unsafe.Pointer(e)).st }
+func (e *lockedEntry) sl() *step.SlidingLogState    { return &(*slEntry)(unsafe.Pointer(e)).st }
+func (e *lockedEntry) limits() *limitsState         { return &(*limitsEntry)(unsafe.Pointer(e)).st }
 
 // lockedTable holds the entries of one kind whose state needs more than a
 // word, each under its own mutex, shared by every configuration of the
 // kind.
-type lockedTable[S any] struct {
-	*table[lockedEntry[S]]
+type lockedTable struct {
+	*keytable.Table
 	s *Store
-	// held reports what a state remembers and when it is restored, for
+	// held reports what e's state remembers and when it is restored, for
 	// windows of w.
-	held func(st *S, w int64) (held, restoreAt int64)
+	held func(e *lockedEntry, w int64) (held, restoreAt int64)
 	// maxW is the longest window of the configurations bound to the
 	// table: a state is restored once that has passed, whichever of them
 	// wrote it.
 	maxW atomic.Int64
 }
 
-func newLockedTable[S any](s *Store, held func(*S, int64) (int64, int64)) *lockedTable[S] {
-	return &lockedTable[S]{
-		s: s,
-		table: newTable(s.shards,
-			func(e *lockedEntry[S]) string { return e.key },
-			func(key string) *lockedEntry[S] { return &lockedEntry[S]{key: key} }),
-		held: held,
-	}
+// newLockedTable returns a table of the entries newE allocates (it
+// returns their keytable.Entry).
+func newLockedTable(s *Store, newE func() *keytable.Entry, held func(*lockedEntry, int64) (int64, int64)) *lockedTable {
+	return &lockedTable{s: s, Table: keytable.New(s.shards, newE), held: held}
 }
 
-// apply runs fn on key's state under the entry's mutex, at the store's
-// clock read under the lock, so that steps on one key see time in the
-// order they run.
-func (t *lockedTable[S]) apply(key string, fn func(st *S, now time.Time) (floodgate.Result, error)) (floodgate.Result, error) {
-	if key == "" || len(key) > floodgate.MaxKeyLen {
-		return floodgate.Result{}, step.CheckKey(key)
-	}
-	sh, h, e := t.load(key)
+// entry returns the entry of key in sc, adding one if needed, locked and
+// live. It probes the shard in place, as wordTable.lookup does.
+func (t *lockedTable) entry(sc *keytable.Scope, key string) *lockedEntry {
+	h := t.Hash(sc, key)
+	sh := t.ShardOf(h)
 	for {
-		if e == nil {
-			e = t.insert(sh, key, h, lockedReclaimer[S]{t}, t.s.nowNs, t.s.maxKeys)
+		var ke *keytable.Entry
+		if slots := sh.Slots(); len(slots) > 0 {
+			m := uint64(len(slots) - 1)
+			for i := h & m; ; i = (i + 1) & m {
+				if ke = slots[i].Load(); ke == nil || sc.Holds(ke.Key(), key) {
+					break
+				}
+			}
 		}
+		if ke == nil {
+			ke = t.Insert(sh, sc, key, h, lockedReclaimer{t}, t.s.nowNs, t.s.maxKeys)
+		}
+		e := asLocked(ke)
 		e.mu.Lock()
-		if e.dead {
-			e.mu.Unlock()
-			sh, h, e = t.load(key)
-			continue
+		if !e.dead {
+			return e
 		}
-		res, err := fn(&e.st, t.s.clock())
+		// Reclaimed after we found it: its key is gone from the table by
+		// the time its shard lock is free again.
 		e.mu.Unlock()
-		return res, err
 	}
 }
 
-func (t *lockedTable[S]) sweep(now int64) { t.sweepAll(lockedReclaimer[S]{t}, now) }
-func (t *lockedTable[S]) len() int        { return t.size() }
+// apply runs fn on key's entry under its mutex, at the store's clock read
+// under the lock, so that steps on one key see time in the order they
+// run.
+func (t *lockedTable) apply(sc *keytable.Scope, key string, fn func(e *lockedEntry, now time.Time) (floodgate.Result, error)) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
+	}
+	e := t.entry(sc, key)
+	res, err := fn(e, t.s.clock())
+	e.mu.Unlock()
+	return res, err
+}
 
-type lockedReclaimer[S any] struct{ t *lockedTable[S] }
+func (t *lockedTable) sweep(now int64) { t.SweepAll(lockedReclaimer{t}, now) }
+func (t *lockedTable) len() int        { return t.Len() }
 
-func (r lockedReclaimer[S]) kill(e *lockedEntry[S], now int64, force bool) bool {
+type lockedReclaimer struct{ t *lockedTable }
+
+func (r lockedReclaimer) Kill(ke *keytable.Entry, now int64, force bool) bool {
+	e := asLocked(ke)
 	if !e.mu.TryLock() { // in use: not idle
 		return false
 	}
@@ -266,14 +332,15 @@ func (r lockedReclaimer[S]) kill(e *lockedEntry[S], now int64, force bool) bool 
 	if e.dead {
 		return false
 	}
-	if _, at := r.t.held(&e.st, r.t.maxW.Load()); !force && at > now {
+	if _, at := r.t.held(e, r.t.maxW.Load()); !force && at > now {
 		return false
 	}
 	e.dead = true
 	return true
 }
 
-func (r lockedReclaimer[S]) held(e *lockedEntry[S]) (held, restoreAt int64, ok bool) {
+func (r lockedReclaimer) Held(ke *keytable.Entry) (held, restoreAt int64, ok bool) {
+	e := asLocked(ke)
 	if !e.mu.TryLock() {
 		return 0, 0, false
 	}
@@ -281,19 +348,21 @@ func (r lockedReclaimer[S]) held(e *lockedEntry[S]) (held, restoreAt int64, ok b
 	if e.dead {
 		return 0, 0, false
 	}
-	held, restoreAt = r.t.held(&e.st, r.t.maxW.Load())
+	held, restoreAt = r.t.held(e, r.t.maxW.Load())
 	return held, restoreAt, true
 }
 
 // swBound runs one sliding window configuration.
 type swBound struct {
-	t *lockedTable[step.SlidingWindowState]
-	a floodgate.SlidingWindow
+	t  *lockedTable
+	sc keytable.Scope
+	a  floodgate.SlidingWindow
 }
 
 // Apply executes one step on key; see floodgate.Bound.
-func (b *swBound) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	return b.t.apply(key, func(st *step.SlidingWindowState, now time.Time) (floodgate.Result, error) {
+func (b *swBound) Apply(_ context.Context, key string, req floodgate.Request, _ []floodgate.Decision) (floodgate.Result, error) {
+	return b.t.apply(&b.sc, key, func(e *lockedEntry, now time.Time) (floodgate.Result, error) {
+		st := e.sw()
 		next, res, err := step.SlidingWindow(b.a, *st, now, req)
 		if !req.Check {
 			*st = next
@@ -304,7 +373,7 @@ func (b *swBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 
 // Take is Apply of a plain take.
 func (b *swBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 
@@ -323,14 +392,15 @@ func swHeld(st *step.SlidingWindowState, w int64) (held, restoreAt int64) {
 
 // slBound runs one sliding log configuration.
 type slBound struct {
-	t *lockedTable[step.SlidingLogState]
-	a floodgate.SlidingLog
+	t  *lockedTable
+	sc keytable.Scope
+	a  floodgate.SlidingLog
 }
 
 // Apply executes one step on key; see floodgate.Bound.
-func (b *slBound) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	return b.t.apply(key, func(st *step.SlidingLogState, now time.Time) (floodgate.Result, error) {
-		return step.SlidingLog(b.a, st, now, req)
+func (b *slBound) Apply(_ context.Context, key string, req floodgate.Request, _ []floodgate.Decision) (floodgate.Result, error) {
+	return b.t.apply(&b.sc, key, func(e *lockedEntry, now time.Time) (floodgate.Result, error) {
+		return step.SlidingLog(b.a, e.sl(), now, req)
 	})
 }
 
@@ -344,6 +414,6 @@ func slHeld(st *step.SlidingLogState, w int64) (held, restoreAt int64) {
 
 // Take is Apply of a plain take.
 func (b *slBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }

@@ -33,7 +33,7 @@ func TestKeyRotationForgivesNoSpentKey(t *testing.T) {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
 			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now, MaxKeys: maxKeys})
-			lim, err := floodgate.New(s, alg)
+			lim, err := floodgate.New(s, alg, testOpts)
 			require.NoError(t, err)
 			ctx := context.Background()
 			// Spend the victims first, as an attacker would before rotating:
@@ -75,9 +75,9 @@ func TestFixedWindowMovesUnderContention(t *testing.T) {
 	for round := range 20 {
 		clock := floodgatetest.NewClock(t0.Add(time.Duration(round) * 2 * time.Second))
 		s := newMemStore(t, &memstore.Options{Now: clock.Now})
-		a, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: time.Second})
+		a, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: time.Second}, testOpts)
 		require.NoError(t, err)
-		b, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: 2 * time.Second})
+		b, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: 2 * time.Second}, testOpts)
 		require.NoError(t, err)
 		var admitted atomic.Int64
 		var wg sync.WaitGroup

@@ -6,8 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/keytable"
 	"github.com/floodgate-go/floodgate/internal/take"
 	"github.com/floodgate-go/floodgate/step"
 )
@@ -27,11 +29,15 @@ const slow = dead + 1
 
 // fwEntry is the state of a fixed window key.
 type fwEntry struct {
-	v    atomic.Int64 // packed in pack, dead, or slow
-	key  string
-	pack fwPacking // immutable; not ok for an entry born slow
-	slow atomic.Pointer[fwSlow]
+	keytable.Entry              // first: see asWord
+	v              atomic.Int64 // packed in pack, dead, or slow
+	pack           fwPacking    // immutable; not ok for an entry born slow
+	slow           atomic.Pointer[fwSlow]
 }
+
+// asFW returns the fwEntry that e heads, or nil for nil; e comes from an
+// fwTable.
+func asFW(e *keytable.Entry) *fwEntry { return (*fwEntry)(unsafe.Pointer(e)) }
 
 // fwSlow is a fixed window state under a mutex.
 type fwSlow struct {
@@ -43,17 +49,15 @@ type fwSlow struct {
 
 // fwTable holds the fixed window entries of a store.
 type fwTable struct {
-	*table[fwEntry]
+	*keytable.Table
 	s    *Store
 	maxW atomic.Int64 // the longest window bound, for slow entries
 }
 
 func newFWTable(s *Store) *fwTable {
 	return &fwTable{
-		table: newTable(s.shards,
-			func(e *fwEntry) string { return e.key },
-			func(key string) *fwEntry { return &fwEntry{key: key} }),
-		s: s,
+		Table: keytable.New(s.shards, func() *keytable.Entry { return &new(fwEntry).Entry }),
+		s:     s,
 	}
 }
 
@@ -110,21 +114,22 @@ func fwRestoreAt(st step.FixedWindowState, w int64) int64 {
 	return st.Start + w
 }
 
-// entry returns key's entry, adding one packed in pack (born slow if pack
-// is not ok).
-func (t *fwTable) entry(key string, pack fwPacking) *fwEntry {
-	h := t.hash(key)
-	sh := t.shardOf(h)
-	if e := t.find(sh, key, h); e != nil {
-		return e
+// entry returns the entry of key in keytable.Scope sc, adding one packed in pack
+// (born slow if pack is not ok).
+func (t *fwTable) entry(sc *keytable.Scope, key string, pack fwPacking) *fwEntry {
+	h := t.Hash(sc, key)
+	sh := t.ShardOf(h)
+	if e := t.Find(sh, sc, key, h); e != nil {
+		return asFW(e)
 	}
-	return t.insert(sh, key, h, fwReclaimer{t}, t.s.nowNs, t.s.maxKeys, func(e *fwEntry) {
+	return asFW(t.Insert(sh, sc, key, h, fwReclaimer{t}, t.s.nowNs, t.s.maxKeys, func(ke *keytable.Entry) {
+		e := asFW(ke)
 		e.pack = pack
 		if !pack.ok {
 			e.v.Store(slow)
 			e.slow.Store(&fwSlow{ready: true})
 		}
-	})
+	}))
 }
 
 // toSlow returns e's slow state, moving the word into it first if needed,
@@ -157,12 +162,13 @@ func (e *fwEntry) toSlow() *fwSlow {
 	return s
 }
 
-func (t *fwTable) sweep(now int64) { t.sweepAll(fwReclaimer{t}, now) }
-func (t *fwTable) len() int        { return t.size() }
+func (t *fwTable) sweep(now int64) { t.SweepAll(fwReclaimer{t}, now) }
+func (t *fwTable) len() int        { return t.Len() }
 
 type fwReclaimer struct{ t *fwTable }
 
-func (r fwReclaimer) kill(e *fwEntry, now int64, force bool) bool {
+func (r fwReclaimer) Kill(ke *keytable.Entry, now int64, force bool) bool {
+	e := asFW(ke)
 	w := e.v.Load()
 	switch w {
 	case dead:
@@ -187,7 +193,8 @@ func (r fwReclaimer) kill(e *fwEntry, now int64, force bool) bool {
 	return e.v.CompareAndSwap(w, dead)
 }
 
-func (r fwReclaimer) held(e *fwEntry) (held, restoreAt int64, ok bool) {
+func (r fwReclaimer) Held(ke *keytable.Entry) (held, restoreAt int64, ok bool) {
+	e := asFW(ke)
 	w := e.v.Load()
 	switch w {
 	case dead:
@@ -210,26 +217,27 @@ func (r fwReclaimer) held(e *fwEntry) (held, restoreAt int64, ok bool) {
 // fwBound runs one fixed window configuration.
 type fwBound struct {
 	t    *fwTable
+	sc   keytable.Scope
 	a    floodgate.FixedWindow
 	pack fwPacking // not ok when a's states do not fit a word
 }
 
 // Apply executes one step on key; see floodgate.Bound.
-func (b *fwBound) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	if key == "" || len(key) > floodgate.MaxKeyLen {
-		return floodgate.Result{}, step.CheckKey(key)
+func (b *fwBound) Apply(_ context.Context, key string, req floodgate.Request, _ []floodgate.Decision) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
 	}
-	e := b.t.entry(key, b.pack)
+	e := b.t.entry(&b.sc, key, b.pack)
 	for {
 		old := e.v.Load()
 		switch {
 		case old == dead:
-			e = b.t.entry(key, b.pack)
+			e = b.t.entry(&b.sc, key, b.pack)
 			continue
 		case old == slow || !e.pack.same(b.pack):
 			s := e.toSlow()
 			if s == nil {
-				e = b.t.entry(key, b.pack)
+				e = b.t.entry(&b.sc, key, b.pack)
 				continue
 			}
 			next, res, err := step.FixedWindow(b.a, s.st, b.t.s.clock(), req)
@@ -252,10 +260,10 @@ func (b *fwBound) Apply(_ context.Context, key string, req floodgate.Request) (f
 // Take is Apply of a plain take without building the Result, as for the
 // token bucket.
 func (b *fwBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	if !b.pack.ok || key == "" || len(key) > floodgate.MaxKeyLen || n < 1 || n > b.a.Limit {
+	if !b.pack.ok || !floodgate.ValidTake(key, n, b.a.Limit) {
 		return b.slowTake(ctx, key, n)
 	}
-	e := b.t.entry(key, b.pack)
+	e := b.t.entry(&b.sc, key, b.pack)
 	for {
 		now, ok := b.t.s.stepNow()
 		if !ok || !e.pack.same(b.pack) {
@@ -263,7 +271,7 @@ func (b *fwBound) Take(ctx context.Context, key string, n int64) (floodgate.Deci
 		}
 		old := e.v.Load()
 		if old == dead {
-			e = b.t.entry(key, b.pack)
+			e = b.t.entry(&b.sc, key, b.pack)
 			continue
 		}
 		if old == slow {
@@ -282,6 +290,6 @@ func (b *fwBound) Take(ctx context.Context, key string, n int64) (floodgate.Deci
 }
 
 func (b *fwBound) slowTake(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }

@@ -7,13 +7,20 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/keytable"
 	"github.com/floodgate-go/floodgate/internal/take"
 	"github.com/floodgate-go/floodgate/step"
 )
 
+// limitsEntry is the state of a key's Limits.
+type limitsEntry struct {
+	lockedEntry // first: see asWord
+	st          limitsState
+}
+
 // limitsState is the state of a key's Limits: one slot per limit kind and
 // ordinal (the i-th limit of a kind in a Limits), shared by every Limits
-// bound to the store. It is the step.Members of the bound that holds the
+// bound to the store under one name. It is the step.Members of the bound that holds the
 // entry's lock: run and idx are set under it.
 type limitsState struct {
 	slots []limitSlot
@@ -42,7 +49,8 @@ type slSlot struct {
 
 // limitsBound runs one Limits configuration.
 type limitsBound struct {
-	t     *lockedTable[limitsState]
+	t     *lockedTable
+	sc    keytable.Scope
 	ls    floodgate.Limits
 	kinds [8]step.Kind
 	ords  [8]uint8
@@ -56,9 +64,12 @@ type limitsBound struct {
 	quota int64
 }
 
-func (s *Store) bindLimits(ls floodgate.Limits) (*limitsBound, error) {
-	t := lazy(s, &s.lim, func() *lockedTable[limitsState] { return newLockedTable(s, limitsHeld) })
-	b := &limitsBound{t: t, ls: ls, quota: ls.Policy().Quota}
+func (s *Store) bindLimits(sc keytable.Scope, ls floodgate.Limits) (*limitsBound, error) {
+	t := lazy(s, &s.lim, func() *lockedTable {
+		return newLockedTable(s, func() *keytable.Entry { return &new(limitsEntry).Entry },
+			func(e *lockedEntry, w int64) (int64, int64) { return limitsHeld(e.limits(), w) })
+	})
+	b := &limitsBound{t: t, sc: sc, ls: ls, quota: ls.Policy().Quota}
 	var next [step.KindSlidingLog + 1]uint8
 	for i, a := range ls {
 		k, err := step.KindOf(a)
@@ -82,10 +93,11 @@ func (s *Store) bindLimits(ls floodgate.Limits) (*limitsBound, error) {
 
 // Apply executes one step of the Limits on key; see floodgate.Bound. The
 // limits decide under the key's one lock.
-func (b *limitsBound) Apply(_ context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	return b.t.apply(key, func(st *limitsState, now time.Time) (floodgate.Result, error) {
+func (b *limitsBound) Apply(_ context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	return b.t.apply(&b.sc, key, func(e *lockedEntry, now time.Time) (floodgate.Result, error) {
+		st := e.limits()
 		st.bind(b)
-		res, err := step.Limits(b.ls, st, now, req)
+		res, err := step.Limits(b.ls, st, now, req, each)
 		st.run = nil
 		return res, err
 	})
@@ -98,35 +110,24 @@ func (b *limitsBound) Apply(_ context.Context, key string, req floodgate.Request
 // composite of two limits made four such copies a decision (measured:
 // 290 ns against 67 for the token bucket alone). The floodgatetest cases
 // hold Take and Apply to the same decisions. Bad arguments and a clock
-// outside 1970 to 2262 take Apply's path, which reports them.
+// outside 1970 to 2255 take Apply's path, which reports them.
 func (b *limitsBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	if key == "" || len(key) > floodgate.MaxKeyLen || n < 1 || n > b.quota {
+	if !floodgate.ValidTake(key, n, b.quota) {
 		return b.slowTake(ctx, key, n)
 	}
-	sh, h, e := b.t.load(key)
-	for {
-		if e == nil {
-			e = b.t.insert(sh, key, h, lockedReclaimer[limitsState]{b.t}, b.t.s.nowNs, b.t.s.maxKeys)
-		}
-		e.mu.Lock()
-		if e.dead {
-			e.mu.Unlock()
-			sh, h, e = b.t.load(key)
-			continue
-		}
-		now, ok := b.t.s.stepNow()
-		if !ok {
-			e.mu.Unlock()
-			return b.slowTake(ctx, key, n)
-		}
-		d, err := b.take(&e.st, now, n)
+	e := b.t.entry(&b.sc, key)
+	now, ok := b.t.s.stepNow()
+	if !ok {
 		e.mu.Unlock()
-		return d, err
+		return b.slowTake(ctx, key, n)
 	}
+	d, err := b.take(e.limits(), now, n)
+	e.mu.Unlock()
+	return d, err
 }
 
 func (b *limitsBound) slowTake(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 

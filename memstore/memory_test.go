@@ -30,7 +30,7 @@ func heapPerKey(t testing.TB, alg floodgate.Algorithm, n int) float64 {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for _, k := range keys {
-		_, err := s.Apply(ctx, k, alg, floodgate.Request{N: 1})
+		_, err := applyOnce(ctx, s, k, alg, floodgate.Request{N: 1})
 		require.NoError(t, err)
 	}
 	runtime.GC()

@@ -1,11 +1,14 @@
 // Package memstore is the in-process floodgate.Store: a sharded table of
 // per-key state, one table per algorithm kind.
 //
-// A key's state belongs to the key and the algorithm's kind, as
-// floodgate.Store requires: every configuration of a kind bound to the
-// store shares its table, so a changed configuration continues from what
-// the old one counted, and the store's memory does not grow with the
-// number of configurations.
+// A step's state belongs to (name, key, kind) as floodgate.Store requires
+// (and, for the limits of a Limits, their ordinals): every limiter bound
+// to the store shares the table of its algorithm's kind, in which each
+// entry's key starts with a prefix of a byte or two that numbers its
+// limiter's name, so the keys of limiters with different names never
+// meet, a configuration changed under one name continues from what the old
+// one counted, and the store's memory grows with the keys, not with the
+// number of limiters.
 //
 // The token bucket, the leaky bucket and the fixed window keep their state in
 // one 64-bit word that decisions update with compare-and-swap, so a decision
@@ -31,18 +34,6 @@
 // key-rotation attack costs bounded memory, and it evicts the keys it
 // rotates through (each holding one unit) before any key it spent.
 //
-// # In flight
-//
-// The Store is also an inflight.Store: per key, the number of requests in
-// flight, in one word updated with compare-and-swap, and a pooled holder
-// per request whose generation makes a second Release of its Hold do
-// nothing. Acquire and Release take no lock and allocate nothing for a key
-// in use. The holds never expire (their holders live in this process), so
-// they need no renewal. A key without requests in flight is idle and
-// reclaimed like a restored entry; a key with some is never evicted, since
-// forgetting it would admit more than its limit, so such keys are bounded
-// by the requests in flight rather than by MaxKeys.
-//
 // # Clock
 //
 // By default the store's clock is the wall clock read once at New plus the
@@ -53,7 +44,6 @@
 package memstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -64,7 +54,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/internal/timemath"
+	"github.com/floodgate-go/floodgate/internal/keytable"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -74,11 +64,9 @@ type Options struct {
 	// monotonic time elapsed since.
 	Now func() time.Time
 	// MaxKeys caps the number of keys the store tracks per algorithm kind,
-	// the keys of every Limits together, and the keys of package inflight
-	// (so the store holds at most seven times MaxKeys, plus the in-flight
-	// keys that have requests in flight, which are never evicted). The
-	// default is
-	// 4,194,304 (about 200 MiB of token buckets). When the cap is reached,
+	// and the keys of every Limits together (so the store holds at most
+	// six times MaxKeys), whatever the number of limiters bound to it. The
+	// default is 4,194,304 (about 200 MiB of token buckets). When the cap is reached,
 	// new keys evict entries; see the package doc.
 	MaxKeys int
 	// Shards is the number of lock shards per algorithm, rounded up to a
@@ -104,13 +92,12 @@ type Store struct {
 	// One table per algorithm kind, created on first use and shared by
 	// every configuration of the kind: a key's state belongs to (key,
 	// kind), as floodgate.Store requires.
-	mu     sync.Mutex // serializes the creation of tables
+	mu     sync.Mutex                // serializes the creation of tables and of scopes
+	scopes map[string]keytable.Scope // by name, guarded by mu
 	tb, lb atomic.Pointer[wordTable]
 	fw     atomic.Pointer[fwTable]
-	sw     atomic.Pointer[lockedTable[step.SlidingWindowState]]
-	sl     atomic.Pointer[lockedTable[step.SlidingLogState]]
-	lim    atomic.Pointer[lockedTable[limitsState]] // every Limits
-	inf    atomic.Pointer[inflightTable]            // package inflight's holds
+	sw, sl atomic.Pointer[lockedTable]
+	lim    atomic.Pointer[lockedTable] // every Limits
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -153,75 +140,60 @@ func (s *Store) clock() time.Time {
 	return time.Unix(0, s.baseNs+int64(time.Since(s.base)))
 }
 
-// Bind returns the steps of alg on this store; see floodgate.Store.
-// floodgate.New calls it. Binding allocates no table: every configuration
-// of a kind shares the kind's table, so the store's memory is bounded by
-// MaxKeys per kind whatever the number of configurations.
-func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
+// Bind returns the steps of alg on this store under name; see
+// floodgate.Store. floodgate.New calls it. Binding allocates no table:
+// every configuration of a kind shares the kind's table, where the keys of
+// each name are kept apart by the name's prefix (see the package doc), so
+// the store's memory is bounded by MaxKeys per kind whatever the number of
+// limiters.
+func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if err := floodgate.CheckName(name); err != nil {
+		return nil, err
+	}
+	sc := s.scope(name)
 	if ls, ok := alg.(floodgate.Limits); ok {
 		if err := ls.Validate(); err != nil {
 			return nil, err
 		}
-		return s.bindLimits(ls)
+		return s.bindLimits(sc, ls)
 	}
 	if err := check(alg); err != nil {
 		return nil, err
 	}
 	switch a := alg.(type) {
 	case floodgate.TokenBucket:
-		b := s.bindTB(a)
+		b := s.bindTB(sc, a)
 		return &b, nil
 	case floodgate.LeakyBucket:
-		b := s.bindLB(a)
+		b := s.bindLB(sc, a)
 		return &b, nil
 	case floodgate.FixedWindow:
-		b := s.bindFW(a)
+		b := s.bindFW(sc, a)
 		return &b, nil
 	case floodgate.SlidingWindow:
-		b := s.bindSW(a)
+		b := s.bindSW(sc, a)
 		return &b, nil
 	default:
-		b := s.bindSL(alg.(floodgate.SlidingLog))
+		b := s.bindSL(sc, alg.(floodgate.SlidingLog))
 		return &b, nil
 	}
 }
 
-// Apply binds alg and executes one step for key, for one-off steps and
-// tests; a Limiter from floodgate.New binds once instead. It never blocks
-// on I/O and ignores ctx.
-func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
-	if err := step.CheckKey(key); err != nil {
-		return floodgate.Result{}, err
+// keytable.Scope returns the keytable.Scope of name's keys, numbering a name the first time
+// it is bound. The numbers are never reused: the store remembers every
+// name bound to it (the name and a few words each).
+func (s *Store) scope(name string) keytable.Scope {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sc, ok := s.scopes[name]; ok {
+		return sc
 	}
-	if ls, ok := alg.(floodgate.Limits); ok {
-		b, err := s.Bind(ls)
-		if err != nil {
-			return floodgate.Result{}, err
-		}
-		return b.Apply(ctx, key, req)
+	if s.scopes == nil {
+		s.scopes = map[string]keytable.Scope{}
 	}
-	if err := check(alg); err != nil {
-		return floodgate.Result{}, err
-	}
-	// The bound values stay on the stack: Apply allocates nothing for a
-	// key it has.
-	switch a := alg.(type) {
-	case floodgate.TokenBucket:
-		b := s.bindTB(a)
-		return b.Apply(ctx, key, req)
-	case floodgate.LeakyBucket:
-		b := s.bindLB(a)
-		return b.Apply(ctx, key, req)
-	case floodgate.FixedWindow:
-		b := s.bindFW(a)
-		return b.Apply(ctx, key, req)
-	case floodgate.SlidingWindow:
-		b := s.bindSW(a)
-		return b.Apply(ctx, key, req)
-	default:
-		b := s.bindSL(alg.(floodgate.SlidingLog))
-		return b.Apply(ctx, key, req)
-	}
+	sc := keytable.NewScope(uint64(len(s.scopes)) + 1)
+	s.scopes[name] = sc
+	return sc
 }
 
 // check validates alg, one of the five configurations as a value.
@@ -247,39 +219,41 @@ func lazy[T any](s *Store, p *atomic.Pointer[T], newT func() *T) *T {
 	return t
 }
 
-func (s *Store) bindTB(a floodgate.TokenBucket) tbBound {
+func (s *Store) bindTB(sc keytable.Scope, a floodgate.TokenBucket) tbBound {
 	// Rate 1 per emission interval is the same bucket, and spares the step
 	// a division.
 	tau := a.Policy().Window
 	a.Per, a.Rate = tau/time.Duration(a.Burst), 1
-	return tbBound{t: lazy(s, &s.tb, func() *wordTable { return newWordTable(s) }), a: a, tau: int64(tau)}
+	return tbBound{t: lazy(s, &s.tb, func() *wordTable { return newWordTable(s) }), sc: sc, a: a, tau: int64(tau)}
 }
 
-func (s *Store) bindLB(a floodgate.LeakyBucket) lbBound {
+func (s *Store) bindLB(sc keytable.Scope, a floodgate.LeakyBucket) lbBound {
 	a.Per, a.Rate = a.Policy().Window/time.Duration(a.Capacity), 1
-	return lbBound{t: lazy(s, &s.lb, func() *wordTable { return newWordTable(s) }), a: a}
+	return lbBound{t: lazy(s, &s.lb, func() *wordTable { return newWordTable(s) }), sc: sc, a: a}
 }
 
-func (s *Store) bindFW(a floodgate.FixedWindow) fwBound {
+func (s *Store) bindFW(sc keytable.Scope, a floodgate.FixedWindow) fwBound {
 	t := lazy(s, &s.fw, func() *fwTable { return newFWTable(s) })
 	raise(&t.maxW, int64(a.Window))
-	return fwBound{t: t, a: a, pack: newFWPacking(a, s.nowNs())}
+	return fwBound{t: t, sc: sc, a: a, pack: newFWPacking(a, s.nowNs())}
 }
 
-func (s *Store) bindSW(a floodgate.SlidingWindow) swBound {
-	t := lazy(s, &s.sw, func() *lockedTable[step.SlidingWindowState] {
-		return newLockedTable(s, swHeld)
+func (s *Store) bindSW(sc keytable.Scope, a floodgate.SlidingWindow) swBound {
+	t := lazy(s, &s.sw, func() *lockedTable {
+		return newLockedTable(s, func() *keytable.Entry { return &new(swEntry).Entry },
+			func(e *lockedEntry, w int64) (int64, int64) { return swHeld(e.sw(), w) })
 	})
 	raise(&t.maxW, int64(a.Window))
-	return swBound{t: t, a: a}
+	return swBound{t: t, sc: sc, a: a}
 }
 
-func (s *Store) bindSL(a floodgate.SlidingLog) slBound {
-	t := lazy(s, &s.sl, func() *lockedTable[step.SlidingLogState] {
-		return newLockedTable(s, slHeld)
+func (s *Store) bindSL(sc keytable.Scope, a floodgate.SlidingLog) slBound {
+	t := lazy(s, &s.sl, func() *lockedTable {
+		return newLockedTable(s, func() *keytable.Entry { return &new(slEntry).Entry },
+			func(e *lockedEntry, w int64) (int64, int64) { return slHeld(e.sl(), w) })
 	})
 	raise(&t.maxW, int64(a.Window))
-	return slBound{t: t, a: a}
+	return slBound{t: t, sc: sc, a: a}
 }
 
 // raise sets m to v if v is larger.
@@ -315,9 +289,6 @@ func (s *Store) tables() []sweeper {
 	if t := s.lim.Load(); t != nil {
 		ts = append(ts, t)
 	}
-	if t := s.inf.Load(); t != nil {
-		ts = append(ts, t)
-	}
 	return ts
 }
 
@@ -341,15 +312,14 @@ func (s *Store) Sweep() {
 }
 
 // stepNow is nowNs for a step, with whether the instant is one a step
-// accepts: from 1970 until the nanoseconds overflow in 2262, as
-// step.TokenBucket checks.
+// accepts (floodgate.CheckTime).
 func (s *Store) stepNow() (int64, bool) {
 	if s.now == nil {
 		ns := s.baseNs + int64(time.Since(s.base))
 		return ns, ns >= 0
 	}
 	now := s.now()
-	return now.UnixNano(), uint64(now.Unix()) <= timemath.LatestUnix
+	return now.UnixNano(), floodgate.CheckTime(now) == nil
 }
 
 // nowNs returns the store's clock in nanoseconds since the Unix epoch for

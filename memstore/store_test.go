@@ -44,7 +44,7 @@ func take(n int64) floodgate.Request { return floodgate.Request{Op: floodgate.Op
 // apply calls s.Apply and requires no error.
 func apply(t tb, s *memstore.Store, key string, alg floodgate.Algorithm, req floodgate.Request) floodgate.Result {
 	t.Helper()
-	res, err := s.Apply(context.Background(), key, alg, req)
+	res, err := applyOnce(context.Background(), s, key, alg, req)
 	require.NoError(t, err, "Apply(%q, %v, %+v)", key, alg, req)
 	return res
 }
@@ -83,15 +83,15 @@ func TestNewOptions(t *testing.T) {
 // entry behind.
 func TestUnsupportedAlgorithm(t *testing.T) {
 	s := newMemStore(t, nil)
-	_, err := s.Apply(context.Background(), "k", &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, take(1))
+	_, err := applyOnce(context.Background(), s, "k", &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, take(1))
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	var nilAlg floodgate.Algorithm
-	assert.NotPanics(t, func() { _, err = s.Apply(context.Background(), "k", nilAlg, take(1)) })
+	assert.NotPanics(t, func() { _, err = applyOnce(context.Background(), s, "k", nilAlg, take(1)) })
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	_, err = s.Bind((*floodgate.SlidingLog)(nil))
+	_, err = s.Bind(testName, (*floodgate.SlidingLog)(nil))
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 	assert.Zero(t, s.Len())
-	lim, err := floodgate.New(s, &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1})
+	lim, err := floodgate.New(s, &floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, testOpts)
 	require.NoError(t, err, "New dereferences a pointer configuration")
 	d, err := lim.Allow(context.Background(), "k")
 	require.NoError(t, err)
@@ -155,7 +155,7 @@ func TestExactUnderContention(t *testing.T) {
 					defer wg.Done()
 					<-start
 					for range calls {
-						res, err := s.Apply(context.Background(), "hot", tc.alg, take(1))
+						res, err := applyOnce(context.Background(), s, "hot", tc.alg, take(1))
 						if err != nil {
 							errs <- err
 							return
@@ -246,7 +246,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 				for range rapid.IntRange(1, 80).Draw(rt, "oneOff") {
 					oneOff++
 					key := fmt.Sprintf("one-off/%d", oneOff)
-					want, err := ref.Apply(key, alg, now, take(1))
+					want, err := ref.Apply(testName, key, alg, now, take(1), nil)
 					require.NoError(rt, err)
 					if got := apply(rt, s, key, alg, take(1)); !floodgatetest.SameResult(want, got) {
 						rt.Fatalf("step %d: %v on %s at T0+%v:\n got %+v\nwant %+v", i, alg, key, now.Sub(t0), got, want)
@@ -269,7 +269,7 @@ func TestReclamationChangesNoDecision(t *testing.T) {
 			case 2, 3:
 				req.MaxDelay = time.Duration(rapid.Int64Range(0, int64(3*time.Second)).Draw(rt, "maxDelay"))
 			}
-			want, err := ref.Apply(sl.key, sl.alg, now, req)
+			want, err := ref.Apply(testName, sl.key, sl.alg, now, req, nil)
 			require.NoError(rt, err)
 			got := apply(rt, s, sl.key, sl.alg, req)
 			if !floodgatetest.SameResult(want, got) {
@@ -408,7 +408,7 @@ func TestMaxKeysConcurrent(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := range 2000 {
-						_, _ = s.Apply(context.Background(), fmt.Sprintf("%d/%d", g, i), alg, take(1))
+						_, _ = applyOnce(context.Background(), s, fmt.Sprintf("%d/%d", g, i), alg, take(1))
 					}
 				}()
 			}
@@ -486,12 +486,14 @@ func TestZeroAllocs(t *testing.T) {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {
 			clock := floodgatetest.NewClock(t0)
 			s := newMemStore(t, &memstore.Options{Now: clock.Now})
-			l, err := floodgate.New(s, alg)
+			l, err := floodgate.New(s, alg, testOpts)
+			require.NoError(t, err)
+			b, err := s.Bind(testName, alg)
 			require.NoError(t, err)
 			var allowed, denied int
 			step := func() {
 				clock.Advance(7 * ms)
-				res, err := s.Apply(ctx, "k", alg, floodgate.Request{N: tc.n1, MaxDelay: 10 * ms})
+				res, err := b.Apply(ctx, "k", floodgate.Request{N: tc.n1, MaxDelay: 10 * ms}, nil)
 				if err != nil {
 					panic(err)
 				}
@@ -514,7 +516,7 @@ func TestZeroAllocs(t *testing.T) {
 			for range 2000 {
 				step()
 			}
-			assert.Zero(t, testing.AllocsPerRun(1000, step), "allocations per Apply + AllowN on an existing key")
+			assert.Zero(t, testing.AllocsPerRun(1000, step), "allocations per Bound.Apply + AllowN on an existing key")
 			assert.Positive(t, allowed)
 			assert.Positive(t, denied)
 		})

@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/timemath"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -21,15 +22,15 @@ import (
 // Limiter over it decides every Allow with the general path.
 type applyOnly struct{ s *memstore.Store }
 
-func (a applyOnly) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := a.s.Bind(alg)
+func (a applyOnly) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := a.s.Bind(name, alg)
 	return viaApply{b}, err
 }
 
 type viaApply struct{ floodgate.Bound }
 
 func (v viaApply) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := v.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := v.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 
@@ -53,7 +54,7 @@ func sameError(t tb, got, want error, msg string) {
 // or fixed window) and one that goes through Apply, and requires the same
 // decisions and errors. Reserve
 // puts the buckets in debt, Sweep reclaims entries under the fast path, and
-// the clock sometimes leaves 1970 to 2262.
+// the clock sometimes leaves 1970 to 2255.
 func TestTakeMatchesApply(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		var alg floodgate.Algorithm = floodgate.TokenBucket{
@@ -73,22 +74,22 @@ func TestTakeMatchesApply(t *testing.T) {
 		clock.Store(&now)
 		opts := &memstore.Options{Now: func() time.Time { return *clock.Load() }, Shards: 1}
 		fast, slow := newMemStore(rt, opts), newMemStore(rt, opts)
-		limFast, err := floodgate.New(fast, alg)
+		limFast, err := floodgate.New(fast, alg, testOpts)
 		require.NoError(rt, err)
-		limSlow, err := floodgate.New(applyOnly{slow}, alg)
+		limSlow, err := floodgate.New(applyOnly{slow}, alg, testOpts)
 		require.NoError(rt, err)
 		ctx := context.Background()
 		keys := []string{"a", "b", "", strings.Repeat("k", floodgate.MaxKeyLen+1)}
 		for i := range rapid.IntRange(1, 200).Draw(rt, "steps") {
 			// The clock moves forward (memstore's default clock is
 			// monotonic; reclamation at a later instant is final) but may
-			// read outside 1970 to 2262 for one step.
+			// read outside 1970 to 2255 for one step.
 			at := now
 			switch rapid.IntRange(0, 19).Draw(rt, "clock") {
 			case 0:
 				at = time.Unix(-1-rapid.Int64Range(0, 100).Draw(rt, "before1970"), 0)
 			case 1:
-				at = time.Unix((1<<63-1)/1_000_000_000+1+rapid.Int64Range(0, 1<<40).Draw(rt, "after2262"), 0)
+				at = time.Unix(int64(timemath.MaxUnix)+rapid.Int64Range(0, 1<<40).Draw(rt, "after2255"), 0)
 			case 2:
 				now = now.Add(time.Duration(rapid.Int64Range(0, int64(time.Hour)).Draw(rt, "jump")))
 				at = now
@@ -142,11 +143,11 @@ func takeArguments(t *testing.T, alg floodgate.Algorithm) {
 		n   int64
 	}{{"k", 0}, {"k", -1}, {"k", 3}, {"", 1}, {strings.Repeat("k", floodgate.MaxKeyLen+1), 1}, {"k", 2}} {
 		s := newMemStore(t, &memstore.Options{Now: func() time.Time { return t0 }})
-		bound, err := s.Bind(alg)
+		bound, err := s.Bind(testName, alg)
 		require.NoError(t, err)
 		d, err := bound.Take(context.Background(), tc.key, tc.n)
 		ref := newMemStore(t, &memstore.Options{Now: func() time.Time { return t0 }})
-		want, wantErr := ref.Apply(context.Background(), tc.key, alg, take(tc.n))
+		want, wantErr := applyOnce(context.Background(), ref, tc.key, alg, take(tc.n))
 		sameError(t, err, wantErr, tc.key)
 		assert.Equal(t, want.Decision, d, "Take(%q, %d)", tc.key, tc.n)
 	}
@@ -169,7 +170,7 @@ func limiterExact(t *testing.T, alg floodgate.Algorithm) {
 	const goroutines, calls, quota = 64, 2_000, 100_000
 	frozen := t0.Add(30*time.Minute + 500)
 	s := newMemStore(t, &memstore.Options{Now: func() time.Time { return frozen }})
-	lim, err := floodgate.New(s, alg)
+	lim, err := floodgate.New(s, alg, testOpts)
 	require.NoError(t, err)
 	var allowed, denied atomic.Int64
 	var wg sync.WaitGroup

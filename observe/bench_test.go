@@ -12,46 +12,43 @@ import (
 	"github.com/floodgate-go/floodgate/observe"
 )
 
-// BenchmarkWrapAllow compares Allow on memstore unobserved and observed,
-// in one run: the difference is what observing a decision costs. tally
-// counts into a Tally and gives the timed decisions (one in 64) to an
-// OnTimed that counts them, as the metrics adapters do; event gives every
-// decision to an OnDecision that counts outcomes; nop to one that does
-// nothing. new is observe.New, wrap observe.Wrap of floodgate.New's
-// Limiter. parallel decides on one key per goroutine.
-func BenchmarkWrapAllow(b *testing.B) {
+// BenchmarkStoreAllow compares Allow on memstore unobserved and observed
+// (a limiter on observe.Store of the memstore), in one run: the
+// difference is what observing a decision costs. tally counts into a
+// Tally and gives the timed decisions (one in 64) to an OnTimed that
+// counts them, as the metrics adapters do; event gives every decision to
+// an OnDecision that counts outcomes; nop to one that does nothing.
+// parallel decides on one key per goroutine. serial also reports
+// cpu-ns/op, the process' CPU time per decision, which time spent
+// descheduled on a shared machine does not inflate (the benchmark
+// allocates nothing, so no other goroutine runs).
+func BenchmarkStoreAllow(b *testing.B) {
 	var counts [4]atomic.Int64
-	count := func(_ context.Context, d observe.Decision) { counts[d.Outcome].Add(1) }
+	count := func(_ context.Context, d observe.DecisionEvent) { counts[d.Outcome].Add(1) }
 	alg := floodgate.TokenBucket{Rate: 1, Per: time.Nanosecond, Burst: 1 << 40}
 	for _, tc := range []struct {
 		name string
-		wrap bool
 		o    func() *observe.Observer
 	}{
-		{"plain", false, func() *observe.Observer { return nil }},
-		{"new/tally", false, func() *observe.Observer { return &observe.Observer{Tally: new(observe.Tally), OnTimed: count} }},
-		{"new/tally/untimed", false, func() *observe.Observer { return &observe.Observer{Tally: new(observe.Tally)} }},
-		{"new/event", false, func() *observe.Observer { return &observe.Observer{OnDecision: count} }},
-		{"new/event/nop", false, func() *observe.Observer {
-			return &observe.Observer{OnDecision: func(context.Context, observe.Decision) {}}
+		{"plain", func() *observe.Observer { return nil }},
+		{"tally", func() *observe.Observer { return &observe.Observer{Tally: new(observe.Tally), OnTimed: count} }},
+		{"tally/untimed", func() *observe.Observer { return &observe.Observer{Tally: new(observe.Tally)} }},
+		{"event", func() *observe.Observer { return &observe.Observer{OnDecision: count} }},
+		{"event/nop", func() *observe.Observer {
+			return &observe.Observer{OnDecision: func(context.Context, observe.DecisionEvent) {}}
 		}},
-		{"new/event/every", false, func() *observe.Observer { return &observe.Observer{OnDecision: count, LatencyEvery: 1} }},
-		{"wrap/tally", true, func() *observe.Observer { return &observe.Observer{Tally: new(observe.Tally), OnTimed: count} }},
-		{"wrap/event", true, func() *observe.Observer { return &observe.Observer{OnDecision: count} }},
+		{"event/every", func() *observe.Observer { return &observe.Observer{OnDecision: count, LatencyEvery: 1} }},
 	} {
-		newLim := func(b *testing.B) floodgate.Limiter {
-			s, err := memstore.New(nil)
+		newLim := func(b *testing.B) *floodgate.Limiter {
+			mem, err := memstore.New(nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			var l floodgate.Limiter
-			if tc.wrap {
-				if l, err = floodgate.New(s, alg); err == nil {
-					l, err = observe.Wrap(l, "bench", tc.o())
-				}
-			} else {
-				l, err = observe.New(s, alg, "bench", tc.o())
+			s, err := observe.Store(mem, tc.o())
+			if err != nil {
+				b.Fatal(err)
 			}
+			l, err := floodgate.New(s, alg, &floodgate.Options{Name: "bench"})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -61,8 +58,12 @@ func BenchmarkWrapAllow(b *testing.B) {
 			l := newLim(b)
 			ctx := context.Background()
 			b.ReportAllocs()
+			c0, ok := cpuTime()
 			for b.Loop() {
 				_, _ = l.Allow(ctx, "key")
+			}
+			if c1, ok1 := cpuTime(); ok && ok1 {
+				b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
 			}
 		})
 		b.Run(tc.name+"/parallel", func(b *testing.B) {

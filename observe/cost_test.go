@@ -18,9 +18,9 @@ import (
 //     goroutines, on counters of one stripe and of the stripes a Tally
 //     makes for this machine;
 //   - draw: the random number that would pick the decisions to time;
-//   - event/stack, event/registers: calling an observer with a Decision
-//     event (136 bytes, passed on the stack) and with a value of five
-//     words (passed in registers), after a decision of nothing.
+//   - event/stack, event/registers: calling an observer with a
+//     DecisionEvent (144 bytes, passed on the stack) and with a value of
+//     five words (passed in registers), after a decision of nothing.
 func BenchmarkCost(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
@@ -30,7 +30,7 @@ func BenchmarkCost(b *testing.B) {
 			c := newCounters("bench", 0, tc.stripes)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					c.stripe().count(KindTake, Allowed, 1)
+					c.stripe().count(ActionTake, Allowed, 1)
 				}
 			})
 		})
@@ -46,10 +46,10 @@ func BenchmarkCost(b *testing.B) {
 	})
 	ctx := context.Background()
 	b.Run("event/stack", func(b *testing.B) {
-		on := observerOf(func(context.Context, Decision) {})
+		on := observerOf(func(context.Context, DecisionEvent) {})
 		for b.Loop() {
 			d, err := decideNothing()
-			on(ctx, Decision{Name: "bench", Key: "key", N: 1, Outcome: outcome(&d, err), Decision: d, Err: err})
+			on(ctx, DecisionEvent{Name: "bench", Key: "key", N: 1, Outcome: outcome(&d, err), Decision: d, Err: err})
 		}
 	})
 	b.Run("event/registers", func(b *testing.B) {

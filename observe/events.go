@@ -33,10 +33,11 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
-// Decision reports one decision of a limiter of New or Wrap: a call of
-// Allow, AllowN, Reserve, Wait or Apply.
-type Decision struct {
-	// Name is the limiter's name, given to New or Wrap.
+// DecisionEvent reports one step of a limiter on a store of Store: a take
+// (Allow, AllowN, Reserve, Wait), a take up to n units, a settlement or a
+// check (Apply).
+type DecisionEvent struct {
+	// Name is the limiter's name (floodgate.Limiter.Name).
 	Name string
 	// Key is the key decided on. It identifies a user: log it if you
 	// must, but never make it a metric label (one series per user).
@@ -46,29 +47,24 @@ type Decision struct {
 	// Check is set for a check-only step (Request.Check), which changed
 	// nothing.
 	Check bool
-	// Wait is set for a call of Wait, which reports no Decision: only
-	// Outcome and Err are set, and Latency is never.
-	Wait bool
 	// N is the number of units asked for; for OpSettle, charged (positive)
 	// or given back (negative).
 	N int64
 	// Outcome says whether the units were admitted, denied, or the call
 	// failed (Err).
 	Outcome Outcome
-	// Decision is what the limiter answered (zero when Outcome is Failed,
-	// and for Wait). For a floodgate.Limits, Decision.Binding is the
-	// index of the limit that bound, and Limits its number of limits.
+	// Decision is what the store answered (zero when Outcome is Failed).
+	// For a floodgate.Limits, Decision.Binding is the index of the limit
+	// that bound, and Limits its number of limits.
 	Decision floodgate.Decision
 	// Limits is the number of limits of a floodgate.Limits composite, 0
 	// for a single algorithm.
 	Limits int
-	// Err is the error the caller got (Outcome Failed; for Wait also a
-	// deadline that the units could not be admitted within, reported as
-	// Denied).
+	// Err is the error the step returned (Outcome Failed).
 	Err error
-	// Latency is the time the call took on the monotonic clock, when it
-	// was timed (one in Observer.LatencyEvery; never for Wait); 0 when it
-	// was not.
+	// Latency is the time the step took on the monotonic clock, when it
+	// was timed (one in Observer.LatencyEvery); 0 when it was not. A
+	// Wait's step is its reservation, not its sleep.
 	Latency time.Duration
 }
 
@@ -167,11 +163,12 @@ type BreakerChange struct {
 	From, To BreakerState
 }
 
-// Lease reports one lease round trip of a lease.Limiter: a refill that
-// asked its remote for units.
+// Lease reports one lease round trip of a lease.Store: a refill that
+// asked the store under it for units (OpTakeUpTo).
 type Lease struct {
-	// Name is the lease.Limiter's name, and Key the pool's key (never a
-	// metric label).
+	// Name is the name of the limiter whose pool it refilled (the name
+	// its lease.Store was bound under, floodgate.Limiter.Name), and Key
+	// the pool's key (never a metric label).
 	Name, Key string
 	// Units is the number of units asked for, and Granted the number the
 	// remote leased.
@@ -190,9 +187,11 @@ type Lease struct {
 	Local, Waited int64
 }
 
-// Return reports unused units a lease.Limiter gave back to its remote.
+// Return reports unused units a lease.Store gave back to the store under
+// it.
 type Return struct {
-	// Name is the lease.Limiter's name, and Key the pool's key.
+	// Name is the name of the limiter whose pool it was, and Key the
+	// pool's key.
 	Name, Key string
 	// Units is the number of units given up, and Granted the number the
 	// remote took back (fewer when its algorithm cannot take them all

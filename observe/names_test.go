@@ -19,24 +19,22 @@ import (
 )
 
 // TestComponentsRefuseNamesNotUTF8 gives every component that takes a
-// Name one that is not UTF-8, which no metrics adapter can use as a label
+// name one that is not UTF-8, which no metrics adapter can use as a label
 // value: each must refuse it with floodgate.ErrInvalidConfig when it is
-// built, rather than hand it to an observer on a caller's goroutine.
+// built or bound, rather than hand it to an observer on a caller's
+// goroutine. The rule is floodgate.CheckName's, which replaced
+// observe.CheckName.
 func TestComponentsRefuseNamesNotUTF8(t *testing.T) {
 	const bad = "api\xff"
-	if err := observe.CheckName(bad); !errors.Is(err, floodgate.ErrInvalidConfig) {
+	if err := floodgate.CheckName(bad); !errors.Is(err, floodgate.ErrInvalidConfig) {
 		t.Errorf("CheckName(%q) = %v, want ErrInvalidConfig", bad, err)
 	}
-	for _, good := range []string{"", "api", "Überweisung", "支付"} {
-		if err := observe.CheckName(good); err != nil {
+	for _, good := range []string{"api", "Überweisung", "支付", "tb:10/1s:b10"} {
+		if err := floodgate.CheckName(good); err != nil {
 			t.Errorf("CheckName(%q) = %v, want nil", good, err)
 		}
 	}
 	store, err := memstore.New(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	remote, err := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,22 +45,46 @@ func TestComponentsRefuseNamesNotUTF8(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	alg := floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}
 	for name, build := range map[string]func() error{
 		"redisstore": func() error { _, err := redisstore.New(client, &redisstore.Options{Name: bad}); return err },
-		"lease":      func() error { _, err := lease.New(remote, &lease.Options{Name: bad}); return err },
-		"adaptive":   func() error { _, err := adaptive.NewLimiter(limit, &adaptive.LimiterOptions{Name: bad}); return err },
+		"lease": func() error {
+			ls, err := lease.New(store, nil)
+			if err != nil {
+				return nil // not the error sought: reported as such below
+			}
+			defer ls.Close()
+			_, err = floodgate.New(ls, alg, &floodgate.Options{Name: bad})
+			return err
+		},
+		"adaptive": func() error { _, err := adaptive.NewLimiter(limit, &adaptive.LimiterOptions{Name: bad}); return err },
 		"shed": func() error {
 			_, err := shed.New(shed.GaugeFunc(func() float64 { return 0 }), &shed.Options{Name: bad})
 			return err
 		},
-		"inflight": func() error { _, err := inflight.New(store, 10, &inflight.Options{Name: bad}); return err },
-		"observe.New": func() error {
-			_, err := observe.New(store, floodgate.FixedWindow{Limit: 1, Window: time.Second}, bad, &observe.Observer{Tally: new(observe.Tally)})
+		"inflight": func() error {
+			_, err := inflight.New(inflight.NewLocalStore(), 10, &inflight.Options{Name: bad})
+			return err
+		},
+		"observe.Store": func() error {
+			s, err := observe.Store(store, &observe.Observer{Tally: new(observe.Tally)})
+			if err != nil {
+				return nil
+			}
+			_, err = floodgate.New(s, alg, &floodgate.Options{Name: bad})
+			return err
+		},
+		"observe.Store Bind": func() error {
+			s, err := observe.Store(store, &observe.Observer{Tally: new(observe.Tally)})
+			if err != nil {
+				return nil
+			}
+			_, err = s.Bind(bad, alg)
 			return err
 		},
 	} {
 		if err := build(); !errors.Is(err, floodgate.ErrInvalidConfig) {
-			t.Errorf("%s with Name %q: %v, want an error matching ErrInvalidConfig", name, bad, err)
+			t.Errorf("%s with name %q: %v, want an error matching ErrInvalidConfig", name, bad, err)
 		}
 	}
 }

@@ -4,18 +4,19 @@ import (
 	"context"
 	"fmt"
 	"time"
-	"unicode/utf8"
 
 	"github.com/floodgate-go/floodgate"
 )
 
 // Observer receives the events of the floodgate components it is given
-// to: decisions of a limiter observed by New or Wrap, round trips, failures and
-// breaker changes of a store (redisstore.Options.Observer), leases
-// (lease.Options.Observer), adaptive limits and rejections
-// (adaptive.LimiterOptions.Observer), sheds (shed.Options.Observer) and
-// in-flight holds (inflight.Options.Observer). Every event carries the
-// Name of the component that reported it.
+// to: the decisions of the limiters on a store wrapped by Store, the round
+// trips, failures and breaker changes of a store
+// (redisstore.Options.Observer), leases (lease.Options.Observer),
+// adaptive limits and rejections (adaptive.LimiterOptions.Observer),
+// sheds (shed.Options.Observer) and in-flight holds
+// (inflight.Options.Observer). Every event carries the Name of the
+// component that reported it: for a decision or a lease, the limiter's
+// name (floodgate.Limiter.Name).
 //
 // Each field is optional: a nil field is skipped at the cost of one
 // comparison, and a nil *Observer costs nothing. The components call the
@@ -37,23 +38,23 @@ import (
 // An Observer must not be changed once given to a component. The zero
 // value is an Observer of nothing.
 type Observer struct {
-	// Tally, when set, counts every decision of the limiters observed
-	// by New or Wrap with this Observer, for an adapter to read when it
+	// Tally, when set, counts every decision of the limiters on a store
+	// wrapped by Store with this Observer, for an adapter to read when it
 	// is scraped: the cheap way to count decisions (one atomic addition
 	// each).
 	Tally *Tally
 
-	// OnDecision receives every decision of a limiter observed by New
-	// or Wrap, as an event: for logs and traces, at the cost of building
-	// the event and calling the function (docs/observability.md has the
-	// figures). Count decisions with Tally instead.
-	OnDecision func(context.Context, Decision)
+	// OnDecision receives every decision of the limiters on a store
+	// wrapped by Store, as an event: for logs and traces, at the cost of
+	// building the event and calling the function (docs/observability.md
+	// has the figures). Count decisions with Tally instead.
+	OnDecision func(context.Context, DecisionEvent)
 
 	// OnTimed receives the decisions that were timed (one in
 	// LatencyEvery), with their Latency: what an adapter that counts with
 	// Tally needs for a latency histogram. With OnDecision set too, a
 	// timed decision goes to both.
-	OnTimed func(context.Context, Decision)
+	OnTimed func(context.Context, DecisionEvent)
 
 	// OnStoreCall receives every round trip a remote store makes: one
 	// script call, or one pipeline of a batching store.
@@ -69,7 +70,7 @@ type Observer struct {
 	// breaker.
 	OnBreaker func(context.Context, BreakerChange)
 
-	// OnLease receives every lease round trip of a lease.Limiter, and
+	// OnLease receives every lease round trip of a lease.Store, and
 	// OnReturn every return of unused units.
 	OnLease  func(context.Context, Lease)
 	OnReturn func(context.Context, Return)
@@ -88,16 +89,16 @@ type Observer struct {
 	OnAcquire func(context.Context, Acquire)
 	OnRelease func(context.Context, Release)
 
-	// LatencyEvery is how often New and Wrap time a decision: one
-	// decision in LatencyEvery has Decision.Latency set (chosen by the
-	// Tally's counts when there is one, at random otherwise), when
-	// OnDecision or OnTimed is set. Timing
-	// reads the monotonic clock twice, which costs more than an
-	// in-process decision (a memstore Allow takes about 70 ns; two clock
-	// readings took 82 to 95 ns on the kvm-clock of the machine the
-	// figures in docs/observability.md come from), so by default one
-	// decision in DefaultLatencyEvery is timed: a process deciding 3,000
-	// times a second still times about 47 of them a second. 1 times every
+	// LatencyEvery is how often a store wrapped by Store times a
+	// decision: one decision in LatencyEvery has DecisionEvent.Latency set
+	// (chosen by the Tally's counts when there is one, at random
+	// otherwise), when OnDecision or OnTimed is set. Timing reads the
+	// monotonic clock twice, which costs more than an in-process decision
+	// (a memstore Allow takes about 70 ns; two clock readings took 82 to
+	// 95 ns on the kvm-clock of the machine the figures in
+	// docs/observability.md come from), so by default one decision in
+	// DefaultLatencyEvery is timed: a process deciding 3,000 times a
+	// second still times about 47 of them a second. 1 times every
 	// decision. Round trips of a remote store (OnStoreCall) are always
 	// timed.
 	LatencyEvery int
@@ -126,18 +127,6 @@ func (o *Observer) Validate() error {
 	}
 	if o.FailureInterval < 0 {
 		return fmt.Errorf("%w: observe: FailureInterval %v is negative", floodgate.ErrInvalidConfig, o.FailureInterval)
-	}
-	return nil
-}
-
-// CheckName returns an error matching floodgate.ErrInvalidConfig for a
-// component name that is not UTF-8: a name is the value of a label to
-// the metrics adapters, and Prometheus refuses a scrape with a label
-// value that is not UTF-8. New, Wrap and the components that take a Name
-// call it.
-func CheckName(name string) error {
-	if !utf8.ValidString(name) {
-		return fmt.Errorf("%w: observe: name %q is not UTF-8", floodgate.ErrInvalidConfig, name)
 	}
 	return nil
 }

@@ -11,63 +11,63 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Kind is the step of a decision, as the metrics adapters count it (their
-// op label).
-type Kind uint8
+// Action is what a step of a limiter did, as the metrics adapters count
+// it (their op label): the Op of the step, with a settlement's charges
+// and give-backs apart and check-only steps on their own.
+type Action uint8
 
 const (
-	// KindTake: Allow, AllowN, Reserve, or Apply of OpTake. An Apply of
-	// an Op floodgate does not define, which fails, counts here too.
-	KindTake Kind = iota
-	// KindTakeUpTo: Apply of OpTakeUpTo (a lease refill).
-	KindTakeUpTo
-	// KindSettle: Apply of OpSettle charging units.
-	KindSettle
-	// KindRefund: Apply of OpSettle giving units back.
-	KindRefund
-	// KindCheck: a check-only Apply (Request.Check), of any Op.
-	KindCheck
-	// KindWait: Wait.
-	KindWait
+	// ActionTake: a take (Allow, AllowN, Reserve, Wait, Apply of
+	// OpTake). A step of an Op floodgate does not define, which fails,
+	// counts here too.
+	ActionTake Action = iota
+	// ActionTakeUpTo: a take of up to n units (OpTakeUpTo: a lease
+	// refill).
+	ActionTakeUpTo
+	// ActionSettle: a settlement charging units (OpSettle, N > 0).
+	ActionSettle
+	// ActionRefund: a settlement giving units back (OpSettle, N < 0: a
+	// cancelled Wait, a lease's return).
+	ActionRefund
+	// ActionCheck: a check-only step (Request.Check), of any Op.
+	ActionCheck
 
-	// NumKinds is the number of Kinds, the length of the arrays of
+	// NumActions is the number of Actions, the length of the arrays of
 	// Counts.
-	NumKinds = 6
+	NumActions = 5
 )
 
-var kindNames = [NumKinds]string{"take", "take_up_to", "settle", "refund", "check", "wait"}
+var actionNames = [NumActions]string{"take", "take_up_to", "settle", "refund", "check"}
 
-// String returns "take", "take_up_to", "settle", "refund", "check" or
-// "wait": the values of the op label of the metrics adapters.
-func (k Kind) String() string {
-	if k < NumKinds {
-		return kindNames[k]
+// String returns "take", "take_up_to", "settle", "refund" or "check":
+// the values of the op label of the metrics adapters.
+func (a Action) String() string {
+	if a < NumActions {
+		return actionNames[a]
 	}
-	return fmt.Sprintf("Kind(%d)", uint8(k))
+	return fmt.Sprintf("Action(%d)", uint8(a))
 }
 
-// Kind returns the step of d.
-func (d *Decision) Kind() Kind { return kindOf(d.Op, d.Check, d.Wait, d.N) }
+// Action returns the action of e.
+func (e *DecisionEvent) Action() Action { return actionOf(e.Op, e.Check, e.N) }
 
-// Units returns the units d counts for in Counts.Units: N, for KindRefund
-// the units given back (-N), and 0 for a failed call that asked for
-// fewer than one.
-func (d *Decision) Units() uint64 { return unitsOf(d.Op, d.N) }
+// Units returns the units e counts for in Counts.Units: N, for
+// ActionRefund the units given back (-N), and 0 for a failed step that
+// asked for fewer than one.
+func (e *DecisionEvent) Units() uint64 { return unitsOf(e.Op, e.N) }
 
-func kindOf(op floodgate.Op, check, wait bool, n int64) Kind {
+func actionOf(op floodgate.Op, check bool, n int64) Action {
 	switch {
-	case wait:
-		return KindWait
 	case check:
-		return KindCheck
+		return ActionCheck
 	case op == floodgate.OpTakeUpTo:
-		return KindTakeUpTo
+		return ActionTakeUpTo
 	case op == floodgate.OpSettle && n < 0:
-		return KindRefund
+		return ActionRefund
 	case op == floodgate.OpSettle:
-		return KindSettle
+		return ActionSettle
 	}
-	return KindTake
+	return ActionTake
 }
 
 func unitsOf(op floodgate.Op, n int64) uint64 {
@@ -81,7 +81,7 @@ func unitsOf(op floodgate.Op, n int64) uint64 {
 }
 
 // A Tally counts the decisions of the limiters observed with an Observer
-// that has it (Observer.Tally), by limiter name, Kind and Outcome, with
+// that has it (Observer.Tally), by limiter name, Action and Outcome, with
 // their units and, for a floodgate.Limits, the limit that bound them: the
 // counts a metrics adapter exports, read when it is scraped instead of
 // pushed to it one decision at a time. Counting a decision costs one
@@ -100,7 +100,7 @@ type Tally struct {
 }
 
 // Counts are the decisions of one limiter name counted by a Tally.
-// Their arrays are indexed by Kind and Outcome ([KindTake][Allowed]);
+// Their arrays are indexed by Action and Outcome ([ActionTake][Allowed]);
 // index 0 of an Outcome dimension is always zero.
 type Counts struct {
 	// Name is the limiter's name.
@@ -110,11 +110,11 @@ type Counts struct {
 	// algorithm.
 	Limits int
 	// Decisions counts the decisions.
-	Decisions [NumKinds][4]uint64
-	// Units sums the units of the decisions (Decision.Units): asked for,
-	// for KindSettle charged, for KindRefund given back.
-	Units [NumKinds][4]uint64
-	// Binding counts the takes (KindTake, KindTakeUpTo) of a
+	Decisions [NumActions][4]uint64
+	// Units sums the units of the decisions (DecisionEvent.Units): asked
+	// for, for ActionSettle charged, for ActionRefund given back.
+	Units [NumActions][4]uint64
+	// Binding counts the takes (ActionTake, ActionTakeUpTo) of a
 	// floodgate.Limits that were decided, by the index of the limit that
 	// bound them (the denying one on a denial) and Outcome (Allowed or
 	// Denied); it has Limits elements.
@@ -163,7 +163,7 @@ func (t *Tally) add(name string, limits int) *counters {
 // counters are the counters of one observed limiter, in stripes (four
 // per processor, at most 64), so that goroutines deciding at once on
 // different processors mostly add to different cache lines. A stripe
-// takes 700 bytes.
+// takes 576 bytes.
 type counters struct {
 	name    string
 	limits  int
@@ -172,8 +172,8 @@ type counters struct {
 }
 
 // stripe is one set of counters. A decision of units u adds 1 to
-// n[kind][outcome] and u-1 to extra[kind][outcome] (when u is not 1), or,
-// when u is 0, 1 to none[kind][outcome]: so the common decision of one
+// n[action][outcome] and u-1 to extra[action][outcome] (when u is not 1),
+// or, when u is 0, 1 to none[action][outcome]: so the common decision of one
 // unit makes one atomic addition, and both sums Read computes (decisions
 // n+none, units n+extra) only grow.
 type stripe struct {
@@ -181,9 +181,9 @@ type stripe struct {
 	// timed. It is read by every decision, so it shares a cache line
 	// with the counters of takes.
 	timeNext atomic.Bool
-	n        [NumKinds][4]atomic.Uint64
-	none     [NumKinds][4]atomic.Uint64
-	extra    [NumKinds][4]atomic.Uint64
+	n        [NumActions][4]atomic.Uint64
+	none     [NumActions][4]atomic.Uint64
+	extra    [NumActions][4]atomic.Uint64
 	// binding has 4·limits counters: [limit][outcome].
 	binding []atomic.Uint64
 	// The padding keeps the counters of neighbouring stripes off one
@@ -230,14 +230,14 @@ func (c *counters) stripe() *stripe {
 
 // count counts one decision and returns the value the counter it added
 // to reached, for sampling.
-func (s *stripe) count(k Kind, o Outcome, units uint64) uint64 {
+func (s *stripe) count(a Action, o Outcome, units uint64) uint64 {
 	if units == 0 {
-		return s.none[k][o].Add(1)
+		return s.none[a][o].Add(1)
 	}
 	if units != 1 {
-		s.extra[k][o].Add(units - 1)
+		s.extra[a][o].Add(units - 1)
 	}
-	return s.n[k][o].Add(1)
+	return s.n[a][o].Add(1)
 }
 
 // bind counts a decided take of a floodgate.Limits bound by limit i.
@@ -256,7 +256,7 @@ func (c *counters) addTo(sum *Counts) {
 	}
 	for i := range c.stripes {
 		s := &c.stripes[i]
-		for k := range NumKinds {
+		for k := range NumActions {
 			for o := range 4 {
 				n := s.n[k][o].Load()
 				sum.Decisions[k][o] += n + s.none[k][o].Load()

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/scripts"
+	"github.com/floodgate-go/floodgate/internal/timemath"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scripts"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -31,7 +32,6 @@ type algo struct {
 	ls      floodgate.Limits
 	members []algo          // ls's limits, resolved
 	limits  []scripts.Limit // their numbers, as limits.lua takes them
-	keys    []string        // the suffixes of their Redis keys (see Store.LimitKey)
 }
 
 // resolve validates alg, one of the five configurations or a Limits of
@@ -44,14 +44,12 @@ func resolve(alg floodgate.Algorithm) (algo, error) {
 	return resolveOne(alg)
 }
 
-// resolveLimits validates ls and resolves its limits. A limit's key is its
-// kind and its ordinal among the limits of its kind (see Store.LimitKey).
+// resolveLimits validates ls and resolves its limits.
 func resolveLimits(ls floodgate.Limits) (algo, error) {
 	if err := ls.Validate(); err != nil {
 		return algo{}, err
 	}
-	a := algo{quota: ls.Policy().Quota, ls: ls, members: make([]algo, len(ls)), limits: make([]scripts.Limit, len(ls)), keys: make([]string, len(ls))}
-	var ords [step.KindSlidingLog + 1]int
+	a := algo{quota: ls.Policy().Quota, ls: ls, members: make([]algo, len(ls)), limits: make([]scripts.Limit, len(ls))}
 	for i, l := range ls {
 		m, err := resolveOne(l)
 		if err != nil {
@@ -59,16 +57,35 @@ func resolveLimits(ls floodgate.Limits) (algo, error) {
 		}
 		a.members[i] = m
 		a.limits[i] = scripts.Limit{Kind: m.kind, Quota: m.quota, Period: m.period, Tau: m.tau}
-		a.keys[i] = limitSuffix(m.kind, ords[m.kind])
-		ords[m.kind]++
 	}
 	return a, nil
 }
 
+// kindCode returns the code of kind in Redis keys.
+func kindCode(kind step.Kind) string {
+	switch kind {
+	case step.KindTokenBucket:
+		return "tb"
+	case step.KindLeakyBucket:
+		return "lb"
+	case step.KindFixedWindow:
+		return "fw"
+	case step.KindSlidingWindow:
+		return "sw"
+	}
+	return "sl"
+}
+
+// singleSuffix returns what follows the hash tag in the Redis key of a
+// single algorithm of kind named name (see Store.Key).
+func singleSuffix(name string, kind step.Kind) string {
+	return ":" + name + ":" + kindCode(kind)
+}
+
 // limitSuffix returns what follows the hash tag in the Redis key of the
-// ord-th limit of kind in a Limits.
-func limitSuffix(kind step.Kind, ord int) string {
-	return ":L:" + kind.String() + strconv.Itoa(ord)
+// ord-th limit of kind in a Limits named name (see Store.LimitKey).
+func limitSuffix(name string, kind step.Kind, ord int) string {
+	return ":" + name + ":L:" + kindCode(kind) + strconv.Itoa(ord)
 }
 
 // resolveOne validates alg, one of the five configurations as a value,
@@ -211,9 +228,9 @@ func (c *argsCache) args(a algo, now string, req floodgate.Request, marginMs int
 // decode builds the Result of a script's reply, re-running the reference
 // Step on the state and instant the script used and checking that both
 // agree.
-func (a algo) decode(reply any, req floodgate.Request) (floodgate.Result, error) {
+func (a algo) decode(reply any, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	if a.members != nil {
-		return a.decodeLimits(reply, req)
+		return a.decodeLimits(reply, req, each)
 	}
 	r, err := newReplyReader(reply)
 	if err != nil {
@@ -512,7 +529,7 @@ func (r *replyReader) str(i int) string {
 // nanoseconds since the Unix epoch, in nanoseconds.
 func (r *replyReader) now() int64 {
 	sec, nsec := r.int(0), r.int(1)
-	if r.err == nil && (sec < 0 || sec >= scripts.MaxUnix || nsec < 0 || nsec >= 1e9) {
+	if r.err == nil && (sec < 0 || sec >= timemath.MaxUnix || nsec < 0 || nsec >= 1e9) {
 		r.err = badReply("instant %d s %d ns out of range", sec, nsec)
 	}
 	return sec*1e9 + nsec

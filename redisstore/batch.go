@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/observe"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // batcher sends a node's concurrent decisions to Redis in pipelines: each
@@ -93,7 +95,7 @@ func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, a
 		case b.in <- p:
 		case <-b.quit:
 			p.reset()
-			return nil, unavailable(ErrClosed, nil), false
+			return nil, unavailable(floodgate.ErrClosed, nil), false
 		case <-ctx.Done():
 			p.reset()
 			return nil, ctx.Err(), false
@@ -121,7 +123,7 @@ func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, a
 	case <-b.quit:
 		p.timer.Stop()
 		p.reset()
-		return nil, unavailable(ErrClosed, nil), false
+		return nil, unavailable(floodgate.ErrClosed, nil), false
 	case <-ctx.Done():
 		p.timer.Stop()
 		p.reset()
@@ -157,14 +159,14 @@ func (p *pending) result() (any, error, bool) {
 }
 
 // orphan returns the outcome of p once the batcher has stopped: the reply
-// if a batch delivered it, else ErrClosed (p was queued after the queue
+// if a batch delivered it, else floodgate.ErrClosed (p was queued after the queue
 // was drained, and no batch will take it).
 func (b *batcher) orphan(p *pending) (any, error, bool) {
 	select {
 	case <-p.done:
 		return p.result()
 	default:
-		return nil, unavailable(ErrClosed, nil), false
+		return nil, unavailable(floodgate.ErrClosed, nil), false
 	}
 }
 
@@ -183,7 +185,7 @@ func (b *batcher) stop() {
 	for {
 		select {
 		case p := <-b.in:
-			p.err = unavailable(ErrClosed, nil)
+			p.err = unavailable(floodgate.ErrClosed, nil)
 			p.done <- struct{}{}
 		default:
 			close(b.stopped)

@@ -83,8 +83,8 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 	opts.BatchSize = 64
 	batched := newStore(t, c, &opts)
 	for _, s := range []*Store{batched, alone} {
-		require.NoError(t, c.LPush(ctx, s.Key("wrongtype", step.KindTokenBucket), "x").Err())
-		require.NoError(t, c.Set(ctx, s.Key("corrupt", step.KindTokenBucket), "garbage", time.Minute).Err())
+		require.NoError(t, c.LPush(ctx, s.Key(testName, "wrongtype", step.KindTokenBucket), "x").Err())
+		require.NoError(t, c.Set(ctx, s.Key(testName, "corrupt", step.KindTokenBucket), "garbage", time.Minute).Err())
 	}
 	batch := make([]*pending, len(steps))
 	algos := make([]algo, len(steps))
@@ -97,7 +97,7 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 			batch[i].keys = limitKeys(batched, st.key, ls)
 			batch[i].key[0] = batch[i].keys[0]
 		} else {
-			batch[i].key[0] = batched.Key(st.key, a.kind)
+			batch[i].key[0] = batched.Key(testName, st.key, a.kind)
 		}
 	}
 	// Every algorithm shares a call on one server; on a Cluster,
@@ -134,9 +134,9 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 		var got floodgate.Result
 		_, err := classify(ctx, p.err)
 		if err == nil {
-			got, err = algos[i].decode(p.reply, st.req)
+			got, err = algos[i].decode(p.reply, st.req, nil)
 		}
-		want, wantErr := alone.Apply(ctx, st.key, st.alg, st.req)
+		want, wantErr := applyOnce(ctx, alone, st.key, st.alg, st.req)
 		if wantErr != nil {
 			require.ErrorIs(t, err, ErrReply, "step %d (%s): alone %v", i, st.key, wantErr)
 			require.ErrorIs(t, wantErr, ErrReply)
@@ -175,7 +175,7 @@ func TestBatchReplyOfWrongForm(t *testing.T) {
 		batchPrograms[a.prog()] = newProgram(reply)
 		batch := make([]*pending, 2)
 		for i := range batch {
-			batch[i] = &pending{ctx: ctx, prog: a.prog(), key: [1]string{s.Key("k", a.kind)}, args: a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
+			batch[i] = &pending{ctx: ctx, prog: a.prog(), key: [1]string{s.Key(testName, "k", a.kind)}, args: a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
 		}
 		s.single.batch.exec(batch)
 		for _, p := range batch {

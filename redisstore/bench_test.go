@@ -72,7 +72,7 @@ func BenchmarkStoreApply(b *testing.B) {
 					b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, "fgbench:") })
 					// Bound, as floodgate.New binds it: the path a Limiter's
 					// decisions take.
-					bnd, err := s.Bind(alg)
+					bnd, err := s.Bind(testName, alg)
 					require.NoError(b, err)
 					req := floodgate.Request{Op: floodgate.OpTake, N: 1}
 					var seq atomic.Int64
@@ -82,7 +82,7 @@ func BenchmarkStoreApply(b *testing.B) {
 					if mode.parallelism == 1 {
 						i := 0
 						for b.Loop() {
-							if _, err := bnd.Apply(context.Background(), names[i%keys], req); err != nil {
+							if _, err := bnd.Apply(context.Background(), names[i%keys], req, nil); err != nil {
 								errs.Add(1)
 							}
 							i++
@@ -92,7 +92,7 @@ func BenchmarkStoreApply(b *testing.B) {
 						b.RunParallel(func(pb *testing.PB) {
 							i := int(seq.Add(7919))
 							for pb.Next() {
-								if _, err := bnd.Apply(context.Background(), names[i%keys], req); err != nil {
+								if _, err := bnd.Apply(context.Background(), names[i%keys], req, nil); err != nil {
 									errs.Add(1)
 								}
 								i++
@@ -130,17 +130,17 @@ func BenchmarkStoreLimits(b *testing.B) {
 			s, err := New(c, &Options{Prefix: "fgbench:limits:", Timeout: time.Second})
 			require.NoError(b, err)
 			b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, "fgbench:limits:") })
-			bnd, err := s.Bind(bc.alg)
+			bnd, err := s.Bind(testName, bc.alg)
 			require.NoError(b, err)
 			req := floodgate.Request{Op: floodgate.OpTake, N: 1}
 			ctx := context.Background()
-			_, err = bnd.Apply(ctx, names[0], req) // loads the script
+			_, err = bnd.Apply(ctx, names[0], req, nil) // loads the script
 			require.NoError(b, err)
 			before := evalshaStats(b, c)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				res, err := bnd.Apply(ctx, names[i%keys], req)
+				res, err := bnd.Apply(ctx, names[i%keys], req, nil)
 				if err != nil || !res.Allowed {
 					b.Fatalf("Apply: %+v, %v", res, err)
 				}
@@ -190,12 +190,12 @@ func TestMemoryUsage(t *testing.T) {
 	s := newStore(t, c, nil)
 	ctx := context.Background()
 	usage := func(key string, kind step.Kind) int64 {
-		n, err := c.MemoryUsage(ctx, s.Key(key, kind)).Result()
+		n, err := c.MemoryUsage(ctx, s.Key(testName, key, kind)).Result()
 		require.NoError(t, err)
 		return n
 	}
 	for _, alg := range benchAlgs[:4] {
-		_, err := s.Apply(ctx, "user:1234567", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		_, err := applyOnce(ctx, s, "user:1234567", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 		require.NoError(t, err)
 		t.Logf("%v: %d bytes per key", alg, usage("user:1234567", kindOf(alg)))
 	}
@@ -203,7 +203,7 @@ func TestMemoryUsage(t *testing.T) {
 		alg := floodgate.SlidingLog{Limit: entries, Window: time.Hour}
 		key := "log:" + strconv.FormatInt(entries, 10)
 		for range entries {
-			res, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+			res, err := applyOnce(ctx, s, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
 		}
@@ -234,7 +234,7 @@ func BenchmarkStoreFanIn(b *testing.B) {
 			s, err := New(c, &Options{Prefix: "fgbench:fanin:", BatchSize: batch})
 			require.NoError(b, err)
 			b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, "fgbench:fanin:") })
-			bnd, err := s.Bind(alg)
+			bnd, err := s.Bind(testName, alg)
 			require.NoError(b, err)
 			req := floodgate.Request{Op: floodgate.OpTake, N: 1}
 			var seq, timeouts, others atomic.Int64
@@ -243,7 +243,7 @@ func BenchmarkStoreFanIn(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := int(seq.Add(7919))
 				for pb.Next() {
-					_, err := bnd.Apply(context.Background(), "fanin:"+strconv.Itoa(i%1000), req)
+					_, err := bnd.Apply(context.Background(), "fanin:"+strconv.Itoa(i%1000), req, nil)
 					switch {
 					case errors.Is(err, ErrTimeout):
 						timeouts.Add(1)
@@ -284,7 +284,7 @@ func BenchmarkStoreFailOpen(b *testing.B) {
 				s, err := New(c, &Options{Prefix: "fgbench:", OnFailure: FailOpen, BreakerCooldown: time.Hour, Observer: tc.o})
 				require.NoError(b, err)
 				b.Cleanup(func() { _ = s.Close() })
-				lim, err := floodgate.New(s, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10})
+				lim, err := floodgate.New(s, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}, testOpts)
 				require.NoError(b, err)
 				ctx := context.Background()
 				for s.BreakerState("k") != BreakerOpen {

@@ -75,7 +75,7 @@ func (s *Store) call(ctx context.Context, n *node, probe bool, id prog, rkey str
 		if !probe {
 			<-n.gate
 		}
-		return nil, unavailable(ErrClosed, nil), cold
+		return nil, unavailable(floodgate.ErrClosed, nil), cold
 	}
 	s.inflight.Add(1)
 	s.mu.RUnlock()
@@ -157,7 +157,7 @@ func classify(ctx context.Context, err error) (outcome, error) {
 		// The caller gave up; that says nothing of Redis.
 		return ignored, cerr
 	}
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, floodgate.ErrClosed) {
 		return ignored, err
 	}
 	if errors.Is(err, ErrReply) {
@@ -224,26 +224,26 @@ func (s *Store) clock() time.Time {
 // fallback makes the decision Redis failed to make on node n (nil: no
 // node was found), as the failure policy says, and counts it for
 // OnFailures. cause matches floodgate.ErrUnavailable.
-func (s *Store) fallback(ctx context.Context, n *node, key string, a algo, req floodgate.Request, cause error) (floodgate.Result, error) {
+func (s *Store) fallback(ctx context.Context, n *node, key string, b *bound, req floodgate.Request, each []floodgate.Decision, cause error) (floodgate.Result, error) {
 	if s.policy == FailError {
 		s.failures(n, true, cause)
 		return floodgate.Result{}, cause
 	}
+	a := b.a
 	var res floodgate.Result
 	switch s.policy {
 	case FailOpen:
-		res = a.failed(req, s.clock(), true, 0)
+		res = a.failed(req, s.clock(), true, 0, each)
 	case FailClosed:
-		res = a.failed(req, s.clock(), false, s.cooldown)
+		res = a.failed(req, s.clock(), false, s.cooldown, each)
 	case FailLocal:
-		alg := a.scale(s.share)
 		var err error
-		res, err = s.local.Apply(ctx, key, alg, req)
+		res, err = b.local.Apply(ctx, key, req, each)
 		if errors.Is(err, floodgate.ErrExceedsLimit) {
 			// More than the local share can ever admit: deny until Redis
 			// can be asked again. (resolve validated the share at Bind.)
-			if local, lerr := resolve(alg); lerr == nil {
-				res, err = local.failed(req, s.clock(), false, s.cooldown), nil
+			if local, lerr := resolve(a.scale(s.share)); lerr == nil {
+				res, err = local.failed(req, s.clock(), false, s.cooldown, each), nil
 			}
 		}
 		if err != nil {

@@ -80,10 +80,10 @@ func TestCheckChangesNothing(t *testing.T) {
 			if isLimits {
 				keys = limitKeys(s, key, ls)
 			} else {
-				keys, ls = []string{s.Key(key, kindOf(alg))}, floodgate.Limits{alg}
+				keys, ls = []string{s.Key(testName, key, kindOf(alg))}, floodgate.Limits{alg}
 			}
 			clock.Set(t0)
-			first, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+			first, err := applyOnce(ctx, s, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 			require.NoError(t, err)
 			require.True(t, first.Allowed)
 			clock.Advance(30 * time.Second)
@@ -103,8 +103,8 @@ func TestCheckChangesNothing(t *testing.T) {
 				before := snap(t, c, keys)
 				checked, real := make([]floodgate.Decision, len(ls)), make([]floodgate.Decision, len(ls))
 				check := req
-				check.Check, check.Each = true, checked
-				want, err := s.Apply(ctx, key, alg, check)
+				check.Check = true
+				want, err := applyEach(ctx, s, key, alg, check, checked)
 				require.NoError(t, err, "check %+v", req)
 				before.same(t, c, "%v: check %+v", alg, req)
 				if i == 1 && isLimits {
@@ -112,13 +112,12 @@ func TestCheckChangesNothing(t *testing.T) {
 					// the log's first entry has left: it is still in the
 					// window now.
 					require.Positive(t, want.Delay)
-					res, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+					res, err := applyOnce(ctx, s, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 					require.NoError(t, err)
 					require.False(t, res.Allowed, "the check dropped an entry still in the window")
 					before.same(t, c, "%v: a denial", alg)
 				}
-				req.Each = real
-				got, err := s.Apply(ctx, key, alg, req)
+				got, err := applyEach(ctx, s, key, alg, req, real)
 				require.NoError(t, err, "%+v", req)
 				require.Equal(t, norm(got), norm(want), "%v: check %+v", alg, req)
 				if isLimits {
@@ -141,19 +140,19 @@ func TestCheckSettlementOutOfWindow(t *testing.T) {
 	for _, alg := range []floodgate.Algorithm{sl, floodgate.Limits{sl, floodgate.FixedWindow{Limit: 100, Window: time.Hour}}} {
 		key := fmt.Sprint(alg)
 		clock.Set(t0)
-		first, err := s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 2})
+		first, err := applyOnce(ctx, s, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 2})
 		require.NoError(t, err)
 		clock.Advance(500 * time.Millisecond)
-		_, err = s.Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		_, err = applyOnce(ctx, s, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 		require.NoError(t, err)
 		clock.Advance(700 * time.Millisecond) // the first entry has left
 		for _, n := range []int64{-1, 1, -1} {
 			req := floodgate.Request{Op: floodgate.OpSettle, N: n, At: first.At}
 			check := req
 			check.Check = true
-			want, err := s.Apply(ctx, key, alg, check)
+			want, err := applyOnce(ctx, s, key, alg, check)
 			require.NoError(t, err, "check %+v", req)
-			got, err := s.Apply(ctx, key, alg, req)
+			got, err := applyOnce(ctx, s, key, alg, req)
 			require.NoError(t, err, "%+v", req)
 			require.Equal(t, norm(got), norm(want), "%v: check %+v", alg, req)
 			require.Zero(t, got.Granted, "%v: %+v settled units of an entry out of the window", alg, req)

@@ -12,7 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/inflight"
-	"github.com/floodgate-go/floodgate/scripts"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scripts"
+
+	"github.com/floodgate-go/floodgate"
 )
 
 // The bounds of the cleaner: the holds it removes in the background, after
@@ -253,7 +255,7 @@ func mayHaveRun(n *node, err error, ctxDone bool) bool {
 // refused by an open breaker, starved of a slot, a connection that could
 // not be dialled or taken from the pool, a closed store.
 func unsent(err error) bool {
-	if errors.Is(err, ErrBreakerOpen) || errors.Is(err, errStarved) || errors.Is(err, ErrClosed) ||
+	if errors.Is(err, ErrBreakerOpen) || errors.Is(err, errStarved) || errors.Is(err, floodgate.ErrClosed) ||
 		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) ||
 		errors.Is(err, redis.ErrClosed) {
 		return true

@@ -38,7 +38,7 @@ func TestConformance(t *testing.T) {
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
 		return newStore(t, srv.client(t), conformanceOptions(srv, now, 0))
-	})
+	}, nil)
 }
 
 // TestConformanceBatched runs the harness with batching on. On miniredis it
@@ -49,7 +49,7 @@ func TestConformanceBatched(t *testing.T) {
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
 		return newStore(t, srv.client(t), conformanceOptions(srv, now, 16))
-	})
+	}, nil)
 }
 
 // TestConformanceCluster runs the harness on the Redis Cluster at
@@ -64,7 +64,32 @@ func TestConformanceCluster(t *testing.T) {
 				t.Cleanup(func() { _ = c.Close() })
 				srv := &server{addr: strings.Join(addrs, ",")} // a real server: the clock is only the harness's
 				return newStore(t, c, conformanceOptions(srv, now, batch))
-			})
+			}, nil)
 		})
 	}
+}
+
+// TestConformanceFleet runs the conservative cases on redisstore through
+// three stores of independent clients sharing one server and one prefix,
+// batched and not: the processes of a fleet. An exact store admits no
+// more than the reference and, on a frozen clock, denies no earlier.
+func TestConformanceFleet(t *testing.T) {
+	parallelOnMiniredis(t)
+	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
+		srv := newServer(t)
+		return newStore(t, srv.client(t), conformanceOptions(srv, now, 0))
+	}, &floodgatetest.Options{
+		Conservative: true,
+		Fleet: func(t *testing.T, now func() time.Time, n int) []floodgate.Store {
+			srv := newServer(t)
+			prefix := testPrefix(t, srv.client(t))
+			ss := make([]floodgate.Store, n)
+			for i := range ss {
+				o := conformanceOptions(srv, now, i%2*16)
+				o.Prefix = prefix
+				ss[i] = newStore(t, srv.client(t), o)
+			}
+			return ss
+		},
+	})
 }

@@ -148,16 +148,16 @@ func TestDifferential(t *testing.T) {
 			clock.Advance(d)
 			now := clock.Now()
 			req := drawRequest(rt, p.Quota, p.Window, now, admitted)
-			rkey := store.Key(key, kindOf(alg))
+			rkey := store.Key(testName, key, kindOf(alg))
 			sync()
 			raw, ttl := rawKey(rt, c, rkey)
 			was := m.stored()
 			want, err := m.step(now, req)
 			require.NoError(rt, err)
-			got, err := store.Apply(ctx, key, alg, req)
+			got, err := applyOnce(ctx, store, key, alg, req)
 			require.NoError(rt, err, "step %d: Apply(%+v)", i, req)
 			require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, alg, req)
-			fromMem, err := mem.Apply(ctx, key, alg, req)
+			fromMem, err := applyOnce(ctx, mem, key, alg, req)
 			require.NoError(rt, err)
 			require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, alg, req)
 			if req.Check {
@@ -223,7 +223,7 @@ func TestSeededStates(t *testing.T) {
 				m.sw.Prev = quota - m.sw.Curr
 			}
 		}
-		rkey := store.Key(key, kindOf(m.alg))
+		rkey := store.Key(testName, key, kindOf(m.alg))
 		// The TTL the script would have set when it wrote this state.
 		ttl := time.Duration(max(m.horizon(now), 0)).Round(time.Millisecond) + time.Millisecond + margin
 		clock.Set(now)
@@ -235,7 +235,7 @@ func TestSeededStates(t *testing.T) {
 			raw, ttl := rawKey(rt, c, rkey)
 			want, err := m.step(now, req)
 			require.NoError(rt, err)
-			got, err := store.Apply(ctx, key, m.alg, req)
+			got, err := applyOnce(ctx, store, key, m.alg, req)
 			require.NoError(rt, err, "step %d: Apply(%+v)", i, req)
 			require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, m.alg, req)
 			if req.Check {
@@ -299,10 +299,10 @@ func TestSlidingWindowRounding(t *testing.T) {
 			m := &model{alg: alg, sw: seed}
 			clock.Set(time.Unix(0, ws))
 			at := now() // moves miniredis' clock before the key is written
-			require.NoError(t, c.Set(ctx, store.Key(key, kindOf(alg)), m.stored(), time.Hour).Err())
+			require.NoError(t, c.Set(ctx, store.Key(testName, key, kindOf(alg)), m.stored(), time.Hour).Err())
 			want, err := m.step(at, op)
 			require.NoError(t, err)
-			got, err := store.Apply(ctx, key, alg, op)
+			got, err := applyOnce(ctx, store, key, alg, op)
 			require.NoError(t, err)
 			require.Equalf(t, norm(want), norm(got), "%v from %v: Apply(%+v)", alg, m.stored(), op)
 		}
@@ -377,9 +377,9 @@ func TestSlidingLogLong(t *testing.T) {
 	alg := floodgate.SlidingLog{Limit: 100, Window: time.Second}
 	both := func(key string, req floodgate.Request) floodgate.Result {
 		t.Helper()
-		want, err := mem.Apply(ctx, key, alg, req)
+		want, err := applyOnce(ctx, mem, key, alg, req)
 		require.NoError(t, err)
-		got, err := store.Apply(ctx, key, alg, req)
+		got, err := applyOnce(ctx, store, key, alg, req)
 		require.NoError(t, err)
 		require.Equal(t, norm(want), norm(got), "%s at %v: %+v", key, clock.Now(), req)
 		return got

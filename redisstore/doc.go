@@ -5,12 +5,12 @@
 //	store, err := redisstore.New(rdb, &redisstore.Options{OnFailure: redisstore.FailLocal, LocalShare: 0.25})
 //	...
 //	defer store.Close()
-//	limiter, err := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200})
+//	limiter, err := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200}, nil)
 //
 // # Decisions
 //
-// Each decision is one Lua script run by Redis atomically (package scripts
-// holds them): go-redis' Script.Run sends EVALSHA and, when the server
+// Each decision is one Lua script run by Redis atomically (the scripts are
+// under redisstore/internal/scripts): go-redis' Script.Run sends EVALSHA and, when the server
 // lacks the script (a new Cluster node, a restart, SCRIPT FLUSH), EVAL, so
 // no decision fails for a missing script. The script is the twin of the
 // algorithm's reference transition: it reads the key's state, decides, writes the
@@ -21,14 +21,16 @@
 // the scripts hold instants as exact (seconds, nanoseconds) pairs and use
 // single numbers only for differences, which floodgate bounds by
 // [floodgate.MaxWindow] and [floodgate.MaxDelay]; quotas are limited to
-// [scripts.MaxQuota] here, and instants to before [scripts.MaxUnix]. The
-// scripts take their arguments as [scripts.Args] lays them out.
+// 2^52 here, and instants to floodgate.CheckTime's (before 2255). The
+// positions and bounds of the scripts' arguments are defined once, in Go,
+// and written into the Lua as the scripts are built.
 //
 // Every Op runs in the script, and so does a check-only step
 // (Request.Check): the script takes the step without writing anything (as
 // step's transitions, a sliding log's check drops nothing either) and
-// replies what it would have done, which Go checks as any reply. A settlement with a positive N charges the
-// units into the bounded debt of package step's transitions.
+// replies what it would have done, which Go checks as any reply. A
+// settlement with a positive N charges the units into the bounded debt of
+// package step's transitions.
 //
 // # Time
 //
@@ -39,29 +41,36 @@
 //
 // # Keys and memory
 //
-// The state of key k for an algorithm lives at Prefix + "{k}:" + kind, one
-// Redis key per limiter key and algorithm: "tb" (the token bucket's
-// theoretical arrival time, a string), "lb" (the leaky bucket's tail),
-// "fw" ("start:count"), "sw" ("start:prev:curr") and "sl" (a sorted set
-// with one member per admission instant, at most Limit of them, scored by
-// cumulative units so that every lookup is O(log n)). The braces make k the
-// Cluster hash tag; each script touches one key, so there is no CROSSSLOT
-// on a Cluster. Options.HashKeys stores a hash of k instead, for long or
-// untrusted keys. Every write sets a TTL: the time until the quota is fully
+// The state of key k for the limiter named n lives at Prefix + "{k}:" +
+// n + ":" + code (Store.Key), one Redis key per limiter, key and
+// algorithm kind, such as "fg:{user:42}:search:tb" or, under a derived
+// name, "fg:{user:42}:tb:100/1s:b200:tb". The codes: "tb" (the token
+// bucket's theoretical arrival time, a string), "lb" (the leaky bucket's
+// tail), "fw" ("start:count"), "sw" ("start:prev:curr") and "sl" (a
+// sorted set with one member per admission instant, at most Limit of
+// them, scored by cumulative units so that every lookup is O(log n)). The
+// braces make k the Cluster hash tag, so every key of one user key lands
+// on one slot whatever the limiter; each script touches one slot, so
+// there is no CROSSSLOT on a Cluster. A name holds no brace
+// (floodgate.CheckName): the last '}' of a Redis key ends its user key,
+// and no two (name, key, kind) share a Redis key. Options.HashKeys stores
+// a hash of k instead, for long or untrusted keys. Every write sets a
+// TTL: the time until the quota is fully
 // restored plus Options.ExpiryMargin (1s by default), after which the
 // state would be that of a new key; idle keys therefore vanish on their
 // own. A denial writes nothing (the sliding log drops entries that have
 // left the window, as its reference does).
 //
 // The limits of a floodgate.Limits keep their states apart from the single
-// algorithms', under the kind and the ordinal of each among the limits of
-// its kind: Prefix + "{k}:L:" + kind + ordinal, such as "fg:{k}:L:tb0" and
-// "fg:{k}:L:fw1" (Store.LimitKey). Every Limits bound to the store shares
+// algorithms', under the limiter's name, and the kind and the ordinal of
+// each among the limits of its kind: Prefix + "{k}:" + n + ":L:" + code +
+// ordinal, such as "fg:{k}:api:L:tb0" and "fg:{k}:api:L:fw1"
+// (Store.LimitKey). Every Limits bound to the store under that name shares
 // them, as floodgate.Limits says, and they share k's hash tag.
 //
 // # Several limits
 //
-// A Limits decision is one script call too (scripts.LimitsSource), on the
+// A Limits decision is one script call too (limits.lua), on the
 // keys of all its limits, which share a Cluster slot. The script takes the
 // steps of the reference, step.Limits: each limit's step runs dry, as a
 // check, recording its writes; a take admitted by every limit at once runs
@@ -82,12 +91,14 @@
 //
 // The Store is also an inflight.Store, for package inflight's limit of
 // requests in flight per key (Stripe's concurrent-request limiter). The
-// holds of key k are a sorted set at Prefix + "{k}:if" (Store.InflightKey;
-// hashed under Options.HashKeys, and on k's Cluster slot): one member per
-// request holding a slot, a holder id (the store's random 96-bit id and
+// holds of key k under a limiter named n are a sorted set at
+// Prefix + "{k}:" + n + ":if" (Store.InflightKey(n, k); the name is
+// inflight.Limiter.Name, "inflight:<limit>" by default; hashed under
+// Options.HashKeys, and on k's Cluster slot): one member per request
+// holding a slot, a holder id (the store's random 96-bit id and
 // the hold's number), scored by the instant its hold expires, in
 // microseconds on the server's TIME (or Options.Now). One script
-// (scripts.InflightSource) serves the three calls, each one round trip:
+// (inflight.lua) serves the three calls, each one round trip:
 // an Acquire drops the members whose expiry has passed, counts the others
 // and adds one expiring a TTL from now if there are fewer than the limit;
 // a Release removes its member; a renewal moves a live member's expiry to
@@ -104,7 +115,7 @@
 // slots, Options.Timeout, batching (each call a script call of its own in
 // a pipeline). An Acquire that Redis cannot answer goes to
 // Options.OnFailure: FailOpen admits with a hold Redis does not know of,
-// FailClosed denies, FailLocal counts on the local memstore with
+// FailClosed denies, FailLocal counts on a local inflight.LocalStore with
 // Options.LocalShare of the limit (rounded down, at least 1), FailError
 // returns the error. A renewal that fails returns its error (the Limiter
 // tries again RenewEvery later). As for the quotas, a failover can lose
@@ -162,7 +173,7 @@
 // memstore with Options.LocalShare of each quota (a configuration whose
 // share is not a valid one is refused when the limiter is made). A Limits
 // goes through the same: FailOpen and FailClosed report each limit's
-// Decision (Request.Each) and the binding one, FailLocal keeps the local
+// Decision (the each argument of Apply) and the binding one, FailLocal keeps the local
 // share of every limit and refuses a Limits any of whose limits it cannot
 // scale.
 // Errors that Redis answered (ErrReply, ErrMismatch) are returned
@@ -253,7 +264,7 @@
 // decisions queued for it, up to BatchSize, wait up to Options.BatchLinger
 // for more, and send them to the node as one pipeline, re-sending the
 // calls that met NOSCRIPT as EVALs. Decisions of one algorithm share one
-// call of the batch script (scripts.BatchSource), which makes them in the
+// call of the batch script (batch.lua), which makes them in the
 // batch's order, atomically, at one Redis TIME: Redis spends about a
 // quarter less per decision than on a call per decision. A decision that
 // fails in the script (a key holding another type) fails alone. On a
@@ -270,5 +281,5 @@
 // decision is always a call of its own (its script, on its keys) in the
 // pipeline: it shares the round trip, not the call, and is made again alone
 // after a redirection as any call is. Close stops the goroutines; a
-// decision racing it returns its reply or ErrClosed.
+// decision racing it returns its reply or floodgate.ErrClosed.
 package redisstore

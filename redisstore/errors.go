@@ -7,8 +7,9 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Errors. Every error Apply returns for a failure of the store matches
-// floodgate.ErrUnavailable and one of these, and wraps the cause (a go-redis
+// Errors. Every error a decision returns for a failure of the store
+// matches floodgate.ErrUnavailable and one of these (floodgate.ErrClosed
+// after Close), and wraps the cause (a go-redis
 // or network error, context.DeadlineExceeded for a timeout), all matched
 // with errors.Is.
 var (
@@ -31,8 +32,6 @@ var (
 	// bug in floodgate (or scripts of another version sharing the keys) and
 	// is never absorbed by the failure policy.
 	ErrMismatch = errors.New("redisstore: script disagrees with the reference transition")
-	// ErrClosed reports a call on a closed Store.
-	ErrClosed = errors.New("redisstore: store closed")
 	// ErrInvalidOptions reports unusable Options.
 	ErrInvalidOptions = errors.New("redisstore: invalid options")
 )

@@ -57,7 +57,7 @@ func hammer(t *testing.T, stores []*Store, keys []string, alg floodgate.Algorith
 					if i%2 == 1 {
 						req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: 2}
 					}
-					res, err := s.Apply(context.Background(), keys[k], alg, req)
+					res, err := applyOnce(context.Background(), s, keys[k], alg, req)
 					if err != nil {
 						errs.Add(1)
 						msg.Store(err.Error())
@@ -197,7 +197,7 @@ func TestClusterExactness(t *testing.T) {
 				masters := map[string]bool{}
 				cc := probe.(*redis.ClusterClient)
 				for _, k := range names[:50] {
-					slot, err := cc.ClusterKeySlot(context.Background(), stores[0].Key(k, kindOf(alg))).Result()
+					slot, err := cc.ClusterKeySlot(context.Background(), stores[0].Key(testName, k, kindOf(alg))).Result()
 					require.NoError(t, err)
 					masters[fmt.Sprint(slot*3/16384)] = true
 				}

@@ -232,7 +232,7 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		name += "/Limits"
 	}
 	each := make([]floodgate.Decision, len(ls))
-	take := floodgate.Request{Op: floodgate.OpTake, N: 1, Each: each}
+	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
 	t.Run(name, func(t *testing.T) {
 		srv := newServer(t)
 		px := newProxy(t, srv.addr)
@@ -256,7 +256,7 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		node := px.addr()
 
 		for i := range 10 {
-			res, err := s.Apply(ctx, "k", alg, take)
+			res, err := applyEach(ctx, s, "k", alg, take, each)
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
 			require.Equal(t, int64(limit-1-i), res.Remaining)
@@ -276,7 +276,7 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		admitted := 0
 		const calls = 40
 		for i := range calls {
-			res, err := s.Apply(ctx, "k", alg, take)
+			res, err := applyEach(ctx, s, "k", alg, take, each)
 			require.Equal(t, i >= threshold-1, s.BreakerState("k") == BreakerOpen, "call %d: %v", i, err)
 			if policy == FailError {
 				require.ErrorIs(t, err, floodgate.ErrUnavailable)
@@ -336,7 +336,7 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		// Still down after the cooldown: the probe fails and the
 		// breaker opens again.
 		wall.advance(cooldown)
-		_, _ = s.Apply(ctx, "k", alg, take)
+		_, _ = applyEach(ctx, s, "k", alg, take, each)
 		require.Equal(t, BreakerOpen, s.BreakerState("k"))
 		require.Equal(t, []observe.BreakerChange{
 			{Name: DefaultName, Node: node, From: BreakerOpen, To: BreakerHalfOpen},
@@ -350,7 +350,7 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		// admitted before the outage.
 		px.setDown(false)
 		wall.advance(cooldown)
-		res, err := s.Apply(ctx, "k", alg, take)
+		res, err := applyEach(ctx, s, "k", alg, take, each)
 		require.NoError(t, err)
 		require.Equal(t, BreakerClosed, s.BreakerState("k"))
 		require.True(t, res.Allowed)
@@ -407,12 +407,12 @@ func TestTimeout(t *testing.T) {
 			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: 50 * time.Millisecond, Observer: rec.observer(), BreakerThreshold: 100, MaxInFlight: 1})
 			require.False(t, s.guard, "a *redis.Client is cloned to honour contexts")
 			ctx := context.Background()
-			_, err := s.Apply(ctx, "k", alg, take)
+			_, err := applyOnce(ctx, s, "k", alg, take)
 			require.NoError(t, err)
 
 			px.setStalled(true)
 			defer px.setStalled(false)
-			_, err = s.Apply(ctx, "k", alg, take)
+			_, err = applyOnce(ctx, s, "k", alg, take)
 			require.ErrorIs(t, err, ErrTimeout)
 			require.ErrorIs(t, err, floodgate.ErrUnavailable)
 
@@ -421,7 +421,7 @@ func TestTimeout(t *testing.T) {
 			// not count it.
 			short, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 			defer cancel()
-			_, err = s.Apply(short, "k", alg, take)
+			_, err = applyOnce(short, s, "k", alg, take)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
 			fs := rec.takeFailures(s)
@@ -471,7 +471,7 @@ func TestNoTimeout(t *testing.T) {
 			rec := &recorder{}
 			s := newStore(t, c, &Options{Prefix: testPrefix(t, srv.client(t)), Timeout: NoTimeout, Observer: rec.observer(), BatchSize: batch})
 			ctx := context.Background()
-			_, err := s.Apply(ctx, "k", alg, take)
+			_, err := applyOnce(ctx, s, "k", alg, take)
 			require.NoError(t, err)
 
 			px.setStalled(true)
@@ -481,7 +481,7 @@ func TestNoTimeout(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 				px.setStalled(false)
 			}()
-			res, err := s.Apply(ctx, "k", alg, take)
+			res, err := applyOnce(ctx, s, "k", alg, take)
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
 
@@ -489,7 +489,7 @@ func TestNoTimeout(t *testing.T) {
 			defer px.setStalled(false)
 			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			_, err = s.Apply(short, "k", alg, take)
+			_, err = applyOnce(short, s, "k", alg, take)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
 			require.Empty(t, rec.takeFailures(s), "the caller's deadline is not Redis failing")
@@ -561,7 +561,7 @@ func TestClusterFailLocal(t *testing.T) {
 	alg := floodgate.FixedWindow{Limit: 20, Window: time.Hour}
 	granted := func(keys []string) (n int64) {
 		for _, k := range keys {
-			res, err := s.Apply(ctx, k, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+			res, err := applyOnce(ctx, s, k, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 			require.NoError(t, err)
 			n += res.Granted
 		}
@@ -587,7 +587,7 @@ func TestClusterFailLocal(t *testing.T) {
 
 	d.setDown(false)
 	wall.advance(time.Minute)
-	res, err := s.Apply(ctx, "k0", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	res, err := applyOnce(ctx, s, "k0", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 	require.NoError(t, err)
 	require.Equal(t, BreakerClosed, s.BreakerState("k"))
 	require.Equal(t, int64(20-11), res.Remaining, "the cluster kept the 10 units admitted before the outage")
@@ -625,9 +625,9 @@ func TestFailLocalRefusesUnscalable(t *testing.T) {
 	} {
 		s, err := New(c, &Options{OnFailure: FailLocal, LocalShare: tc.share})
 		require.NoError(t, err)
-		_, err = floodgate.New(s, tc.alg)
+		_, err = floodgate.New(s, tc.alg, testOpts)
 		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "floodgate.New(%+v) with LocalShare %v", tc.alg, tc.share)
-		_, err = s.Apply(ctx, "k", tc.alg, take)
+		_, err = applyOnce(ctx, s, "k", tc.alg, take)
 		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "Apply(%+v) with LocalShare %v", tc.alg, tc.share)
 		require.NoError(t, s.Close())
 	}
@@ -659,7 +659,7 @@ func TestFailLocalRefusesUnscalable(t *testing.T) {
 		}
 		s, err := New(c, &Options{OnFailure: FailLocal, LocalShare: share, Timeout: 50 * time.Millisecond})
 		require.NoError(t, err)
-		lim, err := floodgate.New(s, alg)
+		lim, err := floodgate.New(s, alg, testOpts)
 		if err != nil {
 			require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%+v at %v", alg, share)
 			require.NoError(t, s.Close())
@@ -706,7 +706,7 @@ func TestFanInKeepsBreakerClosed(t *testing.T) {
 	alg := floodgate.TokenBucket{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}
 	ctx := context.Background()
 	// Warm: the connection is dialed and the script loaded.
-	_, err := s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	_, err := applyOnce(ctx, s, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 	require.NoError(t, err)
 
 	const goroutines, each = 200, 50
@@ -719,7 +719,7 @@ func TestFanInKeepsBreakerClosed(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				start := time.Now()
-				_, err := s.Apply(ctx, "k"+strconv.Itoa((g+i)%10), alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+				_, err := applyOnce(ctx, s, "k"+strconv.Itoa((g+i)%10), alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 				d := int64(time.Since(start))
 				for old := slowest.Load(); d > old && !slowest.CompareAndSwap(old, d); old = slowest.Load() {
 				}
@@ -759,7 +759,7 @@ func TestRingBreakerPerShard(t *testing.T) {
 	var onA, onB []string
 	for i := 0; len(onA) < 5 || len(onB) < 5; i++ {
 		k := "user:" + strconv.Itoa(i)
-		c, err := ring.GetShardClientForKey(s.Key(k, kindOf(alg)))
+		c, err := ring.GetShardClientForKey(s.Key(testName, k, kindOf(alg)))
 		require.NoError(t, err)
 		if c.Options().Addr == a.addr() {
 			onA = append(onA, k)
@@ -768,7 +768,7 @@ func TestRingBreakerPerShard(t *testing.T) {
 		}
 	}
 	for _, k := range append(onA, onB...) {
-		_, err := s.Apply(ctx, k, alg, take)
+		_, err := applyOnce(ctx, s, k, alg, take)
 		require.NoError(t, err, "warm %s", k)
 	}
 
@@ -776,12 +776,12 @@ func TestRingBreakerPerShard(t *testing.T) {
 	defer a.setStalled(false)
 	var failedA int
 	for i := range 40 {
-		_, err := s.Apply(ctx, onA[i%len(onA)], alg, take)
+		_, err := applyOnce(ctx, s, onA[i%len(onA)], alg, take)
 		if err != nil {
 			require.ErrorIs(t, err, floodgate.ErrUnavailable)
 			failedA++
 		}
-		_, err = s.Apply(ctx, onB[i%len(onB)], alg, take)
+		_, err = applyOnce(ctx, s, onB[i%len(onB)], alg, take)
 		require.NoError(t, err, "decision %d on the healthy shard", i)
 	}
 	require.Equal(t, 40, failedA, "every decision on the black-holed shard fails")
@@ -812,7 +812,7 @@ func TestColdStallOpensBreaker(t *testing.T) {
 	alg := floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}
 	ctx := context.Background()
 	for i := range 30 {
-		_, err := s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		_, err := applyOnce(ctx, s, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 		require.ErrorIs(t, err, floodgate.ErrUnavailable, "decision %d", i)
 	}
 	require.Equal(t, BreakerOpen, s.BreakerState("k"))

@@ -81,7 +81,7 @@ func TestScriptFastPaths(t *testing.T) {
 				if r.IntN(20) == 0 {
 					store = nsStore
 				}
-				res, err := store.Apply(ctx, key, alg, req)
+				res, err := applyOnce(ctx, store, key, alg, req)
 				require.NoError(t, err, "step %d: %+v", i, req)
 				if store != s || !res.Allowed {
 					continue
@@ -89,7 +89,7 @@ func TestScriptFastPaths(t *testing.T) {
 				// The TTL is the time until the state carries no
 				// information (the bucket full, the window over), rounded
 				// up to a millisecond, plus the margin.
-				rkey := s.Key(key, kindOf(alg))
+				rkey := s.Key(testName, key, kindOf(alg))
 				v, err := c.Get(ctx, rkey).Result()
 				require.NoError(t, err)
 				start, _, _ := strings.Cut(v, ":")
@@ -177,14 +177,14 @@ func TestSlidingWindowAhead(t *testing.T) {
 	s := newStore(t, srv.client(t), nil)
 	ctx := context.Background()
 	alg := floodgate.SlidingWindow{Limit: 1_000_000, Window: time.Microsecond}
-	res, err := s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1_000_000})
+	res, err := applyOnce(ctx, s, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1_000_000})
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
-	res, err = s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 999_500, MaxDelay: time.Millisecond})
+	res, err = applyOnce(ctx, s, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 999_500, MaxDelay: time.Millisecond})
 	require.NoError(t, err)
 	require.True(t, res.Allowed)
 	require.Greater(t, res.Delay, time.Microsecond, "reserved two windows ahead")
-	res, err = s.Apply(ctx, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	res, err = applyOnce(ctx, s, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 	require.NoError(t, err)
 	require.False(t, res.Allowed)
 }

@@ -110,12 +110,12 @@ const (
 	vTimeout             // ErrTimeout
 	vReply               // ErrRedis with an error reply of Redis (MOVED, TRYAGAIN, ...)
 	vNetwork             // ErrRedis without one: a network error
-	vClosed              // ErrClosed
+	vClosed              // floodgate.ErrClosed
 	vOther               // anything else: not a failure of the store
 	nVerdicts
 )
 
-var verdictNames = [nVerdicts]string{"ok", "ErrBreakerOpen", "ErrTimeout", "ErrRedis (reply)", "ErrRedis (network)", "ErrClosed", "other error"}
+var verdictNames = [nVerdicts]string{"ok", "ErrBreakerOpen", "ErrTimeout", "ErrRedis (reply)", "ErrRedis (network)", "floodgate.ErrClosed", "other error"}
 
 func (v verdict) String() string { return verdictNames[v] }
 
@@ -130,7 +130,7 @@ func verdictOf(err error) verdict {
 		return vBreakerOpen
 	case errors.Is(err, ErrTimeout):
 		return vTimeout
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, floodgate.ErrClosed):
 		return vClosed
 	case errors.Is(err, ErrRedis) && errors.As(err, &reply):
 		return vReply
@@ -491,7 +491,7 @@ func checkStandaloneFault(t *testing.T, s *Store, batch int, p *redisProc, px *p
 	keys := numberedKeys("k%d", 64)
 	window := clearOfWindowEdge(faultWindow.Window, 40*time.Second)
 	tr := startTraffic(t, 32, keys, 30*time.Second, func(ctx context.Context, _ int, key string) (floodgate.Result, error) {
-		return s.Apply(ctx, key, faultWindow, faultTake)
+		return applyOnce(ctx, s, key, faultWindow, faultTake)
 	})
 	warm := tr.warmUp(t, allIndexes(len(keys)))
 	begin := tr.since()
@@ -616,7 +616,7 @@ func (r countReport) String() string {
 // without knowing whether Redis ran it may have counted: a key with k such
 // decisions may hold up to k units more than it granted, no fewer. The
 // unsure are timeouts, network errors and errors that are not the
-// store's; not ErrBreakerOpen and ErrClosed, which send nothing, nor an
+// store's; not ErrBreakerOpen and floodgate.ErrClosed, which send nothing, nor an
 // error reply (LOADING, CLUSTERDOWN): Redis refused the command, and
 // go-redis never sends a script call of the store twice (once), so no
 // earlier try ran it. They are counted over the whole run: a call
@@ -638,7 +638,7 @@ func countUnits(t *testing.T, rdb redis.Cmdable, s *Store, keys []string, which 
 	for _, i := range which {
 		k := keys[i]
 		ctx, cancel := adminCtx()
-		state, err := rdb.Get(ctx, s.Key(k, step.KindFixedWindow)).Result()
+		state, err := rdb.Get(ctx, s.Key(testName, k, step.KindFixedWindow)).Result()
 		cancel()
 		if errors.Is(err, redis.Nil) {
 			state = fmt.Sprintf("%d:0", window) // never admitted anything
@@ -770,7 +770,7 @@ func clusterKeys(t *testing.T, cl *redisCluster, s *Store, n int) (keys, owners 
 	keys = numberedKeys("user:%d", n)
 	owners = make([]string, n)
 	for i, k := range keys {
-		owners[i] = cl.masterOf(s.Key(k, step.KindTokenBucket))
+		owners[i] = cl.masterOf(s.Key(testName, k, step.KindTokenBucket))
 	}
 	return keys, owners
 }
@@ -835,7 +835,7 @@ func TestFaultClusterBreakerScope(t *testing.T) {
 			// master's calls waiting 10ms for the CPU, which this test
 			// would count against the store.
 			tr := startTraffic(t, 16, keys, 30*time.Second, func(ctx context.Context, _ int, key string) (floodgate.Result, error) {
-				return s.Apply(ctx, key, faultWindow, faultTake)
+				return applyOnce(ctx, s, key, faultWindow, faultTake)
 			})
 			warm := tr.warmUp(t, deadKeys)
 			// The replication state before the kill, to explain a loss.
@@ -909,7 +909,7 @@ func TestFaultClusterFailover(t *testing.T) {
 	deadKeys := indexesOf(owners, victim, true)
 	for _, r := range runs {
 		r.tr = startTraffic(t, 16, keys, 30*time.Second, func(ctx context.Context, _ int, key string) (floodgate.Result, error) {
-			return r.store.Apply(ctx, key, faultBucket, faultTake)
+			return applyOnce(ctx, r.store, key, faultBucket, faultTake)
 		})
 	}
 	for _, r := range runs {
@@ -981,15 +981,15 @@ func slotKeys(t *testing.T, cl *redisCluster, s *Store, kind step.Kind, owner st
 	for i := 0; len(same) < n || len(other) < n; i++ {
 		require.Less(t, i, 10_000_000, "no keys found for slot %d", slot)
 		k := prefix + strconv.Itoa(i)
-		switch sl := int(slotOf(s.Key(k, kind))); {
+		switch sl := int(slotOf(s.Key(testName, k, kind))); {
 		case sl == slot && len(same) < n:
 			same = append(same, k)
-		case sl != slot && owned(sl) && len(other) < n && !slices.ContainsFunc(other, func(o string) bool { return int(slotOf(s.Key(o, kind))) == sl }):
+		case sl != slot && owned(sl) && len(other) < n && !slices.ContainsFunc(other, func(o string) bool { return int(slotOf(s.Key(testName, o, kind))) == sl }):
 			other = append(other, k)
 		}
 	}
 	for _, k := range append(slices.Clone(same), other...) {
-		require.Equal(t, int(slotOf(s.Key(k, kind))), cl.keySlot(s.Key(k, kind)), "slotOf(%q)", s.Key(k, kind))
+		require.Equal(t, int(slotOf(s.Key(testName, k, kind))), cl.keySlot(s.Key(testName, k, kind)), "slotOf(%q)", s.Key(testName, k, kind))
 	}
 	return same, other
 }
@@ -1056,7 +1056,7 @@ func TestFaultSlotMigration(t *testing.T) {
 			from, to := src, dst
 			slot := -1
 			for i := 0; slot < 0; i++ {
-				k := ss[0].Key("mig"+strconv.Itoa(i), step.KindFixedWindow)
+				k := ss[0].Key(testName, "mig"+strconv.Itoa(i), step.KindFixedWindow)
 				if sl := cl.keySlot(k); cl.slotOwner(sl) == from {
 					slot = sl
 				}
@@ -1071,7 +1071,7 @@ func TestFaultSlotMigration(t *testing.T) {
 			window := windowOf()
 
 			tr := startTraffic(t, stores*workers, keys, 30*time.Second, func(ctx context.Context, w int, key string) (floodgate.Result, error) {
-				return ss[w%stores].Apply(ctx, key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+				return applyOnce(ctx, ss[w%stores], key, alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 			})
 			tr.warmUp(t, allIndexes(len(keys)))
 			var migrations []string
@@ -1109,7 +1109,7 @@ func TestFaultSlotMigration(t *testing.T) {
 // it without deadlines, 400 times (40 on miniredis, with FLOODGATE_LOAD=1;
 // see loadTest), batched and
 // unbatched: every decision returns (within 5s), each error matches
-// ErrClosed, and decisions started after Close returned fail.
+// floodgate.ErrClosed, and decisions started after Close returned fail.
 func TestFaultCloseRace(t *testing.T) {
 	// More Ps than CPUs: the kernel then preempts the goroutines' threads
 	// anywhere, so that Close catches decisions between any two steps of
@@ -1159,20 +1159,20 @@ func TestFaultCloseRace(t *testing.T) {
 						key := "w" + strconv.Itoa(w)
 						for range 100_000 {
 							after := closed.Load()
-							_, err := s.Apply(context.Background(), key, faultBucket, faultTake)
+							_, err := applyOnce(context.Background(), s, key, faultBucket, faultTake)
 							atomic.AddInt64(&decisions, 1)
 							if after {
 								atomic.AddInt64(&afterClose, 1)
 							}
 							switch {
 							case err == nil && after:
-								problem("Apply(%q) after Close = nil error, want ErrClosed", key)
+								problem("Apply(%q) after Close = nil error, want floodgate.ErrClosed", key)
 								return
 							case err == nil:
-							case errors.Is(err, ErrClosed) && errors.Is(err, floodgate.ErrUnavailable):
+							case errors.Is(err, floodgate.ErrClosed) && errors.Is(err, floodgate.ErrUnavailable):
 								return
 							default:
-								problem("Apply(%q) = %v, want nil or ErrClosed", key, err)
+								problem("Apply(%q) = %v, want nil or floodgate.ErrClosed", key, err)
 								return
 							}
 						}
@@ -1232,7 +1232,7 @@ func TestRedisKilled(t *testing.T) {
 	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
 	count := func(calls int) (granted int64) {
 		for range calls {
-			res, err := s.Apply(ctx, "k", alg, take)
+			res, err := applyOnce(ctx, s, "k", alg, take)
 			require.NoError(t, err)
 			granted += res.Granted
 		}
@@ -1253,7 +1253,7 @@ func TestRedisKilled(t *testing.T) {
 	p.restart() // on the same port, without data
 	wall.advance(time.Minute)
 	evals := hook.eval.Load()
-	res, err := s.Apply(ctx, "k", alg, take)
+	res, err := applyOnce(ctx, s, "k", alg, take)
 	require.NoError(t, err)
 	require.Equal(t, BreakerClosed, s.BreakerState("k"))
 	require.True(t, res.Allowed)

@@ -171,3 +171,29 @@ func kindOf(alg floodgate.Algorithm) step.Kind {
 	}
 	return k
 }
+
+// testName is the name of the tests' limiters and bindings: they share a
+// key's state per kind, as limiters of one name do.
+const testName = "test"
+
+// testOpts names a test's limiter testName.
+var testOpts = &floodgate.Options{Name: testName}
+
+// applyOnce binds alg on st under testName and applies req for key: one
+// step where a test has no Limiter. A key no step accepts is reported
+// before an algorithm st refuses, as a Limiter's step would.
+func applyOnce(ctx context.Context, st floodgate.Store, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
+	return applyEach(ctx, st, key, alg, req, nil)
+}
+
+// applyEach is applyOnce with each for a Limits' per-limit Decisions.
+func applyEach(ctx context.Context, st floodgate.Store, key string, alg floodgate.Algorithm, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	b, err := st.Bind(testName, alg)
+	if err != nil {
+		if kerr := floodgate.CheckKey(key); kerr != nil {
+			return floodgate.Result{}, kerr
+		}
+		return floodgate.Result{}, err
+	}
+	return b.Apply(ctx, key, req, each)
+}

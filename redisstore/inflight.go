@@ -14,12 +14,11 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/inflight"
-	"github.com/floodgate-go/floodgate/scripts"
-	"github.com/floodgate-go/floodgate/step"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scripts"
 )
 
 // The Store is also an inflight.Store: package inflight's holds, a sorted
-// set per key (see "In flight" in the package doc).
+// set per limiter name and key (see "In flight" in the package doc).
 var _ inflight.Store = (*Store)(nil)
 
 // progInflight is the script of package inflight's calls
@@ -56,30 +55,50 @@ func (s *Store) holder(id uint64) string {
 	return s.holds.prefix + strconv.FormatUint(id, 36)
 }
 
-// InflightKey returns the Redis key holding the in-flight holds of key, a
-// sorted set, for operators and tests: Prefix + "{" + key + "}:if", with
-// the key hashed under Options.HashKeys, as Key names the algorithms'.
-func (s *Store) InflightKey(key string) string {
-	return s.prefix + "{" + s.hashed(key) + "}:if"
+// InflightKey returns the Redis key holding the in-flight holds of key
+// under the limiter name name (inflight.Limiter.Name), a sorted set, for
+// operators and tests: Prefix + "{" + key + "}:" + name + ":if", such as
+// "fg:{user:42}:exports:if" for a limiter named "exports", or
+// "fg:{user:42}:inflight:20:if" for one of limit 20 without a name; the
+// key is hashed under Options.HashKeys, as Key names the algorithms'. The
+// hash tag puts every name's holds of one key on the key's Cluster slot,
+// beside its rate limits. A name holds no brace (floodgate.CheckName), so
+// the last '}' ends the user key, and the suffix ":if" is no algorithm's
+// (whose keys end in a kind's code, see Key and LimitKey): no two (name,
+// key) share a Redis key, nor share one with a rate limit.
+func (s *Store) InflightKey(name, key string) string {
+	return s.prefix + "{" + s.hashed(key) + "}:" + name + ":if"
+}
+
+// checkInflight checks the name and key of an in-flight call.
+func checkInflight(name, key string) error {
+	if err := floodgate.CheckKey(key); err != nil {
+		return err
+	}
+	if err := floodgate.CheckName(name); err != nil {
+		return fmt.Errorf("redisstore: in-flight limiter name: %w", err)
+	}
+	return nil
 }
 
 // openHold is the Ref of a hold that FailOpen granted: Redis has no
 // record of it, and its Release frees nothing.
 type openHold struct{}
 
-// Acquire takes one of limit slots of key in one script call, on the
-// server's clock (or Options.Now): it drops the key's holds whose expiry
-// has passed, counts the others and adds one expiring ttl from now if
-// there are fewer than limit. See inflight.Store. When Redis cannot
-// answer, the failure policy decides, as for a rate decision: FailOpen
-// admits (with a hold Redis does not know of), FailClosed denies,
-// FailLocal asks the local store with the LocalShare of limit (rounded
-// down, at least 1), FailError returns the error. A call that may have
-// run in Redis though it failed (it timed out, or its connection broke,
-// after the command may have been written) leaves its hold to the store
-// to remove in the background (see "In flight" in the package doc).
-func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.Duration) (inflight.Result, error) {
-	if err := step.CheckKey(key); err != nil {
+// Acquire takes one of limit slots of key under name in one script call,
+// on the server's clock (or Options.Now): it drops the holds of (name,
+// key) whose expiry has passed, counts the others and adds one expiring
+// ttl from now if there are fewer than limit. See inflight.Store; the
+// holds are at InflightKey(name, key). When Redis cannot answer, the
+// failure policy decides, as for a rate decision: FailOpen admits (with a
+// hold Redis does not know of), FailClosed denies, FailLocal asks the
+// local store with the LocalShare of limit (rounded down, at least 1),
+// FailError returns the error. A call that may have run in Redis though
+// it failed (it timed out, or its connection broke, after the command may
+// have been written) leaves its hold to the store to remove in the
+// background (see "In flight" in the package doc).
+func (s *Store) Acquire(ctx context.Context, name, key string, limit int64, ttl time.Duration) (inflight.Result, error) {
+	if err := checkInflight(name, key); err != nil {
 		return inflight.Result{}, err
 	}
 	if limit < 1 || limit > scripts.MaxQuota {
@@ -94,7 +113,7 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.D
 		return inflight.Result{}, err
 	}
 	s.cleaner.noteTTL(ttl)
-	rkey := s.InflightKey(key)
+	rkey := s.InflightKey(name, key)
 	reply, o, n, err := s.callInflight(ctx, rkey, args)
 	if err == nil {
 		var ok bool
@@ -113,7 +132,7 @@ func (s *Store) Acquire(ctx context.Context, key string, limit int64, ttl time.D
 	}
 	switch o {
 	case failed, timedOut, refused, busy:
-		return s.fallbackAcquire(ctx, n, key, limit, ttl, err)
+		return s.fallbackAcquire(ctx, n, name, key, limit, ttl, err)
 	case ignored:
 		return inflight.Result{}, err
 	}
@@ -136,8 +155,8 @@ func (s *Store) inflightArgs(a scripts.InflightArgs, ttl time.Duration) ([]any, 
 	a.MarginMs = s.marginMs
 	if s.now != nil {
 		t := s.now()
-		if t.Unix() < 0 || t.Unix() >= scripts.MaxUnix {
-			return nil, fmt.Errorf("%w: the clock (Options.Now) reads %v, outside 1970 to %v", floodgate.ErrInvalidConfig, t, time.Unix(scripts.MaxUnix, 0).UTC())
+		if err := floodgate.CheckTime(t); err != nil {
+			return nil, err
 		}
 		a.Now = strconv.FormatInt(t.UnixMicro(), 10)
 	}
@@ -146,8 +165,10 @@ func (s *Store) inflightArgs(a scripts.InflightArgs, ttl time.Duration) ([]any, 
 
 // fallbackAcquire makes the Acquire Redis failed to make on node n (nil:
 // no node was found), as the failure policy says, and counts it for
-// OnFailures. cause matches floodgate.ErrUnavailable.
-func (s *Store) fallbackAcquire(ctx context.Context, n *node, key string, limit int64, ttl time.Duration, cause error) (inflight.Result, error) {
+// OnFailures. cause matches floodgate.ErrUnavailable. FailLocal's holds
+// are those of (name, key) in the local store, apart from other names' as
+// in Redis.
+func (s *Store) fallbackAcquire(ctx context.Context, n *node, name, key string, limit int64, ttl time.Duration, cause error) (inflight.Result, error) {
 	var res inflight.Result
 	switch s.policy {
 	case FailError:
@@ -160,7 +181,7 @@ func (s *Store) fallbackAcquire(ctx context.Context, n *node, key string, limit 
 	case FailLocal:
 		share := max(int64(math.Floor(float64(limit)*s.share)), 1)
 		var err error
-		if res, err = s.local.Acquire(ctx, key, share, ttl); err != nil {
+		if res, err = s.localHolds.Acquire(ctx, name, key, share, ttl); err != nil {
 			err = unavailable(ErrRedis, errors.Join(cause, err))
 			s.failures(n, false, err)
 			return inflight.Result{}, err
@@ -170,27 +191,27 @@ func (s *Store) fallbackAcquire(ctx context.Context, n *node, key string, limit 
 	return res, nil
 }
 
-// Renew moves the expiry of h, a hold of key, to ttl from now, in one
-// script call; see inflight.Store. A hold whose expiry has passed is not
-// renewed (another request may hold its slot by now): Renew removes it and
-// reports false. A failure of Redis is an error (the Limiter tries again
-// later), never the failure policy's: the hold lives until its expiry
-// meanwhile.
-func (s *Store) Renew(ctx context.Context, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
-	if err := step.CheckKey(key); err != nil {
+// Renew moves the expiry of h, a hold of key under name, to ttl from now,
+// in one script call; see inflight.Store. A hold whose expiry has passed
+// is not renewed (another request may hold its slot by now): Renew
+// removes it and reports false. A failure of Redis is an error (the
+// Limiter tries again later), never the failure policy's: the hold lives
+// until its expiry meanwhile.
+func (s *Store) Renew(ctx context.Context, name, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
+	if err := checkInflight(name, key); err != nil {
 		return false, err
 	}
 	if err := checkTTL(ttl); err != nil {
 		return false, err
 	}
 	if h.Ref != nil || h.ID == 0 {
-		return s.otherHold(h, func() (bool, error) { return s.local.Renew(ctx, key, h, ttl) })
+		return s.otherHold(h, func() (bool, error) { return s.localHolds.Renew(ctx, name, key, h, ttl) })
 	}
 	args, err := s.inflightArgs(scripts.InflightArgs{Op: scripts.InflightRenew, Holder: s.holder(h.ID)}, ttl)
 	if err != nil {
 		return false, err
 	}
-	reply, _, _, err := s.callInflight(ctx, s.InflightKey(key), args)
+	reply, _, _, err := s.callInflight(ctx, s.InflightKey(name, key), args)
 	if err != nil {
 		return false, err
 	}
@@ -198,28 +219,28 @@ func (s *Store) Renew(ctx context.Context, key string, h inflight.Hold, ttl time
 	return ok, err
 }
 
-// Release removes h, a hold of key, in one script call; see
+// Release removes h, a hold of key under name, in one script call; see
 // inflight.Store. It runs on a context that keeps ctx's values but not its
 // end, bounded by Options.Timeout as every call is. A failure is returned,
 // never the failure policy's, and the store releases the hold again in
 // the background, a few times within the shortest TTL it has granted; if
 // those fail too, the hold expires at its TTL (see "In flight" in the
 // package doc).
-func (s *Store) Release(ctx context.Context, key string, h inflight.Hold) error {
-	if err := step.CheckKey(key); err != nil {
+func (s *Store) Release(ctx context.Context, name, key string, h inflight.Hold) error {
+	if err := checkInflight(name, key); err != nil {
 		return err
 	}
 	if h.Ref != nil || h.ID == 0 {
-		_, err := s.otherHold(h, func() (bool, error) { return true, s.local.Release(ctx, key, h) })
+		_, err := s.otherHold(h, func() (bool, error) { return true, s.localHolds.Release(ctx, name, key, h) })
 		return err
 	}
 	member := s.holder(h.ID)
 	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: member}.ARGV()
-	rkey := s.InflightKey(key)
+	rkey := s.InflightKey(name, key)
 	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), rkey, args)
 	if err == nil {
 		_, _, err = decodeInflight(reply)
-	} else if !errors.Is(err, ErrReply) && !errors.Is(err, ErrClosed) {
+	} else if !errors.Is(err, ErrReply) && !errors.Is(err, floodgate.ErrClosed) {
 		// The hold may still be there: release it again in the
 		// background. A release that was never sent (an open breaker,
 		// no free slot) or that a node refused (CLUSTERDOWN, LOADING) is
@@ -269,7 +290,7 @@ func (s *Store) callInflight(ctx context.Context, rkey string, args []any) (any,
 		return nil, ignored, nil, err
 	}
 	if s.shut.Load() {
-		return nil, ignored, nil, unavailable(ErrClosed, nil)
+		return nil, ignored, nil, unavailable(floodgate.ErrClosed, nil)
 	}
 	return s.exec(ctx, progInflight, rkey, nil, args)
 }

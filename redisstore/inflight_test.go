@@ -151,7 +151,7 @@ func inflightZCARD(t *testing.T, newClient func() redis.UniversalClient) {
 	}
 	sampler := newClient()
 	t.Cleanup(func() { _ = sampler.Close() })
-	rkey := stores[0].InflightKey("k")
+	rkey := stores[0].InflightKey(lims[0].Name(), "k")
 	var (
 		wg                      sync.WaitGroup
 		holding, peak, admitted atomic.Int64
@@ -270,7 +270,7 @@ func TestInflightHolderProcess(t *testing.T) {
 	for range killedLimit {
 		slot, err := l.Acquire(context.Background(), "k")
 		if err != nil || !slot.Allowed {
-			fmt.Println("error", slot.Decision, err)
+			fmt.Println("error", slot.Status, err)
 			os.Exit(1)
 		}
 	}
@@ -281,9 +281,9 @@ func TestInflightHolderProcess(t *testing.T) {
 // renewLog logs a store's renewals on stderr.
 type renewLog struct{ *Store }
 
-func (r renewLog) Renew(ctx context.Context, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
+func (r renewLog) Renew(ctx context.Context, name, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
 	start := time.Now()
-	ok, err := r.Store.Renew(ctx, key, h, ttl)
+	ok, err := r.Store.Renew(ctx, name, key, h, ttl)
 	fmt.Fprintf(os.Stderr, "%s renew %d: %v %v in %v\n", start.Format("15:04:05.000"), h.ID, ok, err, time.Since(start))
 	return ok, err
 }
@@ -452,10 +452,10 @@ func TestInflightRoundTrips(t *testing.T) {
 	require.Equal(t, map[string]int{"evalsha": 3 * requests}, hook.take(), "commands of %d requests and %d denials", requests, requests)
 }
 
-// TestInflightKeyLayout: a key's holds are a sorted set at
-// Prefix{key}:if (the hash tag keeps it on one Cluster slot), scored by
-// expiry in microseconds on the store's clock, with a TTL that covers the
-// newest hold and the margin.
+// TestInflightKeyLayout: the holds of a key under a limiter name are a
+// sorted set at Prefix{key}:name:if (the hash tag keeps every name's on
+// the key's Cluster slot), scored by expiry in microseconds on the store's
+// clock, with a TTL that covers the newest hold and the margin.
 func TestInflightKeyLayout(t *testing.T) {
 	parallelOnMiniredis(t)
 	srv := newServer(t)
@@ -463,12 +463,12 @@ func TestInflightKeyLayout(t *testing.T) {
 	at := time.Date(2031, 5, 6, 7, 8, 9, 123456789, time.UTC)
 	s := newStore(t, c, &Options{Now: func() time.Time { return at }, ExpiryMargin: 2 * time.Second})
 	ctx := context.Background()
-	require.Equal(t, s.prefix+"{user:1}:if", s.InflightKey("user:1"))
-	res, err := s.Acquire(ctx, "user:1", 2, 1500*time.Millisecond)
+	require.Equal(t, s.prefix+"{user:1}:api:if", s.InflightKey("api", "user:1"))
+	res, err := s.Acquire(ctx, "api", "user:1", 2, 1500*time.Millisecond)
 	require.NoError(t, err)
 	require.Equal(t, inflight.Result{Allowed: true, InFlight: 1, Hold: res.Hold}, res)
 	require.True(t, res.Hold.Expires)
-	rkey := s.InflightKey("user:1")
+	rkey := s.InflightKey("api", "user:1")
 	require.Equal(t, "zset", c.Type(ctx, rkey).Val())
 	members, err := c.ZRangeWithScores(ctx, rkey, 0, -1).Result()
 	require.NoError(t, err)
@@ -479,9 +479,99 @@ func TestInflightKeyLayout(t *testing.T) {
 	require.Greater(t, pttl, 3*time.Second, "PTTL")
 	require.LessOrEqual(t, pttl, 3500*time.Millisecond, "PTTL")
 
+	// A Limiter's default name is derived from its limit.
+	lim, err := inflight.New(s, 20, nil)
+	require.NoError(t, err)
+	defer lim.Close()
+	require.Equal(t, s.prefix+"{user:1}:inflight:20:if", s.InflightKey(lim.Name(), "user:1"))
+	slot, err := lim.Acquire(ctx, "user:1")
+	require.NoError(t, err)
+	require.True(t, slot.Allowed)
+	require.Equal(t, int64(1), c.ZCard(ctx, s.InflightKey(lim.Name(), "user:1")).Val())
+	require.Equal(t, int64(1), c.ZCard(ctx, rkey).Val(), "another name's holds")
+	require.NoError(t, slot.Release(ctx))
+	require.Zero(t, c.Exists(ctx, s.InflightKey(lim.Name(), "user:1")).Val(), "the key of no holds")
+
 	hashed := newStore(t, c, &Options{HashKeys: true})
 	sum := sha256.Sum256([]byte("user:1"))
-	require.Equal(t, hashed.prefix+"{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}:if", hashed.InflightKey("user:1"))
+	require.Equal(t, hashed.prefix+"{"+base64.RawURLEncoding.EncodeToString(sum[:16])+"}:api:if", hashed.InflightKey("api", "user:1"))
+}
+
+// TestInflightNames: limiters of different names on one key keep their
+// holds in keys of their own, all on the key's hash tag; the limiters of
+// one name on several clients (processes) share theirs; a limit changed
+// under one name keeps them. On the Redis at REDIS_ADDR (miniredis
+// without it) and the Cluster at REDIS_CLUSTER_ADDRS. (inflighttest's
+// Names and LimiterNames cases check the same through the Store
+// contract.)
+func TestInflightNames(t *testing.T) {
+	t.Run("Standalone", func(t *testing.T) {
+		parallelOnMiniredis(t)
+		inflightNames(t, newServer(t).newClient())
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		inflightNames(t, clusterClient(clusterAddrs(t)))
+	})
+}
+
+func inflightNames(t *testing.T, newClient func() redis.UniversalClient) {
+	ctx := context.Background()
+	const clients = 3
+	stores := inflightStores(t, clients, newClient, nil)
+	admin := newClient()
+	t.Cleanup(func() { _ = admin.Close() })
+	newLim := func(s *Store, limit int64, name string) *inflight.Limiter {
+		l, err := inflight.New(s, limit, &inflight.Options{Name: name})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	acquire := func(l *inflight.Limiter, allowed bool, inFlight int64) inflight.Slot {
+		t.Helper()
+		slot, err := l.Acquire(ctx, "user:1")
+		require.NoError(t, err)
+		want := inflight.Status{Allowed: allowed, Limit: l.Limit(), InFlight: inFlight}
+		if !allowed {
+			want.RetryAfter = inflight.DefaultRetryAfter
+		}
+		require.Equal(t, want, slot.Status, "Acquire of %s on limit %d", l.Name(), l.Limit())
+		return slot
+	}
+	zcard := func(name string) int64 {
+		t.Helper()
+		n, err := admin.ZCard(ctx, stores[0].InflightKey(name, "user:1")).Result()
+		require.NoError(t, err)
+		return n
+	}
+
+	// The search/upload case: different names, one key.
+	var slots []inflight.Slot
+	for i, s := range stores {
+		slots = append(slots, acquire(newLim(s, clients, "uploads"), true, int64(i+1)))
+	}
+	uploads := newLim(stores[0], clients, "uploads")
+	acquire(uploads, false, clients)
+	search := newLim(stores[1], clients, "search")
+	for i := range clients {
+		slots = append(slots, acquire(search, true, int64(i+1)))
+	}
+	acquire(newLim(stores[2], clients, "search"), false, clients)
+	require.Equal(t, int64(clients), zcard("uploads"))
+	require.Equal(t, int64(clients), zcard("search"))
+
+	// A limit changed under one name keeps the holds, on any client.
+	acquire(newLim(stores[2], clients-1, "uploads"), false, clients)
+	raised := newLim(stores[1], clients+1, "uploads")
+	slots = append(slots, acquire(raised, true, clients+1))
+	acquire(raised, false, clients+1)
+	require.Equal(t, int64(clients+1), zcard("uploads"))
+
+	for _, s := range slots {
+		require.NoError(t, s.Release(ctx))
+	}
+	require.Zero(t, zcard("uploads"))
+	require.Zero(t, zcard("search"))
+	require.NoError(t, acquire(uploads, true, 1).Release(ctx))
 }
 
 // deadAddr returns the address of a Redis that is gone: connections are
@@ -511,14 +601,15 @@ func TestInflightFailurePolicy(t *testing.T) {
 		t.Cleanup(func() { _ = s.Close() })
 		return s, rec
 	}
+	const name = "test"
 	t.Run("FailError", func(t *testing.T) {
 		s, rec := newDead(t, &Options{})
-		_, aerr := s.Acquire(ctx, "k", 2, time.Second)
+		_, aerr := s.Acquire(ctx, name, "k", 2, time.Second)
 		require.ErrorIs(t, aerr, floodgate.ErrUnavailable)
 		require.ErrorIs(t, aerr, ErrRedis)
-		_, err := s.Renew(ctx, "k", inflight.Hold{ID: 7, Expires: true}, time.Second)
+		_, err := s.Renew(ctx, name, "k", inflight.Hold{ID: 7, Expires: true}, time.Second)
 		require.ErrorIs(t, err, floodgate.ErrUnavailable)
-		require.ErrorIs(t, s.Release(ctx, "k", inflight.Hold{ID: 7, Expires: true}), floodgate.ErrUnavailable)
+		require.ErrorIs(t, s.Release(ctx, name, "k", inflight.Hold{ID: 7, Expires: true}), floodgate.ErrUnavailable)
 		// The Acquire is a failed decision; a renewal and a release are
 		// not decisions, but all three are round trips.
 		require.Equal(t, []observe.Failures{{Name: DefaultName, Node: addr, Policy: "error", Count: 1, Err: aerr}}, rec.takeFailures(s))
@@ -531,14 +622,14 @@ func TestInflightFailurePolicy(t *testing.T) {
 	t.Run("FailOpen", func(t *testing.T) {
 		s, rec := newDead(t, &Options{OnFailure: FailOpen})
 		for range 3 {
-			res, err := s.Acquire(ctx, "k", 1, time.Second)
+			res, err := s.Acquire(ctx, name, "k", 1, time.Second)
 			require.NoError(t, err)
 			require.True(t, res.Allowed)
 			require.False(t, res.Hold.Expires, "a hold Redis does not know of needs no renewal")
-			ok, err := s.Renew(ctx, "k", res.Hold, time.Second)
+			ok, err := s.Renew(ctx, name, "k", res.Hold, time.Second)
 			require.True(t, ok)
 			require.NoError(t, err)
-			require.NoError(t, s.Release(ctx, "k", res.Hold))
+			require.NoError(t, s.Release(ctx, name, "k", res.Hold))
 		}
 		fs := rec.takeFailures(s)
 		require.Len(t, fs, 1)
@@ -547,7 +638,7 @@ func TestInflightFailurePolicy(t *testing.T) {
 	})
 	t.Run("FailClosed", func(t *testing.T) {
 		s, _ := newDead(t, &Options{OnFailure: FailClosed})
-		res, err := s.Acquire(ctx, "k", 3, time.Second)
+		res, err := s.Acquire(ctx, name, "k", 3, time.Second)
 		require.NoError(t, err)
 		require.Equal(t, inflight.Result{InFlight: 3}, res)
 	})
@@ -569,6 +660,14 @@ func TestInflightFailurePolicy(t *testing.T) {
 		d, err := lim.Acquire(ctx, "k")
 		require.NoError(t, err)
 		require.True(t, d.Allowed, "a local Release frees a local slot")
+		// The local holds of another name are apart, as in Redis.
+		other, err := inflight.New(s, 5, &inflight.Options{Name: "other"})
+		require.NoError(t, err)
+		defer other.Close()
+		e, err := other.Acquire(ctx, "k")
+		require.NoError(t, err)
+		require.Equal(t, inflight.Status{Allowed: true, Limit: 5, InFlight: 1}, e.Status)
+		require.NoError(t, e.Release(ctx))
 		require.NoError(t, b.Release(ctx))
 		require.NoError(t, d.Release(ctx))
 	})
@@ -576,7 +675,7 @@ func TestInflightFailurePolicy(t *testing.T) {
 		s, _ := newDead(t, &Options{BreakerThreshold: 3})
 		var err error
 		for range 5 {
-			_, err = s.Acquire(ctx, "k", 1, time.Second)
+			_, err = s.Acquire(ctx, name, "k", 1, time.Second)
 		}
 		require.ErrorIs(t, err, ErrBreakerOpen, "the in-flight calls count in the node's breaker")
 		require.Equal(t, BreakerOpen, s.BreakerState("k"))
@@ -584,18 +683,18 @@ func TestInflightFailurePolicy(t *testing.T) {
 	t.Run("Closed", func(t *testing.T) {
 		s, _ := newDead(t, &Options{})
 		require.NoError(t, s.Close())
-		_, err := s.Acquire(ctx, "k", 1, time.Second)
-		require.ErrorIs(t, err, ErrClosed)
+		_, err := s.Acquire(ctx, name, "k", 1, time.Second)
+		require.ErrorIs(t, err, floodgate.ErrClosed)
 	})
 	t.Run("ForeignHold", func(t *testing.T) {
 		s, _ := newDead(t, &Options{})
-		err := s.Release(ctx, "k", inflight.Hold{ID: 1, Ref: "not a hold"})
+		err := s.Release(ctx, name, "k", inflight.Hold{ID: 1, Ref: "not a hold"})
 		require.ErrorIs(t, err, inflight.ErrInvalidHold)
 	})
 }
 
-// TestInflightArguments: bad keys, limits and TTLs are errors before any
-// call to Redis.
+// TestInflightArguments: bad keys, names, limits and TTLs are errors
+// before any call to Redis.
 func TestInflightArguments(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: deadAddr(t)})
 	t.Cleanup(func() { _ = c.Close() })
@@ -604,25 +703,34 @@ func TestInflightArguments(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
 	for _, c := range []struct {
+		name  string
 		key   string
 		limit int64
 		ttl   time.Duration
 		want  error
 	}{
-		{"", 1, time.Second, floodgate.ErrEmptyKey},
-		{strings.Repeat("k", floodgate.MaxKeyLen+1), 1, time.Second, floodgate.ErrKeyTooLong},
-		{"k", 0, time.Second, floodgate.ErrInvalidConfig},
-		{"k", 1 << 53, time.Second, floodgate.ErrInvalidConfig},
-		{"k", 1, time.Microsecond, floodgate.ErrInvalidConfig},
-		{"k", 1, floodgate.MaxWindow + 1, floodgate.ErrInvalidConfig},
+		{"n", "", 1, time.Second, floodgate.ErrEmptyKey},
+		{"n", strings.Repeat("k", floodgate.MaxKeyLen+1), 1, time.Second, floodgate.ErrKeyTooLong},
+		{"", "k", 1, time.Second, floodgate.ErrInvalidConfig},
+		{"a}b", "k", 1, time.Second, floodgate.ErrInvalidConfig},
+		{"{", "k", 1, time.Second, floodgate.ErrInvalidConfig},
+		{"\xff", "k", 1, time.Second, floodgate.ErrInvalidConfig},
+		{strings.Repeat("n", floodgate.MaxNameLen+1), "k", 1, time.Second, floodgate.ErrInvalidConfig},
+		{"n", "k", 0, time.Second, floodgate.ErrInvalidConfig},
+		{"n", "k", 1 << 53, time.Second, floodgate.ErrInvalidConfig},
+		{"n", "k", 1, time.Microsecond, floodgate.ErrInvalidConfig},
+		{"n", "k", 1, floodgate.MaxWindow + 1, floodgate.ErrInvalidConfig},
 	} {
-		_, err := s.Acquire(ctx, c.key, c.limit, c.ttl)
-		require.ErrorIs(t, err, c.want, "Acquire(%.8q, %d, %v)", c.key, c.limit, c.ttl)
+		_, err := s.Acquire(ctx, c.name, c.key, c.limit, c.ttl)
+		require.ErrorIs(t, err, c.want, "Acquire(%.8q, %.8q, %d, %v)", c.name, c.key, c.limit, c.ttl)
 	}
-	_, err = s.Renew(ctx, "k", inflight.Hold{ID: 1}, 0)
+	_, err = s.Renew(ctx, "n", "k", inflight.Hold{ID: 1}, 0)
 	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
-	require.ErrorIs(t, s.Release(ctx, "", inflight.Hold{ID: 1}), floodgate.ErrEmptyKey)
-	require.NoError(t, s.Release(ctx, "k", inflight.Hold{}), "the zero Hold is no hold")
+	_, err = s.Renew(ctx, "a{", "k", inflight.Hold{ID: 1}, time.Second)
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+	require.ErrorIs(t, s.Release(ctx, "n", "", inflight.Hold{ID: 1}), floodgate.ErrEmptyKey)
+	require.ErrorIs(t, s.Release(ctx, "", "k", inflight.Hold{ID: 1}), floodgate.ErrInvalidConfig)
+	require.NoError(t, s.Release(ctx, "n", "k", inflight.Hold{}), "the zero Hold is no hold")
 }
 
 // BenchmarkStoreAcquire measures a request's two round trips on a real
@@ -640,7 +748,7 @@ func BenchmarkStoreAcquire(b *testing.B) {
 	request := func(lim *inflight.Limiter, key string) error {
 		slot, err := lim.Acquire(ctx, key)
 		if err != nil || !slot.Allowed {
-			return fmt.Errorf("Acquire: %v, %v", slot.Decision, err)
+			return fmt.Errorf("Acquire: %v, %v", slot.Status, err)
 		}
 		return slot.Release(ctx)
 	}

@@ -14,7 +14,7 @@ import (
 // a single script's reply is), and checks that the script took the steps
 // step.Limits takes, in its order, and wrote exactly when step.Limits
 // keeps the limits' states.
-func (a algo) decodeLimits(reply any, req floodgate.Request) (floodgate.Result, error) {
+func (a algo) decodeLimits(reply any, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	vals, ok := reply.([]any)
 	if !ok {
 		return floodgate.Result{}, badReply("%T, want an array", reply)
@@ -28,7 +28,7 @@ func (a algo) decodeLimits(reply any, req floodgate.Request) (floodgate.Result, 
 		return floodgate.Result{}, r.err
 	}
 	m := replyMembers{a: &a, steps: vals[3:]}
-	res, err := step.Limits(a.ls, &m, time.Unix(0, now), req)
+	res, err := step.Limits(a.ls, &m, time.Unix(0, now), req, each)
 	switch {
 	case m.err != nil:
 		return floodgate.Result{}, m.err
@@ -78,7 +78,7 @@ func (m *replyMembers) step(i int, at time.Time, req floodgate.Request) (floodga
 		return mismatch("the script's step %d is of limit %v (from 1)", m.next/2, idx)
 	}
 	lim := &m.a.members[i]
-	res, err := lim.decode(reply, req)
+	res, err := lim.decode(reply, req, nil)
 	if err != nil {
 		return floodgate.Result{}, fmt.Errorf("redisstore: Limits[%d]: %w", i, err)
 	}
@@ -105,10 +105,10 @@ func (m *replyMembers) Keep(int) { m.kept = true }
 // FailOpen (admit: every unit asked for, up to the quota) or FailClosed
 // (deny, retry after retry); a settlement settles nothing. A Limits'
 // Result is step.Limits' over its limits' such Results: each limit's
-// Decision in req.Each, the binding one reported.
-func (a algo) failed(req floodgate.Request, now time.Time, admit bool, retry time.Duration) floodgate.Result {
+// Decision in each, the binding one reported.
+func (a algo) failed(req floodgate.Request, now time.Time, admit bool, retry time.Duration, each []floodgate.Decision) floodgate.Result {
 	if a.members != nil {
-		res, err := step.Limits(a.ls, policyMembers{a: &a, admit: admit, retry: retry}, now, req)
+		res, err := step.Limits(a.ls, policyMembers{a: &a, admit: admit, retry: retry}, now, req, each)
 		if err == nil {
 			return res
 		}

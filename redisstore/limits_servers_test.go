@@ -106,11 +106,11 @@ func TestLimitsOneCall(t *testing.T) {
 			// ignore contexts; see New), which runs none of c's hooks.
 			hook := &sentHook{sent: map[string]int64{}}
 			s.client.(*redis.Client).AddHook(hook)
-			lim, err := floodgate.New(s, ls)
+			lim, err := floodgate.New(s, ls, testOpts)
 			require.NoError(t, err)
 			ctx := context.Background()
 			// The first decision loads the script (NOSCRIPT, then EVAL).
-			first, err := lim.Apply(ctx, "warm", floodgate.Request{Op: floodgate.OpTake, N: 1})
+			first, err := lim.Apply(ctx, "warm", floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
 			require.NoError(t, err)
 			at := first.At.Add(first.Delay)
 
@@ -127,7 +127,7 @@ func TestLimitsOneCall(t *testing.T) {
 					defer wg.Done()
 					for r := range rounds {
 						for _, req := range reqs(at) {
-							if _, err := lim.Apply(ctx, fmt.Sprintf("k%d", (g+r)%3), req); err != nil {
+							if _, err := lim.Apply(ctx, fmt.Sprintf("k%d", (g+r)%3), req, nil); err != nil {
 								errs <- err
 								return
 							}

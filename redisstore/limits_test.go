@@ -76,9 +76,9 @@ func (lm *limitsModel) bind(ls floodgate.Limits, now time.Time) []*model {
 }
 
 // apply runs step.Limits for ls at now.
-func (lm *limitsModel) apply(ls floodgate.Limits, now time.Time, req floodgate.Request) (floodgate.Result, error) {
+func (lm *limitsModel) apply(ls floodgate.Limits, now time.Time, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	lm.bind(ls, now)
-	return step.Limits(ls, lm, now, req)
+	return step.Limits(ls, lm, now, req, each)
 }
 
 func (lm *limitsModel) Step(i int, at time.Time, req floodgate.Request) (floodgate.Result, error) {
@@ -126,7 +126,7 @@ func longest(ls floodgate.Limits) time.Duration {
 // states (and a single algorithm on the same key) through redisstore,
 // unbatched and batched, through step.Limits over the reference
 // transitions and through memstore: every Result and every limit's
-// Decision (Request.Each) must be identical, and after every step each
+// Decision (the each argument) must be identical, and after every step each
 // limit's key must hold exactly the reference state with a TTL within its
 // restore time plus the margin, counted from now also when the limits took
 // the units at a later instant (a reservation's). A check leaves every key
@@ -184,13 +184,13 @@ func TestDifferentialLimits(t *testing.T) {
 				// from the Limits'.
 				want, err := sm.step(now, req)
 				require.NoError(rt, err)
-				got, err := store.Apply(ctx, key, single, req)
+				got, err := applyOnce(ctx, store, key, single, req)
 				require.NoError(rt, err, "step %d: Apply(%v, %+v)", i, single, req)
 				require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, single, req)
-				fromMem, err := mem.Apply(ctx, key, single, req)
+				fromMem, err := applyOnce(ctx, mem, key, single, req)
 				require.NoError(rt, err)
 				require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, single, req)
-				checkStored(rt, c, store.Key(key, kindOf(single)), sm, now, margin, false, false)
+				checkStored(rt, c, store.Key(testName, key, kindOf(single)), sm, now, margin, false, false)
 				continue
 			}
 			ids, ms := limitIDs(ls), lm.bind(ls, now)
@@ -199,26 +199,23 @@ func TestDifferentialLimits(t *testing.T) {
 			raws, ttls := make([]string, len(ls)), make([]time.Duration, len(ls))
 			for j, id := range ids {
 				before[j] = ms[j].stored()
-				raws[j], ttls[j] = rawKey(rt, c, store.LimitKey(key, id.kind, id.ord))
+				raws[j], ttls[j] = rawKey(rt, c, store.LimitKey(testName, key, id.kind, id.ord))
 			}
 			wantEach, gotEach, memEach := make([]floodgate.Decision, len(ls)), make([]floodgate.Decision, len(ls)), make([]floodgate.Decision, len(ls))
 			r := req
-			r.Each = wantEach
-			want, err := lm.apply(ls, now, r)
+			want, err := lm.apply(ls, now, r, wantEach)
 			require.NoError(rt, err)
-			r.Each = gotEach
-			got, err := store.Apply(ctx, key, ls, r)
+			got, err := applyEach(ctx, store, key, ls, r, gotEach)
 			require.NoError(rt, err, "step %d: %v Apply(%+v)", i, ls, req)
 			require.Equalf(rt, norm(want), norm(got), "step %d: %v Apply(%+v)", i, ls, req)
 			require.Equalf(rt, wantEach, gotEach, "step %d: %v Apply(%+v): Each", i, ls, req)
-			r.Each = memEach
-			fromMem, err := mem.Apply(ctx, key, ls, r)
+			fromMem, err := applyEach(ctx, mem, key, ls, r, memEach)
 			require.NoError(rt, err)
 			require.Equalf(rt, norm(want), norm(fromMem), "step %d: memstore %v Apply(%+v)", i, ls, req)
 			require.Equalf(rt, wantEach, memEach, "step %d: memstore %v Apply(%+v): Each", i, ls, req)
 			for j, id := range ids {
 				m := ms[j]
-				rkey := store.LimitKey(key, id.kind, id.ord)
+				rkey := store.LimitKey(testName, key, id.kind, id.ord)
 				if req.Check {
 					require.Equal(rt, before[j], m.stored(), "step %d: the reference's check changed limit %d", i, j)
 					unchanged(rt, c, rkey, raws[j], ttls[j], "step %d: %v Apply(%+v)", i, ls, req)
@@ -236,7 +233,7 @@ func TestDifferentialLimits(t *testing.T) {
 func limitKeys(s *Store, key string, ls floodgate.Limits) []string {
 	keys := make([]string, len(ls))
 	for i, id := range limitIDs(ls) {
-		keys[i] = s.LimitKey(key, id.kind, id.ord)
+		keys[i] = s.LimitKey(testName, key, id.kind, id.ord)
 	}
 	return keys
 }
@@ -271,7 +268,7 @@ func TestLimitsDenialChangesNothing(t *testing.T) {
 			ls[d] = small[d]
 			key := "deny:" + kindOf(big[d]).String()
 			clock.Set(t0)
-			res, err := s.Apply(ctx, key, ls, floodgate.Request{Op: floodgate.OpTakeUpTo, N: 2})
+			res, err := applyOnce(ctx, s, key, ls, floodgate.Request{Op: floodgate.OpTakeUpTo, N: 2})
 			require.NoError(t, err)
 			require.Equal(t, int64(2), res.Granted, "every limit takes 2")
 			clock.Advance(time.Second) // the big leaky bucket drains
@@ -282,8 +279,7 @@ func TestLimitsDenialChangesNothing(t *testing.T) {
 			} {
 				before := snap(t, c, limitKeys(s, key, ls))
 				each := make([]floodgate.Decision, len(ls))
-				req.Each = each
-				res, err := s.Apply(ctx, key, ls, req)
+				res, err := applyEach(ctx, s, key, ls, req, each)
 				require.NoError(t, err)
 				require.False(t, res.Allowed, "%+v", req)
 				require.Equal(t, d, res.Binding, "the spent limit binds")
@@ -312,9 +308,9 @@ func TestLimitsLongLog(t *testing.T) {
 	lm := &limitsModel{}
 	both := func(req floodgate.Request) floodgate.Result {
 		t.Helper()
-		want, err := lm.apply(ls, clock.Now(), req)
+		want, err := lm.apply(ls, clock.Now(), req, nil)
 		require.NoError(t, err)
-		got, err := s.Apply(ctx, "long", ls, req)
+		got, err := applyOnce(ctx, s, "long", ls, req)
 		require.NoError(t, err, "%+v at %v", req, clock.Now())
 		require.Equal(t, norm(want), norm(got), "%+v at %v", req, clock.Now())
 		for j, k := range limitKeys(s, "long", ls) {
@@ -390,8 +386,7 @@ func TestLimitsFastPaths(t *testing.T) {
 				}
 				req.Check = r.IntN(10) == 0
 				got := make([]floodgate.Decision, len(ls))
-				req.Each = got
-				res, err := s.Apply(ctx, key, ls, req)
+				res, err := applyEach(ctx, s, key, ls, req, got)
 				require.NoError(t, err, "step %d: %+v", i, req)
 				if res.Allowed && req.Op != floodgate.OpSettle && !req.Check {
 					admitted = append(admitted, res.At.Add(res.Delay))
@@ -401,14 +396,13 @@ func TestLimitsFastPaths(t *testing.T) {
 				}
 				require.True(t, res.At.Equal(now), "step %d: the script's instant %v, TIME %v", i, res.At, now)
 				want := make([]floodgate.Decision, len(ls))
-				req.Each = want
 				m := models[key]
-				ref, err := m.apply(ls, now, req)
+				ref, err := m.apply(ls, now, req, want)
 				require.NoError(t, err)
 				require.Equal(t, norm(ref), norm(res), "step %d: %v %+v", i, ls, req)
 				require.Equal(t, want, got, "step %d: %v %+v: Each", i, ls, req)
 				for j, id := range m.ids {
-					checkStored(t, c, s.LimitKey(key, id.kind, id.ord), m.states[id], now, margin, true, m.wrote[j])
+					checkStored(t, c, s.LimitKey(testName, key, id.kind, id.ord), m.states[id], now, margin, true, m.wrote[j])
 				}
 			}
 		})

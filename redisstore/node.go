@@ -116,7 +116,7 @@ func (s *Store) addNode(addr string, c *redis.Client) *node {
 	}
 	if s.shut.Load() {
 		// Close has stopped the batchers it knew of: a node made now
-		// must start no goroutines. Its decisions fail with ErrClosed.
+		// must start no goroutines. Its decisions fail with floodgate.ErrClosed.
 		return s.newNode(addr, c, false)
 	}
 	m := make(map[string]*node, len(old)+1)

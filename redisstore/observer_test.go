@@ -39,21 +39,21 @@ func callWorkload(t *testing.T, s *Store, goroutines, rounds int) int {
 			key := fmt.Sprintf("k%d", g)
 			for range rounds {
 				for _, alg := range []floodgate.Algorithm{observedBucket, observedLimits} {
-					if res, err := s.Apply(ctx, key, alg, take); err != nil || !res.Allowed {
+					if res, err := applyOnce(ctx, s, key, alg, take); err != nil || !res.Allowed {
 						errs <- fmt.Errorf("Apply(%T) = %+v, %v", alg, res, err)
 						return
 					}
 				}
-				res, err := s.Acquire(ctx, key, 1000, time.Minute)
+				res, err := s.Acquire(ctx, testName, key, 1000, time.Minute)
 				if err != nil || !res.Allowed {
 					errs <- fmt.Errorf("Acquire = %+v, %v", res, err)
 					return
 				}
-				if ok, err := s.Renew(ctx, key, res.Hold, time.Minute); err != nil || !ok {
+				if ok, err := s.Renew(ctx, testName, key, res.Hold, time.Minute); err != nil || !ok {
 					errs <- fmt.Errorf("Renew = %v, %v", ok, err)
 					return
 				}
-				if err := s.Release(ctx, key, res.Hold); err != nil {
+				if err := s.Release(ctx, testName, key, res.Hold); err != nil {
 					errs <- fmt.Errorf("Release = %v", err)
 					return
 				}
@@ -171,12 +171,12 @@ func TestObserverNoScript(t *testing.T) {
 			s := newStore(t, c, &Options{Observer: rec.observer(), BatchSize: batch})
 			ctx := context.Background()
 			take := floodgate.Request{Op: floodgate.OpTake, N: 1}
-			_, err := s.Apply(ctx, "k", observedBucket, take)
+			_, err := applyOnce(ctx, s, "k", observedBucket, take)
 			require.NoError(t, err)
 			require.NoError(t, c.ScriptFlush(ctx).Err())
 			rec.takeCalls()
 
-			_, err = s.Apply(ctx, "k", observedBucket, take)
+			_, err = applyOnce(ctx, s, "k", observedBucket, take)
 			require.NoError(t, err)
 			cs := rec.takeCalls()
 			require.Len(t, cs, 2, "%+v", cs)
@@ -231,7 +231,7 @@ func checkFailureCounts(t *testing.T, c redis.UniversalClient, prefix, node stri
 		// decisions that Redis makes.
 		Timeout: time.Second,
 	})
-	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: quota, Window: time.Hour})
+	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: quota, Window: time.Hour}, testOpts)
 	require.NoError(t, err)
 	ctx := context.Background()
 	for g := range goroutines {
@@ -323,7 +323,7 @@ func TestFailuresExact(t *testing.T) {
 				FailureInterval: every,
 			}})
 			require.NoError(t, err)
-			lim, err := floodgate.New(s, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10})
+			lim, err := floodgate.New(s, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}, testOpts)
 			require.NoError(t, err)
 			var wg sync.WaitGroup
 			begin := time.Now()
@@ -388,17 +388,17 @@ func TestObserverBreaker(t *testing.T) {
 	s.wall = wall.now
 	ctx := context.Background()
 	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
-	_, err := s.Apply(ctx, "k", observedBucket, take)
+	_, err := applyOnce(ctx, s, "k", observedBucket, take)
 	require.NoError(t, err)
 
 	px.setDown(true)
 	for range 5 {
-		_, err := s.Apply(ctx, "k", observedBucket, take)
+		_, err := applyOnce(ctx, s, "k", observedBucket, take)
 		require.ErrorIs(t, err, floodgate.ErrUnavailable)
 	}
 	px.setDown(false)
 	wall.advance(time.Minute)
-	_, err = s.Apply(ctx, "k", observedBucket, take)
+	_, err = applyOnce(ctx, s, "k", observedBucket, take)
 	require.NoError(t, err)
 
 	mu.Lock()
@@ -461,7 +461,7 @@ func TestObserverAllocs(t *testing.T) {
 	allocs := func(c redis.UniversalClient, o Options) float64 {
 		o.Prefix = "fgtest:allocs:"
 		s := newStore(t, c, &o)
-		lim, err := floodgate.New(s, observedBucket)
+		lim, err := floodgate.New(s, observedBucket, testOpts)
 		require.NoError(t, err)
 		ctx := context.Background()
 		for range 20 { // scripts loaded, connections dialed, breaker open
@@ -501,12 +501,12 @@ func TestObserverRedirect(t *testing.T) {
 	s := newStore(t, cc, &Options{Observer: rec.observer()})
 	ctx := context.Background()
 	kind := kindOf(observedBucket)
-	rkey := s.Key("moved", kind)
+	rkey := s.Key(testName, "moved", kind)
 	right, err := s.nodeFor(ctx, rkey)
 	require.NoError(t, err)
 	var wrong *node
 	for i := 0; wrong == nil; i++ {
-		n, err := s.nodeFor(ctx, s.Key(fmt.Sprint("other", i), kind))
+		n, err := s.nodeFor(ctx, s.Key(testName, fmt.Sprint("other", i), kind))
 		require.NoError(t, err)
 		if n != right {
 			wrong = n

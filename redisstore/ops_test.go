@@ -63,12 +63,12 @@ func ttlHygiene(t *testing.T, c redis.UniversalClient) {
 			}
 		}
 		start := time.Now()
-		res, err := s.Apply(ctx, key, alg, req)
+		res, err := applyOnce(ctx, s, key, alg, req)
 		require.NoError(t, err)
 		if res.Allowed && req.Op != floodgate.OpSettle {
 			admitted = append(admitted, res)
 		}
-		rkey := s.Key(key, kindOf(alg))
+		rkey := s.Key(testName, key, kindOf(alg))
 		pttl, err := c.PTTL(ctx, rkey).Result()
 		require.NoError(t, err)
 		if pttl == -2*time.Nanosecond {
@@ -231,7 +231,7 @@ func TestClockSkew(t *testing.T) {
 		var n int64
 		for _, s := range stores {
 			for range 20 {
-				res, err := s.Apply(ctx, "k", alg, take)
+				res, err := applyOnce(ctx, s, "k", alg, take)
 				require.NoError(t, err)
 				n += res.Granted
 			}
@@ -256,7 +256,7 @@ func TestClockSkew(t *testing.T) {
 		before, err := c.Time(ctx).Result()
 		require.NoError(t, err)
 		require.Equal(t, int64(10), admitted(a, b), "one quota")
-		res, err := b.Apply(ctx, "k", alg, take)
+		res, err := applyOnce(ctx, b, "k", alg, take)
 		require.NoError(t, err)
 		after, err := c.Time(ctx).Result()
 		require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestBatchedCallersGivingUp(t *testing.T) {
 	srv := newServer(t)
 	s := newStore(t, srv.client(t), &Options{BatchSize: 8, BatchPipelines: 2})
 	const limit, span, goroutines, calls = int64(1) << 40, int64(1_000_000), 16, 300
-	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: limit, Window: time.Hour})
+	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: limit, Window: time.Hour}, testOpts)
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	var given, answered atomic.Int64

@@ -16,9 +16,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/inflight"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/observe"
-	"github.com/floodgate-go/floodgate/scripts"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scripts"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -61,7 +62,7 @@ type Options struct {
 	// Now is the clock of the decisions. The default (nil) is the Redis
 	// server's TIME, read inside each script: one clock for every process,
 	// immune to the skew of their clocks. Set it for deterministic tests;
-	// its instants must lie between 1970 and scripts.MaxUnix (in 2255).
+	// its instants must lie from 1970 to before 2255 (floodgate.CheckTime).
 	// WARNING: with Now, every process must agree on the time, and a clock
 	// that runs slower than the server's lets state expire early (the TTLs
 	// run on the server's clock); Options.ExpiryMargin absorbs the
@@ -190,8 +191,9 @@ type Store struct {
 	onCall      func(context.Context, observe.StoreCall)     // nil: not observed
 	onBreaker   func(context.Context, observe.BreakerChange) // nil: not observed
 	failState                                                // OnFailures' counters (failures.go)
-	local       *memstore.Store
-	wall        func() time.Time // the breakers' clock; tests replace it
+	local       *memstore.Store                              // FailLocal's rate limits
+	localHolds  *inflight.LocalStore                         // FailLocal's in-flight holds
+	wall        func() time.Time                             // the breakers' clock; tests replace it
 
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
@@ -291,11 +293,11 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if err := o.Observer.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: Observer: %w", ErrInvalidOptions, err)
 	}
-	if err := observe.CheckName(o.Name); err != nil {
-		return nil, fmt.Errorf("%w: Name: %w", ErrInvalidOptions, err)
-	}
 	if o.Name == "" {
 		o.Name = DefaultName
+	}
+	if err := floodgate.CheckName(o.Name); err != nil {
+		return nil, fmt.Errorf("%w: Name: %w", ErrInvalidOptions, err)
 	}
 	if o.Prefix == "" {
 		o.Prefix = DefaultPrefix
@@ -354,6 +356,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("%w: local store: %w", ErrInvalidOptions, err)
 		}
 		s.local = local
+		s.localHolds = inflight.NewLocalStore()
 	}
 	s.client, s.owned, s.guard = derive(client)
 	switch c := s.client.(type) {
@@ -395,7 +398,7 @@ func poolSize(c redis.UniversalClient) int {
 // Observer.OnFailures, the background removal of holds that failed
 // in-flight calls may have left, whose queued removals it drops) and
 // waits for the calls still running on them;
-// decisions after Close fail with ErrClosed. It reports to OnFailures the
+// decisions after Close fail with floodgate.ErrClosed. It reports to OnFailures the
 // failures counted since the last report. It does not close the Redis
 // client. Close is safe to call more than once and always returns nil.
 func (s *Store) Close() error {
@@ -425,9 +428,10 @@ func (s *Store) Close() error {
 // BreakerState returns the state of the circuit breaker of the node that
 // holds key's state: the master of its slot on a Cluster, its shard on a
 // Ring, the one server otherwise. It asks the client which node that is,
-// as a decision does.
+// as a decision does. (Every key of one user key shares its hash tag, so
+// the node does not depend on the limiter.)
 func (s *Store) BreakerState(key string) BreakerState {
-	n, err := s.nodeFor(context.Background(), s.Key(key, step.KindTokenBucket))
+	n, err := s.nodeFor(context.Background(), s.Key("-", key, step.KindTokenBucket))
 	if err != nil {
 		return BreakerClosed
 	}
@@ -435,21 +439,25 @@ func (s *Store) BreakerState(key string) BreakerState {
 }
 
 // Key returns the Redis key holding the state of key for the algorithm
-// kind, for operators and tests.
-func (s *Store) Key(key string, kind step.Kind) string {
-	return s.prefix + "{" + s.hashed(key) + "}:" + kind.String()
+// kind of the limiter named name: Prefix + "{" + key + "}:" + name + ":"
+// + the kind's code ("tb", "lb", "fw", "sw", "sl"), such as
+// "fg:{user:42}:search:tb", for operators and tests.
+func (s *Store) Key(name, key string, kind step.Kind) string {
+	return s.prefix + "{" + s.hashed(key) + "}" + singleSuffix(name, kind)
 }
 
 // LimitKey returns the Redis key holding the state of key for the limit of
-// a floodgate.Limits that is the ordinal-th (from 0) of kind among its
-// limits: Prefix + "{" + key + "}:L:" + kind + ordinal, such as
-// "fg:{user:42}:L:tb0" for the first token bucket of a Limits. It is
-// shared by every Limits bound to the store, as floodgate.Limits says, and
-// apart from the key of a single algorithm (Key). The keys of a Limits
-// share key's hash tag, so that one script call decides them all on a
-// Cluster too.
-func (s *Store) LimitKey(key string, kind step.Kind, ordinal int) string {
-	return s.prefix + "{" + s.hashed(key) + "}" + limitSuffix(kind, ordinal)
+// a floodgate.Limits named name that is the ordinal-th (from 0) of kind
+// among its limits: Prefix + "{" + key + "}:" + name + ":L:" + the kind's
+// code + ordinal, such as "fg:{user:42}:api:L:tb0" for the first token
+// bucket of a Limits named "api". It is apart from the key of a single
+// algorithm of the same name (Key). The keys of a Limits share key's hash
+// tag, so that one script call decides them all on a Cluster too. A name
+// holds no brace (floodgate.CheckName), so the last '}' of a Redis key
+// ends its user key, and no two (name, key, kind, ordinal) share a Redis
+// key.
+func (s *Store) LimitKey(name, key string, kind step.Kind, ordinal int) string {
+	return s.prefix + "{" + s.hashed(key) + "}" + limitSuffix(name, kind, ordinal)
 }
 
 // hashed returns key as the hash tag holds it: its hash with HashKeys.
@@ -461,30 +469,36 @@ func (s *Store) hashed(key string) string {
 	return key
 }
 
-// Apply binds alg and executes one step, for one-off steps and tests; a
-// Limiter from floodgate.New binds once instead. It makes one round trip to
-// Redis (two when the server lacks the script). When Redis fails, the
-// failure policy (Options.OnFailure) decides.
-func (s *Store) Apply(ctx context.Context, key string, alg floodgate.Algorithm, req floodgate.Request) (floodgate.Result, error) {
-	a, err := s.resolve(alg)
-	if err != nil {
-		if kerr := step.CheckKey(key); kerr != nil {
-			return floodgate.Result{}, kerr
-		}
-		return floodgate.Result{}, err
+// Bind implements floodgate.Store: it validates name and alg once, so
+// that the decisions of a limiter made with floodgate.New skip it. The
+// Bound is safe for concurrent use and valid until the Store is closed.
+func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if err := floodgate.CheckName(name); err != nil {
+		return nil, err
 	}
-	return s.apply(ctx, key, a, nil, req)
-}
-
-// Bind implements floodgate.Store: it validates alg once, so that the
-// decisions of a limiter made with floodgate.New skip it. The Bound is safe
-// for concurrent use and valid until the Store is closed.
-func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
 	a, err := s.resolve(alg)
 	if err != nil {
 		return nil, err
 	}
-	return &bound{s: s, a: a, args: new(argsCache)}, nil
+	b := &bound{s: s, a: a, args: new(argsCache)}
+	if a.members == nil {
+		b.suffix = singleSuffix(name, a.kind)
+	} else {
+		b.suffixes = make([]string, len(a.members))
+		var ords [step.KindSlidingLog + 1]int
+		for i, m := range a.members {
+			b.suffixes[i] = limitSuffix(name, m.kind, ords[m.kind])
+			ords[m.kind]++
+		}
+	}
+	if s.policy == FailLocal {
+		// The local share under the same name: resolve checked that it
+		// is a valid configuration.
+		if b.local, err = s.local.Bind(name, a.scale(s.share)); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -505,46 +519,52 @@ func (s *Store) resolve(alg floodgate.Algorithm) (algo, error) {
 	return a, nil
 }
 
-// bound is a Store bound to one algorithm.
+// bound is a Store bound to one algorithm under one name.
 type bound struct {
 	s    *Store
 	a    algo
 	args *argsCache
+	// suffix is what follows the hash tag in the Redis key of a single
+	// algorithm; suffixes, those of a Limits' limits, in its order.
+	suffix   string
+	suffixes []string
+	// local is the binding of FailLocal's share on the store's memstore,
+	// or nil.
+	local floodgate.Bound
 }
 
-func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	return b.s.apply(ctx, key, b.a, b.args, req)
+func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	return b.apply(ctx, key, req, each)
 }
 
 // Take is Apply of a plain take: a round trip costs far more than the
 // Result it builds.
 func (b *bound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.s.apply(ctx, key, b.a, b.args, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
 
-// apply executes one step of a resolved algorithm; args caches its
-// arguments, or is nil.
-func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, req floodgate.Request) (floodgate.Result, error) {
-	if err := step.CheckKey(key); err != nil {
+// apply executes one step: one script call, and the failure policy when
+// Redis fails.
+func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	s, a := b.s, b.a
+	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
-	if err := step.CheckRequest(req, a.quota); err != nil {
+	if err := floodgate.CheckRequest(req, a.quota); err != nil {
 		return floodgate.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return floodgate.Result{}, err
 	}
 	if s.shut.Load() {
-		return floodgate.Result{}, unavailable(ErrClosed, nil)
+		return floodgate.Result{}, unavailable(floodgate.ErrClosed, nil)
 	}
 	now := ""
 	if s.now != nil {
 		t := s.now()
-		if t.Unix() < 0 || t.Unix() >= scripts.MaxUnix {
-			// The reference steps (package step) refuse instants before
-			// 1970; the scripts, those from scripts.MaxUnix on.
-			return floodgate.Result{}, fmt.Errorf("%w: the clock (Options.Now) reads %v, outside 1970 to %v", floodgate.ErrInvalidConfig, t, time.Unix(scripts.MaxUnix, 0).UTC())
+		if err := floodgate.CheckTime(t); err != nil {
+			return floodgate.Result{}, err
 		}
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
@@ -556,18 +576,18 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 		keys []string
 	)
 	if a.members == nil {
-		rkey = s.Key(key, a.kind)
+		rkey = s.prefix + "{" + s.hashed(key) + "}" + b.suffix
 	} else {
 		h := s.hashed(key)
-		keys = make([]string, len(a.keys))
-		for i, suffix := range a.keys {
+		keys = make([]string, len(b.suffixes))
+		for i, suffix := range b.suffixes {
 			keys[i] = s.prefix + "{" + h + "}" + suffix
 		}
 		rkey = keys[0]
 	}
-	reply, o, n, err := s.exec(ctx, a.prog(), rkey, keys, args.args(a, now, req, s.marginMs))
+	reply, o, n, err := s.exec(ctx, a.prog(), rkey, keys, b.args.args(a, now, req, s.marginMs))
 	if err == nil {
-		res, derr := a.decode(reply, req)
+		res, derr := a.decode(reply, req, each)
 		if derr == nil {
 			return res, nil
 		}
@@ -577,7 +597,7 @@ func (s *Store) apply(ctx context.Context, key string, a algo, args *argsCache, 
 	case ignored:
 		return floodgate.Result{}, err
 	case failed, timedOut, refused, busy:
-		return s.fallback(ctx, n, key, a, req, err)
+		return s.fallback(ctx, n, key, b, req, each, err)
 	}
 	s.failures(n, false, err)
 	return floodgate.Result{}, err
@@ -622,7 +642,7 @@ func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, a
 	if err != nil && s.shut.Load() {
 		// Close ended the call (it closes the store's own client).
 		s.report(ctx, n, n.breaker.done(wall, probe, ignored))
-		return nil, ignored, n, unavailable(ErrClosed, nil)
+		return nil, ignored, n, unavailable(floodgate.ErrClosed, nil)
 	}
 	o, err := classify(ctx, err)
 	if o == timedOut && cold {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -15,7 +16,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
 	"github.com/floodgate-go/floodgate/observe"
-	"github.com/floodgate-go/floodgate/scripts"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scripts"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -84,35 +85,58 @@ func TestKeys(t *testing.T) {
 	s, err := New(c, nil)
 	require.NoError(t, err)
 	defer s.Close()
-	assert.Equal(t, "fg:{user:42}:tb", s.Key("user:42", step.KindTokenBucket))
-	assert.Equal(t, "fg:{user:42}:sl", s.Key("user:42", step.KindSlidingLog))
+	assert.Equal(t, "fg:{user:42}:search:tb", s.Key("search", "user:42", step.KindTokenBucket))
+	assert.Equal(t, "fg:{user:42}:tb:10/1s:b10:sl", s.Key("tb:10/1s:b10", "user:42", step.KindSlidingLog))
 
 	h, err := New(c, &Options{Prefix: "rl:", HashKeys: true})
 	require.NoError(t, err)
 	defer h.Close()
 	long := strings.Repeat("x", floodgate.MaxKeyLen)
-	k := h.Key(long, step.KindFixedWindow)
-	assert.Len(t, k, len("rl:{}:fw")+22)
-	assert.True(t, strings.HasPrefix(k, "rl:{") && strings.HasSuffix(k, "}:fw"), k)
-	assert.Equal(t, k, h.Key(long, step.KindFixedWindow), "hashing is deterministic")
-	assert.NotEqual(t, k, h.Key(long[1:], step.KindFixedWindow))
-	assert.NotContains(t, h.Key("a}b{c", step.KindFixedWindow)[4:26], "}", "a hashed key cannot end the hash tag")
+	k := h.Key("n", long, step.KindFixedWindow)
+	assert.Len(t, k, len("rl:{}:n:fw")+22)
+	assert.True(t, strings.HasPrefix(k, "rl:{") && strings.HasSuffix(k, "}:n:fw"), k)
+	assert.Equal(t, k, h.Key("n", long, step.KindFixedWindow), "hashing is deterministic")
+	assert.NotEqual(t, k, h.Key("n", long[1:], step.KindFixedWindow))
+	assert.NotContains(t, h.Key("n", "a}b{c", step.KindFixedWindow)[4:26], "}", "a hashed key cannot end the hash tag")
 
-	// The limits of a Limits: by kind and ordinal, apart from the single
-	// algorithms' keys, on the key's hash slot.
-	assert.Equal(t, "fg:{user:42}:L:tb0", s.LimitKey("user:42", step.KindTokenBucket, 0))
-	assert.Equal(t, "fg:{user:42}:L:sw3", s.LimitKey("user:42", step.KindSlidingWindow, 3))
-	assert.NotEqual(t, s.Key("user:42", step.KindTokenBucket), s.LimitKey("user:42", step.KindTokenBucket, 0))
-	assert.Equal(t, slotOf(s.Key("user:42", step.KindTokenBucket)), slotOf(s.LimitKey("user:42", step.KindSlidingLog, 7)))
-	hk := h.LimitKey(long, step.KindFixedWindow, 1)
-	assert.Equal(t, strings.TrimSuffix(k, ":fw")+":L:fw1", hk, "hashed like Key")
-	a, err := resolve(floodgate.Limits{
+	// The limits of a Limits: by name, kind and ordinal, apart from the
+	// single algorithms' keys, on the key's hash slot.
+	assert.Equal(t, "fg:{user:42}:api:L:tb0", s.LimitKey("api", "user:42", step.KindTokenBucket, 0))
+	assert.Equal(t, "fg:{user:42}:api:L:sw3", s.LimitKey("api", "user:42", step.KindSlidingWindow, 3))
+	assert.NotEqual(t, s.Key("api", "user:42", step.KindTokenBucket), s.LimitKey("api", "user:42", step.KindTokenBucket, 0))
+	assert.Equal(t, slotOf(s.Key("api", "user:42", step.KindTokenBucket)), slotOf(s.LimitKey("api", "user:42", step.KindSlidingLog, 7)))
+	assert.Equal(t, slotOf(s.Key("api", "user:42", step.KindTokenBucket)), slotOf(s.Key("other", "user:42", step.KindTokenBucket)))
+	hk := h.LimitKey("n", long, step.KindFixedWindow, 1)
+	assert.Equal(t, strings.TrimSuffix(k, ":n:fw")+":n:L:fw1", hk, "hashed like Key")
+
+	// No two (name, key, kind, ordinal) share a Redis key, though names
+	// and keys may hold ':' and keys '}'.
+	seen := map[string]string{}
+	for _, name := range []string{"a", "a:L", "a:tb", "a:L:tb0", "L", "tb", "x:y"} {
+		for _, key := range []string{"k", "k}:a", "k}:a:L", "}", "k:tb"} {
+			for kind := step.KindTokenBucket; kind <= step.KindSlidingLog; kind++ {
+				ids := map[string]string{s.Key(name, key, kind): fmt.Sprintf("single %q %q %v", name, key, kind)}
+				for ord := range 3 {
+					ids[s.LimitKey(name, key, kind, ord)] = fmt.Sprintf("limit %q %q %v %d", name, key, kind, ord)
+				}
+				for rk, id := range ids {
+					if other, dup := seen[rk]; dup {
+						t.Errorf("%s and %s share the Redis key %q", id, other, rk)
+					}
+					seen[rk] = id
+				}
+			}
+		}
+	}
+
+	// A Limits' bound keys: the ordinals count each kind from 0.
+	b, err := s.Bind("plan", floodgate.Limits{
 		floodgate.FixedWindow{Limit: 10, Window: time.Second},
 		floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 5},
 		floodgate.FixedWindow{Limit: 100, Window: time.Hour},
 	})
 	require.NoError(t, err)
-	assert.Equal(t, []string{":L:fw0", ":L:tb0", ":L:fw1"}, a.keys, "the ordinals count each kind from 0")
+	assert.Equal(t, []string{":plan:L:fw0", ":plan:L:tb0", ":plan:L:fw1"}, b.(*bound).suffixes, "the ordinals count each kind from 0")
 }
 
 // TestApplyRejectsBadInput checks the errors Apply returns before calling
@@ -151,7 +175,7 @@ func TestApplyRejectsBadInput(t *testing.T) {
 		"Limits empty key": {"", floodgate.Limits{tb}, take, floodgate.ErrEmptyKey},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := s.Apply(ctx, tc.key, tc.alg, tc.req)
+			_, err := applyOnce(ctx, s, tc.key, tc.alg, tc.req)
 			require.ErrorIs(t, err, tc.want)
 			require.NotErrorIs(t, err, floodgate.ErrUnavailable)
 		})
@@ -159,13 +183,13 @@ func TestApplyRejectsBadInput(t *testing.T) {
 	for _, at := range []time.Time{time.Unix(-1, 0), time.Unix(scripts.MaxUnix, 0), {}} {
 		s, err := New(c, &Options{Now: func() time.Time { return at }})
 		require.NoError(t, err)
-		_, err = s.Apply(ctx, "k", tb, take)
+		_, err = applyOnce(ctx, s, "k", tb, take)
 		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "clock at %v", at)
 		require.NoError(t, s.Close())
 	}
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
-	_, err = s.Apply(canceled, "k", tb, take)
+	_, err = applyOnce(canceled, s, "k", tb, take)
 	require.ErrorIs(t, err, context.Canceled)
 }
 
@@ -186,13 +210,13 @@ func TestPointerConfigs(t *testing.T) {
 		&floodgate.SlidingWindow{Limit: 2, Window: time.Second},
 		&floodgate.SlidingLog{Limit: 2, Window: time.Second},
 	} {
-		lim, err := floodgate.New(s, alg)
+		lim, err := floodgate.New(s, alg, testOpts)
 		require.NoError(t, err, "%T", alg)
-		res, err := lim.Apply(ctx, "p", floodgate.Request{Op: floodgate.OpTake, N: 1})
+		res, err := lim.Apply(ctx, "p", floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
 		require.NoError(t, err, "%T", alg)
 		assert.True(t, res.Allowed, "%T", alg)
 		assert.Equal(t, int64(2), res.Limit, "%T", alg)
-		_, err = s.Apply(ctx, "p", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+		_, err = applyOnce(ctx, s, "p", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 		assert.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%T through Apply", alg)
 	}
 }
@@ -286,11 +310,11 @@ func TestMismatchIsAnError(t *testing.T) {
 			s := newStore(t, c, opts)
 			programs[kind] = saved
 			for range 5 {
-				_, err := s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+				_, err := applyOnce(ctx, s, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 				require.NoError(t, err)
 			}
 			programs[kind] = newProgram(strings.Replace(src, tc.from, tc.to, 1))
-			_, err = s.Apply(ctx, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
+			_, err = applyOnce(ctx, s, "k", tc.alg, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: tc.maxDelay})
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorIs(t, err, floodgate.ErrUnavailable)
 			fs := rec.takeFailures(s)
@@ -315,10 +339,10 @@ func TestLimiter(t *testing.T) {
 	srv := newServer(t)
 	c := srv.client(t)
 	s := newStore(t, c, nil)
-	_, err := s.Bind(floodgate.FixedWindow{Limit: 0, Window: time.Second})
+	_, err := s.Bind(testName, floodgate.FixedWindow{Limit: 0, Window: time.Second})
 	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
 
-	lim, err := floodgate.New(s, floodgate.SlidingLog{Limit: 3, Window: time.Hour})
+	lim, err := floodgate.New(s, floodgate.SlidingLog{Limit: 3, Window: time.Hour}, testOpts)
 	require.NoError(t, err)
 	ctx := context.Background()
 	for i := range 4 {
@@ -331,8 +355,8 @@ func TestLimiter(t *testing.T) {
 
 	require.NoError(t, s.Close())
 	_, err = lim.Allow(ctx, "user")
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, floodgate.ErrClosed)
 	require.ErrorIs(t, err, floodgate.ErrUnavailable)
-	_, err = s.Apply(ctx, "user", floodgate.SlidingLog{Limit: 3, Window: time.Hour}, floodgate.Request{Op: floodgate.OpTake, N: 1})
-	require.ErrorIs(t, err, ErrClosed)
+	_, err = applyOnce(ctx, s, "user", floodgate.SlidingLog{Limit: 3, Window: time.Hour}, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	require.ErrorIs(t, err, floodgate.ErrClosed)
 }

@@ -4,7 +4,8 @@
 //
 // A transition is a pure function of (configuration, state, now, request)
 // to (state', Result): no locks, no I/O, no clock. A store keeps the state
-// per key and algorithm [Kind], applies the transition atomically at its
+// per (name, key, [Kind]) as floodgate.Store says, applies the transition
+// atomically at its
 // own clock, and must produce exactly the Results the transition does; the
 // conformance harness (package floodgatetest) holds a store to that.
 // memstore applies these functions under compare-and-swap or a per-key
@@ -19,17 +20,19 @@
 // instant at which the bucket is full again. The leaky bucket keeps its
 // next departure slot. The windows keep the structs of this package.
 //
-// A state belongs to (key, Kind), not to a configuration: every
-// configuration of one kind applied to a key reads and writes the same
-// state, so a changed configuration continues from what the old one
-// counted (a rolling deploy hands no key a fresh quota), and two limiters
-// of one kind on one store must use different keys.
+// A state is a function of the algorithm's kind, not of one
+// configuration: every configuration of one kind reads and writes the
+// same state words, so a configuration changed under one limiter name
+// continues from what the old one counted (a rolling deploy hands no key
+// a fresh quota).
 //
 // # Time
 //
-// A store's clock must read between 1970 and 2262 (nanoseconds since the
-// epoch in an int64, 0 meaning a new key); an instant outside is an error
-// matching floodgate.ErrInvalidConfig. A clock that goes backwards is
+// A store's clock must read from 1970 to before 2255
+// (floodgate.CheckTime); an instant outside is an error matching
+// floodgate.ErrInvalidConfig, and the arguments of a step are checked by
+// floodgate.CheckKey and floodgate.CheckRequest. A clock that goes
+// backwards is
 // treated conservatively by every transition: the state stays ahead of it,
 // which admits less, never more.
 package step

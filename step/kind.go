@@ -19,20 +19,21 @@ const (
 	KindSlidingLog
 )
 
-// String returns the short name stores use in keys ("tb", "lb", "fw", "sw",
-// "sl").
+// String returns the name of the algorithm's configuration type:
+// "TokenBucket", "LeakyBucket", "FixedWindow", "SlidingWindow" or
+// "SlidingLog".
 func (k Kind) String() string {
 	switch k {
 	case KindTokenBucket:
-		return "tb"
+		return "TokenBucket"
 	case KindLeakyBucket:
-		return "lb"
+		return "LeakyBucket"
 	case KindFixedWindow:
-		return "fw"
+		return "FixedWindow"
 	case KindSlidingWindow:
-		return "sw"
+		return "SlidingWindow"
 	case KindSlidingLog:
-		return "sl"
+		return "SlidingLog"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -57,17 +58,4 @@ func KindOf(alg floodgate.Algorithm) (Kind, error) {
 		return 0, fmt.Errorf("%w: nil algorithm", floodgate.ErrInvalidConfig)
 	}
 	return 0, fmt.Errorf("%w: %T is not one of the five configurations as a value", floodgate.ErrInvalidConfig, alg)
-}
-
-// CheckKey returns an error matching floodgate.ErrEmptyKey or
-// floodgate.ErrKeyTooLong for a key no Limiter accepts. A store calls it on
-// keys that reach it other than through a Limiter.
-func CheckKey(key string) error {
-	if key == "" {
-		return floodgate.ErrEmptyKey
-	}
-	if len(key) > floodgate.MaxKeyLen {
-		return fmt.Errorf("%w: %d bytes, at most %d", floodgate.ErrKeyTooLong, len(key), floodgate.MaxKeyLen)
-	}
-	return nil
 }

@@ -19,8 +19,8 @@ func LeakyBucket(a floodgate.LeakyBucket, tail int64, now time.Time, req floodga
 			return tail, floodgate.Result{}, a.Validate()
 		}
 	}
-	if !okStep(req, a.Capacity, now.Unix()) {
-		return tail, floodgate.Result{}, badStep(req, a.Capacity, now)
+	if err := checkStep(req, a.Capacity, now); err != nil {
+		return tail, floodgate.Result{}, err
 	}
 	t := now.UnixNano()
 	res := floodgate.Result{At: now, Decision: floodgate.Decision{Limit: a.Capacity}}

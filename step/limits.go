@@ -30,11 +30,11 @@ type Members interface {
 // take again there, with no delay, which admits (every limit's admission
 // only gets easier as time passes with nothing else taken). A take up to
 // n takes the fewest units any limit has, a settlement settles each
-// limit.
-func Limits(ls floodgate.Limits, m Members, now time.Time, req floodgate.Request) (floodgate.Result, error) {
+// limit. Each limit's own Decision is written to each when it has room
+// for all of them, as floodgate.Bound.Apply says.
+func Limits(ls floodgate.Limits, m Members, now time.Time, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	// Each limit's transition checks req (a take above the smallest quota
 	// is that limit's ErrExceedsLimit) before any state is kept.
-	each := req.Each
 	if len(each) < len(ls) {
 		each = nil
 	}
@@ -74,7 +74,7 @@ func Limits(ls floodgate.Limits, m Members, now time.Time, req floodgate.Request
 					return floodgate.Result{}, err
 				}
 				if !r.Allowed {
-					return floodgate.Result{}, fmt.Errorf("floodgate: step: Limits[%d] denied at %v the units it admitted for then", i, at)
+					return floodgate.Result{}, fmt.Errorf("floodgate: step: Limits[%d] denied at %d ns the units it admitted for then", i, at.UnixNano())
 				}
 				r.Delay = delay
 				r.ResetAfter += delay

@@ -20,8 +20,8 @@ func TokenBucket(a floodgate.TokenBucket, tat int64, now time.Time, req floodgat
 			return tat, floodgate.Result{}, a.Validate()
 		}
 	}
-	if !okStep(req, a.Burst, now.Unix()) {
-		return tat, floodgate.Result{}, badStep(req, a.Burst, now)
+	if err := checkStep(req, a.Burst, now); err != nil {
+		return tat, floodgate.Result{}, err
 	}
 	t := now.UnixNano()
 	if req.Op == floodgate.OpTake {

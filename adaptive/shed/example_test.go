@@ -76,7 +76,10 @@ func ExampleFleet() {
 	defer srv.Close()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	store, err := redisstore.New(rdb, nil)
+	// A generous timeout: the example's result must not depend on an
+	// embedded Redis answering within the default 20ms on a loaded
+	// machine.
+	store, err := redisstore.New(rdb, &redisstore.Options{Timeout: 10 * time.Second})
 	if err != nil {
 		panic(err)
 	}

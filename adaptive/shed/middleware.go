@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/floodgate-go/floodgate/adaptive"
-	"github.com/floodgate-go/floodgate/internal/reject"
+	"github.com/floodgate-go/floodgate/headers"
 )
 
 // MiddlewareOptions configures Middleware. A nil *MiddlewareOptions, or a
@@ -21,12 +21,13 @@ type MiddlewareOptions struct {
 	// overloaded, not the client at fault (429 would blame the client).
 	RejectStatus int
 	// RetryAfter is the value of the Retry-After header of a shed request,
-	// in whole seconds rounded up, as adaptive.Middleware writes it.
-	// The default is 1s.
+	// in whole seconds rounded up and at least 1, as package headers
+	// writes it (headers.FormatRetryAfter) for every middleware of this
+	// module. The default is 1s. A negative value is an error.
 	RetryAfter time.Duration
 	// Rejected writes the response to a shed request; the Retry-After
-	// header is already set. The default writes RejectStatus with a short
-	// plain-text body.
+	// header is already set. The default writes RejectStatus with the
+	// plain-text body "overloaded: request shed".
 	Rejected http.Handler
 }
 
@@ -39,9 +40,13 @@ type MiddlewareOptions struct {
 // Put it in front of adaptive.Middleware (or any limiter): shedding by
 // utilization first, with room kept for critical traffic, then the
 // concurrency limit.
+//
+// Middleware returns an error matching ErrInvalidOption when s is nil or
+// not made by New, or an option is out of range: every configuration
+// error is reported here, never on a request.
 func Middleware(s *Shedder, opts *MiddlewareOptions) (func(http.Handler) http.Handler, error) {
-	if s == nil {
-		return nil, invalid("Middleware needs a Shedder")
+	if s == nil || s.gauge == nil {
+		return nil, invalid("Middleware needs a Shedder made by New")
 	}
 	var o MiddlewareOptions
 	if opts != nil {
@@ -50,25 +55,42 @@ func Middleware(s *Shedder, opts *MiddlewareOptions) (func(http.Handler) http.Ha
 	if o.Class == nil {
 		o.Class = func(*http.Request) string { return adaptive.ClassDefault }
 	}
-	answer, err := reject.New(o.RejectStatus, o.RetryAfter, o.Rejected, "overloaded: request shed")
-	if err != nil {
-		return nil, invalid("%v", err)
+	if o.RejectStatus == 0 {
+		o.RejectStatus = http.StatusServiceUnavailable
 	}
+	if o.RejectStatus < 400 || o.RejectStatus > 599 {
+		return nil, invalid("MiddlewareOptions.RejectStatus %d is not a 4xx or 5xx code", o.RejectStatus)
+	}
+	switch {
+	case o.RetryAfter < 0:
+		return nil, invalid("MiddlewareOptions.RetryAfter %v is negative", o.RetryAfter)
+	case o.RetryAfter == 0:
+		o.RetryAfter = time.Second
+	}
+	if o.Rejected == nil {
+		status := o.RejectStatus
+		o.Rejected = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "overloaded: request shed", status)
+		})
+	}
+	retryAfter := headers.FormatRetryAfter(o.RetryAfter)
 	return func(next http.Handler) http.Handler {
-		return &middleware{s: s, class: o.Class, reject: answer, next: next}
+		return &middleware{s: s, class: o.Class, retryAfter: retryAfter, rejected: o.Rejected, next: next}
 	}, nil
 }
 
 type middleware struct {
-	s      *Shedder
-	class  func(*http.Request) string
-	reject reject.Answer // the 503 (RejectStatus) with Retry-After
-	next   http.Handler
+	s          *Shedder
+	class      func(*http.Request) string
+	retryAfter string // the Retry-After of a shed request, formatted once
+	rejected   http.Handler
+	next       http.Handler
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d := m.s.Allow(m.class(r)); !d.Allowed {
-		m.reject.ServeHTTP(w, r)
+		w.Header().Set(headers.FieldRetryAfter, m.retryAfter)
+		m.rejected.ServeHTTP(w, r)
 		return
 	}
 	m.next.ServeHTTP(w, r)

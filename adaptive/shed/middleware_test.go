@@ -2,14 +2,17 @@ package shed
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate/adaptive"
+	"github.com/floodgate-go/floodgate/headers"
 )
 
 func newMiddleware(t *testing.T, s *Shedder, o *MiddlewareOptions) http.Handler {
@@ -50,6 +53,10 @@ func TestMiddleware(t *testing.T) {
 		{"critical allowed", &MiddlewareOptions{Class: classHeader}, adaptive.ClassCritical, http.StatusNoContent, "", ""},
 		{"status and retry-after", &MiddlewareOptions{Class: classHeader, RejectStatus: http.StatusTooManyRequests, RetryAfter: 1500 * time.Millisecond},
 			adaptive.ClassBackground, http.StatusTooManyRequests, "2", "overloaded: request shed\n"},
+		{"a nanosecond is a second", &MiddlewareOptions{Class: classHeader, RetryAfter: time.Nanosecond},
+			adaptive.ClassBackground, http.StatusServiceUnavailable, "1", "overloaded: request shed\n"},
+		{"the largest Duration does not overflow", &MiddlewareOptions{Class: classHeader, RetryAfter: math.MaxInt64},
+			adaptive.ClassBackground, http.StatusServiceUnavailable, "9223372037", "overloaded: request shed\n"},
 		{"custom response", &MiddlewareOptions{Class: classHeader, Rejected: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusTeapot)
 			_, _ = io.WriteString(w, "busy")
@@ -59,6 +66,15 @@ func TestMiddleware(t *testing.T) {
 			resp := serve(newMiddleware(t, s, tc.opts), tc.class)
 			assert.Equal(t, tc.status, resp.StatusCode)
 			assert.Equal(t, tc.retryAfter, resp.Header.Get("Retry-After"))
+			if tc.retryAfter != "" && (tc.opts == nil || tc.opts.Rejected == nil) {
+				// The value package headers writes for every middleware.
+				ra := time.Second
+				if tc.opts != nil && tc.opts.RetryAfter != 0 {
+					ra = tc.opts.RetryAfter
+				}
+				assert.Equal(t, headers.FormatRetryAfter(ra), resp.Header.Get("Retry-After"))
+				assert.Equal(t, "text/plain; charset=utf-8", resp.Header.Get("Content-Type"))
+			}
 			body, err := io.ReadAll(resp.Body)
 			require.NoError(t, err)
 			assert.Equal(t, tc.body, string(body))
@@ -69,9 +85,12 @@ func TestMiddleware(t *testing.T) {
 func TestMiddlewareInvalid(t *testing.T) {
 	_, err := Middleware(nil, nil)
 	assert.ErrorIs(t, err, ErrInvalidOption)
+	_, err = Middleware(&Shedder{}, nil)
+	assert.ErrorIs(t, err, ErrInvalidOption, "a Shedder not made by New")
 	s := newShedder(t, &level{}, nil)
 	for name, o := range map[string]MiddlewareOptions{
 		"2xx status":          {RejectStatus: http.StatusOK},
+		"status 600":          {RejectStatus: 600},
 		"negative retryAfter": {RetryAfter: -time.Second},
 	} {
 		t.Run(name, func(t *testing.T) {

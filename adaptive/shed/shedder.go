@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync/atomic"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/observe"
 )
@@ -214,10 +215,10 @@ func (s *Shedder) observe(opts *Options) error {
 	if err := opts.Observer.Validate(); err != nil {
 		return invalid("Options.Observer: %w", err)
 	}
-	if err := observe.CheckName(opts.Name); err != nil {
-		return invalid("Options.Name: %w", err)
-	}
 	if opts.Name != "" {
+		if err := floodgate.CheckName(opts.Name); err != nil {
+			return invalid("Options.Name: %w", err)
+		}
 		s.name = opts.Name
 	}
 	if opts.Observer != nil {

@@ -1,13 +1,13 @@
 // Package externalstore is a floodgate.Store written outside floodgate's
 // module, with its public API only (package floodgate's Store protocol and
-// package step's transitions), and tested with floodgatetest.Run as any
-// third-party store would be. It keeps every state in one map under one
-// mutex and never forgets a key: a demonstration, not a store to deploy.
+// argument checks, package step's transitions), and tested with
+// floodgatetest.Run as any third-party store would be. It keeps every
+// state in one map under one mutex and never forgets a key: a
+// demonstration, not a store to deploy.
 package externalstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -16,11 +16,8 @@ import (
 	"github.com/floodgate-go/floodgate/step"
 )
 
-// ErrClosed reports a decision on a closed Store.
-var ErrClosed = errors.New("externalstore: store closed")
-
-// Store keeps the state of each (key, kind) in a map. It is safe for
-// concurrent use; the zero value is not usable: use New.
+// Store keeps the state of each (name, key, kind, ordinal) in a map. It is
+// safe for concurrent use; the zero value is not usable: use New.
 type Store struct {
 	now    func() time.Time
 	mu     sync.Mutex // guards states and closed, and orders the clock's readings
@@ -28,11 +25,15 @@ type Store struct {
 	closed bool
 }
 
-// slot names a state: a key's state belongs to the key and the algorithm's
-// kind, as floodgate.Store requires.
+// slot names a state: a step's state belongs to the limiter's name, the
+// key, the algorithm's kind and, for the limits of a Limits, the limit's
+// ordinal among those of its kind (-1 for a single algorithm), as
+// floodgate.Store requires.
 type slot struct {
+	name string
 	key  string
 	kind step.Kind
+	ord  int
 }
 
 var _ floodgate.Store = (*Store)(nil)
@@ -45,19 +46,38 @@ func New(now func() time.Time) *Store {
 	return &Store{now: now, states: map[slot]any{}}
 }
 
-// Bind returns the Bound of alg, one of the five configurations.
-func (s *Store) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
-	kind, err := step.KindOf(alg)
-	if err != nil {
+// Bind returns the Bound of alg, one of the five configurations or a
+// Limits of them, under name.
+func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if err := floodgate.CheckName(name); err != nil {
 		return nil, err
 	}
 	if err := alg.Validate(); err != nil {
 		return nil, err
 	}
-	return &bound{s: s, alg: alg, kind: kind}, nil
+	b := &bound{s: s, name: name, alg: alg, quota: alg.Policy().Quota}
+	ls, composite := alg.(floodgate.Limits)
+	if !composite {
+		ls = floodgate.Limits{alg}
+	}
+	var ords [step.KindSlidingLog + 1]int
+	for _, a := range ls {
+		kind, err := step.KindOf(a)
+		if err != nil {
+			return nil, err
+		}
+		ord := -1
+		if composite {
+			ord = ords[kind]
+			ords[kind]++
+		}
+		b.limits = append(b.limits, limit{alg: a, kind: kind, ord: ord})
+	}
+	return b, nil
 }
 
-// Close makes every later decision fail with ErrClosed. It is safe to call
+// Close makes every later decision fail with an error matching
+// floodgate.ErrUnavailable and floodgate.ErrClosed. It is safe to call
 // more than once.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -68,16 +88,28 @@ func (s *Store) Close() error {
 }
 
 type bound struct {
-	s    *Store
+	s      *Store
+	name   string
+	alg    floodgate.Algorithm
+	quota  int64
+	limits []limit // the algorithm's, or the Limits'
+}
+
+// limit is one limit of a binding, with the ordinal of its state.
+type limit struct {
 	alg  floodgate.Algorithm
 	kind step.Kind
+	ord  int
 }
 
 // Apply applies the transition of the bound algorithm to the key's state
 // under the store's lock, at the clock read under it: the steps on a key
 // see time in the order they run.
-func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
-	if err := step.CheckKey(key); err != nil {
+func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
+	}
+	if err := floodgate.CheckRequest(req, b.quota); err != nil {
 		return floodgate.Result{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -87,43 +119,74 @@ func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request) (f
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return floodgate.Result{}, fmt.Errorf("%w: %w", floodgate.ErrUnavailable, ErrClosed)
+		return floodgate.Result{}, fmt.Errorf("externalstore: %w: %w", floodgate.ErrUnavailable, floodgate.ErrClosed)
 	}
-	now, at := s.now(), slot{key, b.kind}
-	var (
-		res floodgate.Result
-		err error
-	)
-	switch a := b.alg.(type) {
-	case floodgate.TokenBucket:
-		tat, _ := s.states[at].(int64)
-		tat, res, err = step.TokenBucket(a, tat, now, req)
-		s.states[at] = tat
-	case floodgate.LeakyBucket:
-		tail, _ := s.states[at].(int64)
-		tail, res, err = step.LeakyBucket(a, tail, now, req)
-		s.states[at] = tail
-	case floodgate.FixedWindow:
-		st, _ := s.states[at].(step.FixedWindowState)
-		st, res, err = step.FixedWindow(a, st, now, req)
-		s.states[at] = st
-	case floodgate.SlidingWindow:
-		st, _ := s.states[at].(step.SlidingWindowState)
-		st, res, err = step.SlidingWindow(a, st, now, req)
-		s.states[at] = st
-	case floodgate.SlidingLog:
-		st, _ := s.states[at].(*step.SlidingLogState)
-		if st == nil {
-			st = new(step.SlidingLogState)
-			s.states[at] = st
-		}
-		res, err = step.SlidingLog(a, st, now, req)
+	m := members{b: b, key: key}
+	now := s.now()
+	if ls, ok := b.alg.(floodgate.Limits); ok {
+		return step.Limits(ls, &m, now, req, each)
+	}
+	res, err := m.Step(0, now, req)
+	if err == nil && !req.Check {
+		m.Keep(0)
 	}
 	return res, err
 }
 
 // Take is Apply of a take of n units, reporting the Decision.
 func (b *bound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n})
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
 	return res.Decision, err
 }
+
+// members runs the limits' transitions on the store's states, as
+// step.Members: a step's new state is pending until Keep. The caller
+// holds the store's lock.
+type members struct {
+	b       *bound
+	key     string
+	pending [8]func()
+}
+
+func (m *members) Step(i int, at time.Time, req floodgate.Request) (floodgate.Result, error) {
+	l := m.b.limits[i]
+	states := m.b.s.states
+	sl := slot{m.b.name, m.key, l.kind, l.ord}
+	var (
+		res floodgate.Result
+		err error
+	)
+	switch a := l.alg.(type) {
+	case floodgate.TokenBucket:
+		tat, _ := states[sl].(int64)
+		tat, res, err = step.TokenBucket(a, tat, at, req)
+		m.pending[i] = func() { states[sl] = tat }
+	case floodgate.LeakyBucket:
+		tail, _ := states[sl].(int64)
+		tail, res, err = step.LeakyBucket(a, tail, at, req)
+		m.pending[i] = func() { states[sl] = tail }
+	case floodgate.FixedWindow:
+		st, _ := states[sl].(step.FixedWindowState)
+		st, res, err = step.FixedWindow(a, st, at, req)
+		m.pending[i] = func() { states[sl] = st }
+	case floodgate.SlidingWindow:
+		st, _ := states[sl].(step.SlidingWindowState)
+		st, res, err = step.SlidingWindow(a, st, at, req)
+		m.pending[i] = func() { states[sl] = st }
+	case floodgate.SlidingLog:
+		// The log changes in place: the step runs as a check, and Keep
+		// runs it for real.
+		st, _ := states[sl].(*step.SlidingLogState)
+		if st == nil {
+			st = new(step.SlidingLogState)
+			states[sl] = st
+		}
+		check := req
+		check.Check = true
+		res, err = step.SlidingLog(a, st, at, check)
+		m.pending[i] = func() { _, _ = step.SlidingLog(a, st, at, req) }
+	}
+	return res, err
+}
+
+func (m *members) Keep(i int) { m.pending[i]() }

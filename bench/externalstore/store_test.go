@@ -14,5 +14,5 @@ import (
 func TestConformance(t *testing.T) {
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		return externalstore.New(now)
-	})
+	}, nil)
 }

@@ -66,7 +66,7 @@ func main() {
 		}
 		fmt.Printf("%d requests in %v (%.0f/s): %d admitted, %d denied, %d failed\n",
 			res.total(), *load, float64(res.total())/load.Seconds(), res.ok, res.denied, res.other)
-		fmt.Println(describe(g.lim.Stats()))
+		fmt.Println(describe(g.leases.Stats()))
 		return
 	}
 
@@ -84,7 +84,7 @@ func main() {
 				_ = srv.Shutdown(shutdown)
 				return
 			case <-tick.C:
-				log.Print(describe(g.lim.Stats()))
+				log.Print(describe(g.leases.Stats()))
 			}
 		}
 	}()
@@ -96,7 +96,7 @@ func main() {
 	if err := g.Close(); err != nil {
 		log.Print(err)
 	}
-	log.Print(describe(g.lim.Stats()))
+	log.Print(describe(g.leases.Stats()))
 }
 
 // config holds what main reads from the environment; tests build it
@@ -111,14 +111,14 @@ type config struct {
 // gateway is the handler with the resources it owns.
 type gateway struct {
 	handler   http.Handler
-	lim       *lease.Limiter
+	leases    *lease.Store
 	redis     string // for the log
 	redisAddr string
 	closers   []func() error
 }
 
 // newGateway builds the gateway: Redis (or miniredis), the store, the
-// remote limiter, the lease layer and the middleware.
+// lease layer over it, the limiter and the middleware.
 func newGateway(cfg config) (g *gateway, err error) {
 	g = &gateway{redis: cfg.redisAddr}
 	defer func() {
@@ -154,18 +154,18 @@ func newGateway(cfg config) (g *gateway, err error) {
 	if alg == nil {
 		alg = floodgate.TokenBucket{Rate: 1000, Per: time.Second, Burst: 2000}
 	}
-	remote, err := floodgate.New(store, alg)
+	// The defaults: batches sized to about 100ms of each caller's traffic,
+	// at most 1/16 of the quota per instance, returned after 1s idle.
+	if g.leases, err = lease.New(store, &lease.Options{MinBatch: cfg.minBatch}); err != nil {
+		return nil, err
+	}
+	g.closers = append(g.closers, g.leases.Close)
+	lim, err := floodgate.New(g.leases, alg, &floodgate.Options{Name: "api"})
 	if err != nil {
 		return nil, err
 	}
-	// The defaults: batches sized to about 100ms of each caller's traffic,
-	// at most 1/16 of the quota per instance, returned after 1s idle.
-	if g.lim, err = lease.New(remote, &lease.Options{MinBatch: cfg.minBatch}); err != nil {
-		return nil, err
-	}
-	g.closers = append(g.closers, g.lim.Close)
 
-	limit, err := httplimit.New(g.lim, &httplimit.Options{
+	limit, err := httplimit.New(lim, &httplimit.Options{
 		Key: httplimit.KeyChain(httplimit.KeyByAPIKey("X-API-Key"), httplimit.KeyByIP(nil)),
 	})
 	if err != nil {

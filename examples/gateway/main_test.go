@@ -35,7 +35,7 @@ func TestQuotaAcrossInstances(t *testing.T) {
 
 	// Instance a leases a batch of 5 and serves 1.
 	require.Equal(t, http.StatusOK, get(t, a.handler, "k").Code)
-	held := a.lim.Stats().Leased - 1
+	held := a.leases.Stats().Leased - 1
 	require.EqualValues(t, 4, held)
 	// Instance b takes the rest of the quota, then is denied: a holds units.
 	ok := 0
@@ -56,7 +56,7 @@ func TestQuotaAcrossInstances(t *testing.T) {
 	b, err = newGateway(config{redisAddr: a.redisAddr, alg: alg, timeout: 10 * time.Second})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, b.Close()) }()
-	require.NoError(t, a.lim.Close())
+	require.NoError(t, a.leases.Close())
 	for range held {
 		assert.Equal(t, http.StatusOK, get(t, b.handler, "k").Code)
 	}
@@ -73,7 +73,7 @@ func TestDrive(t *testing.T) {
 	require.NoError(t, err)
 	res := drive(g.handler, 8, 8, 300*time.Millisecond)
 	require.NoError(t, g.Close())
-	s := g.lim.Stats()
+	s := g.leases.Stats()
 	t.Log(describe(s))
 	t.Logf("%+v", res)
 	assert.Positive(t, res.ok)

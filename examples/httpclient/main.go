@@ -2,7 +2,10 @@
 // two rounds:
 //
 //  1. without a client-side limit: the server's quota runs out, and the
-//     Transport retries each 429 no sooner than its Retry-After;
+//     Transport retries each 429 no sooner than its Retry-After (a 429
+//     that names a wait is the server pacing the client, so these retries
+//     do not spend the Transport's retry budget, which guards against
+//     failing servers);
 //  2. with a client-side floodgate limiter matching the server's policy: the
 //     client paces itself and the server never has to refuse.
 //
@@ -70,7 +73,7 @@ func demoServer() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	lim, err := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 3})
+	lim, err := floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 3}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,7 @@ func run(ctx context.Context, out io.Writer, base http.RoundTripper, target stri
 
 // selfLimiter returns a client-side limiter of rate requests per second with
 // a burst of 1, so that the requests are spread out evenly.
-func selfLimiter(rate float64) (floodgate.Limiter, error) {
+func selfLimiter(rate float64) (*floodgate.Limiter, error) {
 	if !(rate > 0) || rate > 1e6 {
 		return nil, fmt.Errorf("-rate %v: want a positive rate", rate)
 	}
@@ -137,7 +140,7 @@ func selfLimiter(rate float64) (floodgate.Limiter, error) {
 		return nil, err
 	}
 	per := time.Duration(math.Round(float64(time.Second) / rate))
-	return floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: per, Burst: 1})
+	return floodgate.New(store, floodgate.TokenBucket{Rate: 1, Per: per, Burst: 1}, nil)
 }
 
 func round(ctx context.Context, out io.Writer, tr *client.Transport, attempts *counter, target string, n int) error {

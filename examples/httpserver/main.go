@@ -98,12 +98,12 @@ func newHandler(cfg config) (http.Handler, error) {
 
 	// One quota per caller for the API: a burst of 5, refilled at 10 per
 	// minute.
-	api, err := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Minute, Burst: 5})
+	api, err := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Minute, Burst: 5}, nil)
 	if err != nil {
 		return nil, err
 	}
 	// Exports go to a slow backend: one every 500ms, at most 6 queued.
-	exports, err := floodgate.New(store, floodgate.LeakyBucket{Rate: 2, Per: time.Second, Capacity: 6})
+	exports, err := floodgate.New(store, floodgate.LeakyBucket{Rate: 2, Per: time.Second, Capacity: 6}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func newHandler(cfg config) (http.Handler, error) {
 			log.Printf("%s %s: key %s denied, retry in %v", r.Method, r.URL.Path, key, d.RetryAfter)
 		}
 	}
-	limit := func(lim floodgate.Limiter, o httplimit.Options) (func(http.Handler) http.Handler, error) {
+	limit := func(lim *floodgate.Limiter, o httplimit.Options) (func(http.Handler) http.Handler, error) {
 		o.Key, o.Shadow, o.OnDecision = key, cfg.shadow, logDenials
 		return httplimit.New(lim, &o)
 	}
@@ -134,10 +134,9 @@ func newHandler(cfg config) (http.Handler, error) {
 		return nil, err
 	}
 	export, err := limit(exports, httplimit.Options{
-		KeyPrefix:  "export:",
-		MaxDelay:   3 * time.Second,
-		PolicyName: "export",
-		Style:      headers.StyleIETF | headers.StyleX,
+		MaxDelay:    3 * time.Second,
+		PolicyNames: []string{"export"},
+		Style:       headers.StyleIETF | headers.StyleX,
 	})
 	if err != nil {
 		return nil, err

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/floodgate-go/floodgate v0.0.0
-	github.com/floodgate-go/floodgate/prometheus v0.0.0
+	github.com/floodgate-go/floodgate/fgprom v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.22.0
 )
@@ -25,5 +25,5 @@ require (
 
 replace (
 	github.com/floodgate-go/floodgate => ../..
-	github.com/floodgate-go/floodgate/prometheus => ../../prometheus
+	github.com/floodgate-go/floodgate/fgprom => ../../fgprom
 )

@@ -1,8 +1,9 @@
 // Command observability serves a rate-limited API with Prometheus metrics:
-// floodgate's net/http middleware (package httplimit) over a limiter
-// observed by observe.New (and a lease pool by observe.Wrap), whose decisions, and the Redis store's round
+// floodgate's net/http middleware (package httplimit) over limiters on a
+// store wrapped by observe.Store (one directly on the store, one on a
+// lease pool over it), whose decisions, and the Redis store's round
 // trips, failures and breaker changes, feed the Prometheus adapter
-// (github.com/floodgate-go/floodgate/prometheus) behind /metrics.
+// (github.com/floodgate-go/floodgate/fgprom) behind /metrics.
 //
 //   - /api/hello: 20 requests at once, then 10 a second, per API key
 //     (X-API-Key) or, without one, per client address; a denial is a 429;
@@ -19,7 +20,8 @@
 //   - /healthz: never limited.
 //
 // One Observer, the adapter's, goes to every component, under the names
-// "api", "search" and "export". The limits live in memory unless
+// "api", "search" and "export" (the limiters' names, floodgate.Options.Name,
+// label their decisions). The limits live in memory unless
 // REDIS_ADDR names a Redis server; then the store fails open: while Redis
 // is down, requests are admitted, and
 // floodgate_store_failures_total{policy="open"} counts them.
@@ -30,7 +32,7 @@
 //	curl -s localhost:8080/metrics | grep ^floodgate_
 //
 // At start it prints the PromQL queries of the Grafana dashboard
-// (prometheus/dashboard/floodgate.json), with the dashboard's variables
+// (fgprom/dashboard/floodgate.json), with the dashboard's variables
 // filled in, ready for Prometheus' expression browser.
 package main
 
@@ -57,13 +59,13 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive"
 	"github.com/floodgate-go/floodgate/adaptive/shed"
+	"github.com/floodgate-go/floodgate/fgprom"
+	"github.com/floodgate-go/floodgate/fgprom/dashboard"
 	"github.com/floodgate-go/floodgate/httplimit"
 	"github.com/floodgate-go/floodgate/inflight"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/observe"
-	fgprom "github.com/floodgate-go/floodgate/prometheus"
-	"github.com/floodgate-go/floodgate/prometheus/dashboard"
 	"github.com/floodgate-go/floodgate/redisstore"
 )
 
@@ -145,10 +147,10 @@ func newService(cfg config) (*service, error) {
 		closers = nil
 		return errors.Join(errs...)
 	}
-	var store interface {
-		floodgate.Store
-		inflight.Store
-	}
+	// The rate limits' store, and the in-flight limit's: the same Redis,
+	// or in memory one of each kind.
+	var store floodgate.Store
+	var slots inflight.Store
 	if cfg.redisAddr != "" {
 		client := redis.NewClient(&redis.Options{Addr: cfg.redisAddr})
 		rs, err := redisstore.New(client, &redisstore.Options{
@@ -160,14 +162,14 @@ func newService(cfg config) (*service, error) {
 			_ = client.Close()
 			return nil, err
 		}
-		store, svc.where = rs, "Redis at "+cfg.redisAddr
+		store, slots, svc.where = rs, rs, "Redis at "+cfg.redisAddr
 		closers = append(closers, rs.Close, client.Close)
 	} else {
 		ms, err := memstore.New(nil)
 		if err != nil {
 			return nil, err
 		}
-		store, svc.where = ms, "memory"
+		store, slots, svc.where = ms, inflight.NewLocalStore(), "memory"
 	}
 	key := httplimit.KeyChain(httplimit.KeyByAPIKey("X-API-Key"), httplimit.KeyByIP(nil))
 	hello, err := helloMiddleware(store, alg, key, obs)
@@ -182,7 +184,7 @@ func newService(cfg config) (*service, error) {
 	}
 	// Lease pools give their units back before the store closes.
 	closers = append([]func() error{closeSearch}, closers...)
-	export, closeExport, err := exportMiddleware(store, key, obs)
+	export, closeExport, err := exportMiddleware(slots, key, obs)
 	if err != nil {
 		_ = svc.close()
 		return nil, err
@@ -205,39 +207,48 @@ func newService(cfg config) (*service, error) {
 	return svc, nil
 }
 
-// helloMiddleware limits /api/hello: alg per key, on the store, each
-// decision reported under the name "api".
+// helloMiddleware limits /api/hello: alg per key, on the store wrapped by
+// observe.Store, each decision reported under the limiter's name, "api".
 func helloMiddleware(store floodgate.Store, alg floodgate.Algorithm, key httplimit.KeyFunc, obs *observe.Observer) (func(http.Handler) http.Handler, error) {
-	limiter, err := observe.New(store, alg, "api", obs)
+	observed, err := observe.Store(store, obs)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := floodgate.New(observed, alg, &floodgate.Options{Name: "api"})
 	if err != nil {
 		return nil, err
 	}
 	return httplimit.New(limiter, &httplimit.Options{Key: key})
 }
 
-// searchMiddleware limits /api/search through a lease pool named
-// "search", whose decisions are reported under the same name; the pool's
-// round trips to the store are reported by the store.
+// searchMiddleware limits /api/search through lease pools over the store:
+// the limiter "search" decides on the lease.Store wrapped by
+// observe.Store, so its decisions, those served from the pools included,
+// are reported under its name, and so are the pools' round trips to the
+// store (lease.Options.Observer). The store under the pools is not
+// observed: its steps would be the pools' refills, counted again under
+// the same name.
 func searchMiddleware(store floodgate.Store, key httplimit.KeyFunc, obs *observe.Observer) (func(http.Handler) http.Handler, func() error, error) {
-	remote, err := floodgate.New(store, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200})
+	pools, err := lease.New(store, &lease.Options{Observer: obs})
 	if err != nil {
 		return nil, nil, err
 	}
-	pool, err := lease.New(remote, &lease.Options{Name: "search", Observer: obs})
+	observed, err := observe.Store(pools, obs)
 	if err != nil {
+		_ = pools.Close()
 		return nil, nil, err
 	}
-	limiter, err := observe.Wrap(pool, "search", obs)
+	limiter, err := floodgate.New(observed, floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 200}, &floodgate.Options{Name: "search"})
 	if err != nil {
-		_ = pool.Close()
+		_ = pools.Close()
 		return nil, nil, err
 	}
 	mw, err := httplimit.New(limiter, &httplimit.Options{Key: key})
 	if err != nil {
-		_ = pool.Close()
+		_ = pools.Close()
 		return nil, nil, err
 	}
-	return mw, pool.Close, nil
+	return mw, pools.Close, nil
 }
 
 // exportMiddleware guards /api/export with the shedder, the adaptive
@@ -318,7 +329,7 @@ func printQueries(w io.Writer, rate string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "The dashboard's queries (prometheus/dashboard/floodgate.json), with $__rate_interval = %s:\n", rate)
+	fmt.Fprintf(w, "The dashboard's queries (fgprom/dashboard/floodgate.json), with $__rate_interval = %s:\n", rate)
 	for _, p := range panels {
 		fmt.Fprintf(w, "\n# %s\n", p.Title)
 		for _, q := range p.Queries {

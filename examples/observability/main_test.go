@@ -13,7 +13,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/adaptive"
-	"github.com/floodgate-go/floodgate/prometheus/dashboard"
+	"github.com/floodgate-go/floodgate/fgprom/dashboard"
 )
 
 // hourly admits burst requests per key, then one an hour: nothing refills
@@ -69,7 +69,7 @@ func TestServiceCountsDecisions(t *testing.T) {
 	}
 
 	want := `
-# HELP floodgate_decisions_total Decisions of a limiter observed by observe.New or observe.Wrap, by op (take, take_up_to, settle, refund, check, wait) and outcome (allowed, denied, error).
+# HELP floodgate_decisions_total Decisions of a limiter on a store wrapped by observe.Store, by op (take, take_up_to, settle, refund, check) and outcome (allowed, denied, error).
 # TYPE floodgate_decisions_total counter
 floodgate_decisions_total{limiter="api",op="take",outcome="allowed"} 23
 floodgate_decisions_total{limiter="api",op="take",outcome="denied"} 5
@@ -111,7 +111,7 @@ func TestPrintQueries(t *testing.T) {
 	if strings.Contains(body, "$") {
 		t.Errorf("a query keeps a dashboard variable:\n%s", out)
 	}
-	if !strings.Contains(out, `rate(floodgate_decisions_total{limiter=~".*",op=~"take|wait"}[1m])`) {
+	if !strings.Contains(out, `rate(floodgate_decisions_total{limiter=~".*",op="take"}[1m])`) {
 		t.Errorf("the decision rate query is not expanded as expected:\n%s", out)
 	}
 }

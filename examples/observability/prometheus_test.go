@@ -72,7 +72,7 @@ func TestPrometheus(t *testing.T) {
 	mem, memURL := serve(t, config{alg: hourly(20)})
 	redTarget, memTarget := strings.TrimPrefix(redURL, "http://"), strings.TrimPrefix(memURL, "http://")
 
-	rules, err := filepath.Abs("../../prometheus/rules/floodgate.rules.yml")
+	rules, err := filepath.Abs("../../fgprom/rules/floodgate.rules.yml")
 	if err != nil {
 		t.Fatal(err)
 	}

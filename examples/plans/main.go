@@ -89,9 +89,9 @@ type config struct {
 }
 
 // The plans: their limits and the names the RateLimit fields give them.
-// Both plans share one store and do not prefix keys, so a key keeps one
-// state whatever its plan (see httplimit.NewPlans); here a key's plan
-// follows from the key itself and never changes.
+// Both plans' limiters share one store and one name ("api", below), so a
+// key keeps one state whatever its plan (see httplimit.NewPlans); here a
+// key's plan follows from the key itself and never changes.
 var plans = []struct {
 	name   string
 	limits floodgate.Limits
@@ -143,10 +143,13 @@ func newHandler(cfg config) (h http.Handler, closeStore func() error, err error)
 	}()
 
 	// Every plan's limiter is built here, once; a request only picks one.
+	// They share one name, so that a key moving to another plan keeps
+	// what the limits of a kind the plans share have counted (see
+	// floodgate.Store), rather than starting with fresh quotas.
 	var list []httplimit.Plan
 	names := map[string][]string{}
 	for _, p := range plans {
-		lim, err := floodgate.New(store, p.limits)
+		lim, err := floodgate.New(store, p.limits, &floodgate.Options{Name: "api"})
 		if err != nil {
 			return nil, nil, fmt.Errorf("plan %s: %w", p.name, err)
 		}

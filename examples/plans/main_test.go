@@ -156,8 +156,8 @@ type keyLog struct {
 	keys []string
 }
 
-func (s *keyLog) Bind(alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := s.Store.Bind(alg)
+func (s *keyLog) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := s.Store.Bind(name, alg)
 	return loggedBound{b, s}, err
 }
 
@@ -166,11 +166,11 @@ type loggedBound struct {
 	log *keyLog
 }
 
-func (b loggedBound) Apply(ctx context.Context, key string, req floodgate.Request) (floodgate.Result, error) {
+func (b loggedBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	b.log.mu.Lock()
 	b.log.keys = append(b.log.keys, key)
 	b.log.mu.Unlock()
-	return b.Bound.Apply(ctx, key, req)
+	return b.Bound.Apply(ctx, key, req, each)
 }
 
 // TestStoreNeverSeesTheAPIKey: the key the store keeps is a digest of the

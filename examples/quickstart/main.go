@@ -87,7 +87,7 @@ func simulate(ctx context.Context, store floodgate.Store, clock *virtualClock, k
 	t0 := time.Unix(1_700_000_000, 0) // aligned to the windows
 	var out []series
 	for _, a := range algorithms {
-		lim, err := floodgate.New(store, a.alg)
+		lim, err := floodgate.New(store, a.alg, nil)
 		if err != nil {
 			return nil, err
 		}

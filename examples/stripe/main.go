@@ -251,19 +251,19 @@ func newServer(cfg config) (s *server, err error) {
 		if err != nil {
 			return nil, err
 		}
-		rates, holds = ms, ms
+		rates, holds = ms, inflight.NewLocalStore()
 		// A fleet of one: this process's load is the fleet's.
 		src = shed.FleetSourceFunc(func(_ context.Context, local shed.Load) (shed.Load, error) { return local, nil })
 	}
 
 	// Tier 1: requests per second per API key.
-	rateLimiter, err := floodgate.New(rates, floodgate.TokenBucket{Rate: ratePerSecond, Per: time.Second, Burst: rateBurst})
+	rateLimiter, err := floodgate.New(rates, floodgate.TokenBucket{Rate: ratePerSecond, Per: time.Second, Burst: rateBurst}, nil)
 	if err != nil {
 		return nil, err
 	}
 	tier1, err := httplimit.New(rateLimiter, &httplimit.Options{
-		Key:        httplimit.KeyByAPIKey(apiKeyHeader),
-		PolicyName: "requests-per-second",
+		Key:         httplimit.KeyByAPIKey(apiKeyHeader),
+		PolicyNames: []string{"requests-per-second"},
 	})
 	if err != nil {
 		return nil, err
@@ -443,8 +443,8 @@ type releaseCounter struct {
 	failed *atomic.Int64
 }
 
-func (c releaseCounter) Release(ctx context.Context, key string, h inflight.Hold) error {
-	err := c.Store.Release(ctx, key, h)
+func (c releaseCounter) Release(ctx context.Context, name, key string, h inflight.Hold) error {
+	err := c.Store.Release(ctx, name, key, h)
 	if err != nil {
 		c.failed.Add(1)
 	}

@@ -1,7 +1,7 @@
 // Package inflighttest checks an inflight.Store against its contract, as
 // floodgatetest checks a floodgate.Store: the authors of a store call
-// [Run] from a test, and the stores floodgate ships (memstore, redisstore)
-// run the same cases.
+// [Run] from a test, and the stores floodgate ships (inflight.LocalStore,
+// redisstore) run the same cases.
 //
 // A store's test hands Run a function that returns n stores sharing one
 // fresh backend namespace, as n processes would see it:
@@ -29,9 +29,20 @@
 //     hold; a Hold of another store is an error matching
 //     inflight.ErrInvalidHold.
 //   - Renew: a live hold renews; a released one does not.
-//   - SharedKey: limiters of different limits on one key share its holds.
-//   - Errors: bad keys and limits give floodgate's sentinels.
-//   - Limiter: the Decisions of an inflight.Limiter on the store.
+//   - Names: the holds of a key under one name are apart from its holds
+//     under every other (names that extend one another, that hold the
+//     key, ':' or non-ASCII letters, of the longest length, and more names
+//     than an in-process store lists before it indexes them), and shared
+//     by the stores of one backend.
+//   - LimitChange: Acquires of one name with different limits share the
+//     key's holds, each denying at its own limit.
+//   - Errors: bad keys, names and limits give floodgate's sentinels.
+//   - Limiter: the Status of an inflight.Limiter on the store.
+//   - LimiterNames: through Limiters on two stores of one backend,
+//     limiters of different names (explicit, or derived from different
+//     limits) keep a key's holds apart, limiters of one name share them
+//     across stores, and a limit changed under an explicit name keeps the
+//     holds while one changed under the default name starts without.
 //   - Concurrent: 8 stores (8 clients of one backend) × 64 goroutines on
 //     one key, holding for random times: the holders, counting themselves
 //     between Acquire and Release, never exceed the limit, and once they
@@ -48,6 +59,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,9 +113,11 @@ func Run(t *testing.T, newStores func(t *testing.T, n int) []inflight.Store, opt
 	t.Run("Keys", h.runKeys)
 	t.Run("Release", h.runRelease)
 	t.Run("Renew", h.runRenew)
-	t.Run("SharedKey", h.runSharedKey)
+	t.Run("Names", h.runNames)
+	t.Run("LimitChange", h.runLimitChange)
 	t.Run("Errors", h.runErrors)
 	t.Run("Limiter", h.runLimiter)
+	t.Run("LimiterNames", h.runLimiterNames)
 	t.Run("Concurrent", h.runConcurrent)
 	t.Run("Expiry", h.runExpiry)
 	t.Run("Renewal", func(t *testing.T) {
@@ -128,11 +142,20 @@ func (h *harness) store(t *testing.T) inflight.Store {
 // hold expires while they run.
 const ttl = time.Minute
 
+// name is the limiter name of the harness's direct calls to a store,
+// where a case does not say otherwise.
+const name = "inflighttest"
+
 func acquire(t *testing.T, s inflight.Store, key string, limit int64) inflight.Result {
 	t.Helper()
-	res, err := s.Acquire(context.Background(), key, limit, ttl)
+	return acquireAs(t, s, name, key, limit)
+}
+
+func acquireAs(t *testing.T, s inflight.Store, name, key string, limit int64) inflight.Result {
+	t.Helper()
+	res, err := s.Acquire(context.Background(), name, key, limit, ttl)
 	if err != nil {
-		t.Fatalf("Acquire(%q, %d) = %v", key, limit, err)
+		t.Fatalf("Acquire(%.20q, %q, %d) = %v", name, key, limit, err)
 	}
 	return res
 }
@@ -140,9 +163,14 @@ func acquire(t *testing.T, s inflight.Store, key string, limit int64) inflight.R
 // mustAdmit acquires a slot of key, expecting InFlight to be want.
 func mustAdmit(t *testing.T, s inflight.Store, key string, limit, want int64) inflight.Hold {
 	t.Helper()
-	res := acquire(t, s, key, limit)
+	return mustAdmitAs(t, s, name, key, limit, want)
+}
+
+func mustAdmitAs(t *testing.T, s inflight.Store, name, key string, limit, want int64) inflight.Hold {
+	t.Helper()
+	res := acquireAs(t, s, name, key, limit)
 	if !res.Allowed || res.InFlight != want {
-		t.Fatalf("Acquire(%q, %d) = %+v, want Allowed with InFlight %d", key, limit, res, want)
+		t.Fatalf("Acquire(%.20q, %q, %d) = %+v, want Allowed with InFlight %d", name, key, limit, res, want)
 	}
 	return res.Hold
 }
@@ -150,16 +178,26 @@ func mustAdmit(t *testing.T, s inflight.Store, key string, limit, want int64) in
 // mustDeny expects Acquire to deny key with InFlight want.
 func mustDeny(t *testing.T, s inflight.Store, key string, limit, want int64) {
 	t.Helper()
-	res := acquire(t, s, key, limit)
+	mustDenyAs(t, s, name, key, limit, want)
+}
+
+func mustDenyAs(t *testing.T, s inflight.Store, name, key string, limit, want int64) {
+	t.Helper()
+	res := acquireAs(t, s, name, key, limit)
 	if res.Allowed || res.InFlight != want || res.Hold != (inflight.Hold{}) {
-		t.Fatalf("Acquire(%q, %d) = %+v, want a denial with InFlight %d and no Hold", key, limit, res, want)
+		t.Fatalf("Acquire(%.20q, %q, %d) = %+v, want a denial with InFlight %d and no Hold", name, key, limit, res, want)
 	}
 }
 
 func release(t *testing.T, s inflight.Store, key string, h inflight.Hold) {
 	t.Helper()
-	if err := s.Release(context.Background(), key, h); err != nil {
-		t.Fatalf("Release(%q, %+v) = %v", key, h, err)
+	releaseAs(t, s, name, key, h)
+}
+
+func releaseAs(t *testing.T, s inflight.Store, name, key string, h inflight.Hold) {
+	t.Helper()
+	if err := s.Release(context.Background(), name, key, h); err != nil {
+		t.Fatalf("Release(%.20q, %q, %+v) = %v", name, key, h, err)
 	}
 }
 
@@ -208,14 +246,14 @@ func (h *harness) runRelease(t *testing.T) {
 	a = mustAdmit(t, s, "k", 1, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := s.Release(ctx, "k", a); err != nil {
+	if err := s.Release(ctx, name, "k", a); err != nil {
 		t.Fatalf("Release on a cancelled context = %v, want nil", err)
 	}
 	b := mustAdmit(t, s, "k", 1, 1)
 
 	release(t, s, "k", inflight.Hold{}) // the zero Hold is no hold
 	mustDeny(t, s, "k", 1, 1)
-	err := s.Release(context.Background(), "k", inflight.Hold{ID: b.ID, Ref: foreign{}, Expires: b.Expires})
+	err := s.Release(context.Background(), name, "k", inflight.Hold{ID: b.ID, Ref: foreign{}, Expires: b.Expires})
 	if !errors.Is(err, inflight.ErrInvalidHold) {
 		t.Fatalf("Release of a foreign Hold = %v, want inflight.ErrInvalidHold", err)
 	}
@@ -230,13 +268,13 @@ type foreign struct{}
 func (h *harness) runRenew(t *testing.T) {
 	s := h.store(t)
 	a := mustAdmit(t, s, "k", 1, 1)
-	ok, err := s.Renew(context.Background(), "k", a, ttl)
+	ok, err := s.Renew(context.Background(), name, "k", a, ttl)
 	if err != nil || !ok {
 		t.Fatalf("Renew of a live hold = %v, %v, want true, nil", ok, err)
 	}
 	mustDeny(t, s, "k", 1, 1)
 	release(t, s, "k", a)
-	ok, err = s.Renew(context.Background(), "k", a, ttl)
+	ok, err = s.Renew(context.Background(), name, "k", a, ttl)
 	if err != nil || ok {
 		t.Fatalf("Renew of a released hold = %v, %v, want false, nil", ok, err)
 	}
@@ -245,7 +283,55 @@ func (h *harness) runRenew(t *testing.T) {
 	release(t, s, "k", b)
 }
 
-func (h *harness) runSharedKey(t *testing.T) {
+// names are names that a store must keep apart: some extend others, hold
+// the key or a Redis key's separators, or are not ASCII; the longest
+// floodgate.CheckName accepts; and enough for an in-process store to go
+// past a short list.
+func names() []string {
+	ns := []string{
+		"a", "ab", "a:b", "a:if", "a:L:tb0", "a:tb", "k", "k:", ":", "über", "日本",
+		"inflight:1", "inflight:10",
+		strings.Repeat("n", floodgate.MaxNameLen),
+		strings.Repeat("n", floodgate.MaxNameLen-1) + "m",
+	}
+	for i := range 24 {
+		ns = append(ns, "name"+strconv.Itoa(i))
+	}
+	return ns
+}
+
+func (h *harness) runNames(t *testing.T) {
+	stores := h.newStores(t, 2)
+	a, b := stores[0], stores[1]
+	ns := names()
+	holds := make([]inflight.Hold, len(ns))
+	// One slot of "k" under each name: no name sees another's hold.
+	for i, n := range ns {
+		holds[i] = mustAdmitAs(t, a, n, "k", 1, 1)
+	}
+	// Each is shared by the other store of the backend, under its name
+	// only.
+	for _, n := range ns {
+		mustDenyAs(t, b, n, "k", 1, 1)
+	}
+	// A name's holds are per key, as without names.
+	other := mustAdmitAs(t, b, "a", "other", 1, 1)
+	// A Release frees its name's slot, and no other name's.
+	releaseAs(t, a, ns[0], "k", holds[0])
+	mustAdmitAs(t, b, ns[0], "k", 1, 1)
+	for _, n := range ns[1:] {
+		mustDenyAs(t, b, n, "k", 1, 1)
+	}
+	for i, n := range ns[1:] {
+		releaseAs(t, a, n, "k", holds[i+1])
+	}
+	for _, n := range ns[1:] {
+		mustAdmitAs(t, b, n, "k", 2, 1)
+	}
+	releaseAs(t, b, "a", "other", other)
+}
+
+func (h *harness) runLimitChange(t *testing.T) {
 	s := h.store(t)
 	a := mustAdmit(t, s, "k", 3, 1)
 	mustAdmit(t, s, "k", 3, 2)
@@ -254,6 +340,7 @@ func (h *harness) runSharedKey(t *testing.T) {
 	release(t, s, "k", a)
 	mustDeny(t, s, "k", 2, 2)
 	mustAdmit(t, s, "k", 3, 3)
+	mustAdmit(t, s, "k", 4, 4) // a higher one admits on top of them
 }
 
 func (h *harness) runErrors(t *testing.T) {
@@ -269,9 +356,15 @@ func (h *harness) runErrors(t *testing.T) {
 		{"k", 0, floodgate.ErrInvalidConfig},
 		{"k", -1, floodgate.ErrInvalidConfig},
 	} {
-		res, err := s.Acquire(ctx, c.key, c.limit, ttl)
+		res, err := s.Acquire(ctx, name, c.key, c.limit, ttl)
 		if !errors.Is(err, c.want) || res.Allowed {
 			t.Errorf("Acquire(%.10q, %d) = %+v, %v, want an error matching %v", c.key, c.limit, res, err, c.want)
+		}
+	}
+	for _, bad := range []string{"", "a{b", "a}", "{k}", "\xff", strings.Repeat("n", floodgate.MaxNameLen+1)} {
+		res, err := s.Acquire(ctx, bad, "k", 1, ttl)
+		if !errors.Is(err, floodgate.ErrInvalidConfig) || res.Allowed {
+			t.Errorf("Acquire under the name %.20q = %+v, %v, want an error matching floodgate.ErrInvalidConfig", bad, res, err)
 		}
 	}
 	// None of them took a slot.
@@ -291,16 +384,19 @@ func newLimiter(t *testing.T, s inflight.Store, limit int64, o *inflight.Options
 func (h *harness) runLimiter(t *testing.T) {
 	s := h.store(t)
 	l := newLimiter(t, s, 2, &inflight.Options{RetryAfter: 3 * time.Second})
+	if got := l.Name(); got != "inflight:2" {
+		t.Fatalf("Name() = %q, want the default inflight:2", got)
+	}
 	ctx := context.Background()
 	a, err := l.Acquire(ctx, "k")
-	if err != nil || a.Decision != (inflight.Decision{Allowed: true, Limit: 2, InFlight: 1}) {
-		t.Fatalf("Acquire = %+v, %v, want Allowed, Limit 2, InFlight 1", a.Decision, err)
+	if err != nil || a.Status != (inflight.Status{Allowed: true, Limit: 2, InFlight: 1}) {
+		t.Fatalf("Acquire = %+v, %v, want Allowed, Limit 2, InFlight 1", a.Status, err)
 	}
 	b, _ := l.Acquire(ctx, "k")
 	c, err := l.Acquire(ctx, "k")
-	want := inflight.Decision{Limit: 2, InFlight: 2, RetryAfter: 3 * time.Second}
-	if err != nil || c.Decision != want {
-		t.Fatalf("Acquire = %+v, %v, want %+v", c.Decision, err, want)
+	want := inflight.Status{Limit: 2, InFlight: 2, RetryAfter: 3 * time.Second}
+	if err != nil || c.Status != want {
+		t.Fatalf("Acquire = %+v, %v, want %+v", c.Status, err, want)
 	}
 	if err := c.Release(ctx); err != nil {
 		t.Fatalf("Release of a denial = %v, want nil", err)
@@ -311,7 +407,82 @@ func (h *harness) runLimiter(t *testing.T) {
 		}
 	}
 	if d, _ := l.Acquire(ctx, "k"); d.InFlight != 1 {
-		t.Fatalf("Acquire after the Releases = %+v, want InFlight 1", d.Decision)
+		t.Fatalf("Acquire after the Releases = %+v, want InFlight 1", d.Status)
+	}
+}
+
+// limiterAcquire acquires a slot of key from l, expecting Allowed and
+// InFlight as given.
+func limiterAcquire(t *testing.T, l *inflight.Limiter, key string, allowed bool, inFlight int64) inflight.Slot {
+	t.Helper()
+	s, err := l.Acquire(context.Background(), key)
+	if err != nil || s.Allowed != allowed || s.InFlight != inFlight {
+		t.Fatalf("Acquire(%q) of %s (limit %d) = %+v, %v, want Allowed %v with InFlight %d", key, l.Name(), l.Limit(), s.Status, err, allowed, inFlight)
+	}
+	return s
+}
+
+func (h *harness) runLimiterNames(t *testing.T) {
+	stores := h.newStores(t, 2)
+	a, b := stores[0], stores[1]
+	var held []inflight.Slot
+	take := func(l *inflight.Limiter, key string, inFlight int64) {
+		t.Helper()
+		held = append(held, limiterAcquire(t, l, key, true, inFlight))
+	}
+	deny := func(l *inflight.Limiter, key string, inFlight int64) {
+		t.Helper()
+		limiterAcquire(t, l, key, false, inFlight)
+	}
+
+	// Two limiters for different purposes, keyed alike: their limits
+	// differ, and so do their default names.
+	search := newLimiter(t, a, 2, nil)
+	upload := newLimiter(t, a, 1, nil)
+	take(upload, "user:1", 1)
+	deny(upload, "user:1", 1)
+	take(search, "user:1", 1)
+	take(search, "user:1", 2)
+	deny(search, "user:1", 2)
+	// The processes of a fleet, built alike, share: the same default
+	// name on another store of the backend.
+	deny(newLimiter(t, b, 1, nil), "user:1", 1)
+	deny(newLimiter(t, b, 2, nil), "user:1", 2)
+
+	// Equal limits under explicit names keep apart; each name is shared
+	// across stores.
+	exports := newLimiter(t, a, 1, &inflight.Options{Name: "exports"})
+	imports := newLimiter(t, a, 1, &inflight.Options{Name: "imports"})
+	take(exports, "user:1", 1)
+	take(imports, "user:1", 1)
+	deny(newLimiter(t, b, 1, &inflight.Options{Name: "exports"}), "user:1", 1)
+	// A name is a name however it was given: an explicit "inflight:1" is
+	// upload's default one, and shares its holds.
+	deny(newLimiter(t, b, 1, &inflight.Options{Name: "inflight:1"}), "user:1", 1)
+
+	// A limit changed under an explicit name keeps the key's holds: the
+	// new processes count the old ones' requests.
+	old := newLimiter(t, a, 2, &inflight.Options{Name: "deploy"})
+	take(old, "user:1", 1)
+	take(old, "user:1", 2)
+	raised := newLimiter(t, b, 3, &inflight.Options{Name: "deploy"})
+	take(raised, "user:1", 3)
+	deny(raised, "user:1", 3)
+	lowered := newLimiter(t, b, 1, &inflight.Options{Name: "deploy"})
+	deny(lowered, "user:1", 3) // InFlight above the new Limit until they end
+	// Under the default name, the new limit is a new name: no holds.
+	take(newLimiter(t, b, 3, nil), "user:1", 1)
+
+	for _, s := range held {
+		if err := s.Release(context.Background()); err != nil {
+			t.Fatalf("Release = %v", err)
+		}
+	}
+	take(search, "user:1", 1)
+	take(upload, "user:1", 1)
+	take(lowered, "user:1", 1)
+	for _, s := range held[len(held)-3:] {
+		_ = s.Release(context.Background())
 	}
 }
 
@@ -380,10 +551,11 @@ func (h *harness) runConcurrent(t *testing.T) {
 	}
 	t.Logf("%d admissions by %d goroutines on %d clients; at most %d at once (limit %d)", admitted.Load(), clients*perClient, clients, peak.Load(), concurrent)
 	// Every slot came back.
+	n := lims[0].Name()
 	for i := int64(1); i <= concurrent; i++ {
-		mustAdmit(t, stores[int(i)%clients], "k", concurrent, i)
+		mustAdmitAs(t, stores[int(i)%clients], n, "k", concurrent, i)
 	}
-	mustDeny(t, stores[0], "k", concurrent, concurrent)
+	mustDenyAs(t, stores[0], n, "k", concurrent, concurrent)
 }
 
 // expiring reports whether the holds of the stores expire, skipping t
@@ -403,13 +575,13 @@ func (h *harness) runExpiry(t *testing.T) {
 	expiring(t, a)
 	ctx := context.Background()
 	ttl := h.o.TTL
-	res, err := a.Acquire(ctx, "k", 1, ttl)
+	res, err := a.Acquire(ctx, name, "k", 1, ttl)
 	if err != nil || !res.Allowed {
 		t.Fatalf("Acquire = %+v, %v", res, err)
 	}
 	start := time.Now()
 	for {
-		got, err := b.Acquire(ctx, "k", 1, ttl)
+		got, err := b.Acquire(ctx, name, "k", 1, ttl)
 		if err != nil {
 			t.Fatalf("Acquire = %v", err)
 		}
@@ -429,7 +601,7 @@ func (h *harness) runExpiry(t *testing.T) {
 	}
 	t.Logf("freed %v after its Acquire, TTL %v", freed, ttl)
 	// The expired hold cannot come back: its slot is someone else's.
-	ok, err := a.Renew(ctx, "k", res.Hold, ttl)
+	ok, err := a.Renew(ctx, name, "k", res.Hold, ttl)
 	if err != nil || ok {
 		t.Fatalf("Renew of an expired hold = %v, %v, want false, nil", ok, err)
 	}
@@ -444,9 +616,9 @@ type counting struct {
 	renewals atomic.Int64
 }
 
-func (c *counting) Renew(ctx context.Context, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
+func (c *counting) Renew(ctx context.Context, name, key string, h inflight.Hold, ttl time.Duration) (bool, error) {
 	c.renewals.Add(1)
-	return c.Store.Renew(ctx, key, h, ttl)
+	return c.Store.Renew(ctx, name, key, h, ttl)
 }
 
 func (h *harness) runRenewal(t *testing.T) {
@@ -464,7 +636,7 @@ func (h *harness) runRenewal(t *testing.T) {
 	for try := 0; ; try++ {
 		short, err := holder.Acquire(ctx, "short")
 		if err != nil || !short.Allowed {
-			t.Fatalf("Acquire = %+v, %v", short.Decision, err)
+			t.Fatalf("Acquire = %+v, %v", short.Status, err)
 		}
 		start := time.Now()
 		time.Sleep(ttl / 6)
@@ -487,7 +659,7 @@ func (h *harness) runRenewal(t *testing.T) {
 
 	slot, err := holder.Acquire(ctx, "k")
 	if err != nil || !slot.Allowed {
-		t.Fatalf("Acquire = %+v, %v", slot.Decision, err)
+		t.Fatalf("Acquire = %+v, %v", slot.Status, err)
 	}
 	start := time.Now()
 	denials := 0
@@ -513,7 +685,7 @@ func (h *harness) runRenewal(t *testing.T) {
 	}
 	d, err := other.Acquire(ctx, "k")
 	if err != nil || !d.Allowed {
-		t.Fatalf("Acquire after the Release = %+v, %v, want Allowed", d.Decision, err)
+		t.Fatalf("Acquire after the Release = %+v, %v, want Allowed", d.Status, err)
 	}
 	_ = d.Release(ctx)
 	t.Logf("held %v (TTL %v) with %d renewals; %d acquisitions by another client denied", 10*ttl, ttl, renewals, denials)

@@ -14,9 +14,12 @@ import (
 // exact in the doubles of Redis' Lua).
 const MaxWindow = 1 << 52
 
-// LatestUnix is the last Unix second whose nanoseconds fit an int64 (in
-// 2262): the latest instant a store's clock may read.
-const LatestUnix = (1<<63 - 1) / 1_000_000_000
+// MaxUnix bounds a store's clock: steps are decided only at instants
+// before MaxUnix seconds since the Unix epoch (in 2255). Their nanoseconds
+// fit an int64, and Redis' scripts compute window starts from the instant
+// in microseconds, which doubles hold exactly only below 2^53. Go checks
+// it (floodgate.CheckTime) and the scripts are written with it.
+const MaxUnix = 9_000_000_000
 
 // FloorDiv returns ⌊a/b⌋ for b > 0.
 func FloorDiv(a, b int64) int64 {

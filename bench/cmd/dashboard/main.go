@@ -6,7 +6,7 @@
 // Grafana server:
 //
 //	cd bench && go run ./cmd/dashboard -prom http://127.0.0.1:9090 \
-//	    -dashboard ../prometheus/dashboard/floodgate.json \
+//	    -dashboard ../fgprom/dashboard/floodgate.json \
 //	    -since 5m -out ../docs/observability-dashboard.png
 //
 // Grafana's variables are replaced before a query runs: $__rate_interval

@@ -20,7 +20,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	lim, err := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 5})
+	lim, err := floodgate.New(store, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 5}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

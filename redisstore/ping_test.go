@@ -1,0 +1,98 @@
+package redisstore
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// TestPing: a store reaching its server answers Ping with nil and has its
+// scripts loaded; one that cannot reach it (a refused connection, a
+// server that stopped answering) says so within Ping's context, with an
+// error matching ErrUnavailable and ErrRedis, whatever the client's own
+// timeouts; after Close, Ping fails with ErrClosed.
+func TestPing(t *testing.T) {
+	ctx := context.Background()
+	t.Run("Reachable", func(t *testing.T) {
+		srv := newServer(t)
+		c := srv.client(t)
+		s := newStore(t, c, nil)
+		require.NoError(t, s.Ping(ctx))
+		for _, p := range programs {
+			if p.src == "" {
+				continue
+			}
+			ok, err := c.ScriptExists(ctx, p.hash).Result()
+			require.NoError(t, err)
+			require.Equal(t, []bool{true}, ok, "a script Ping loaded")
+		}
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, s.Ping(ctx), floodgate.ErrClosed)
+	})
+	t.Run("Refused", func(t *testing.T) {
+		// No retries: go-redis' backoff between them is the test's time.
+		c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := New(c, nil)
+		require.NoError(t, err, "New makes no call to Redis")
+		t.Cleanup(func() { _ = s.Close() })
+		err = s.Ping(ctx)
+		require.ErrorIs(t, err, floodgate.ErrUnavailable)
+		require.ErrorIs(t, err, ErrRedis)
+	})
+	for _, honours := range []bool{true, false} {
+		t.Run(map[bool]string{true: "StalledContextTimeoutEnabled", false: "StalledDefaultOptions"}[honours], func(t *testing.T) {
+			srv := newServer(t)
+			// go-redis' own read timeout is a minute: Ping must not wait
+			// for it.
+			px, c := proxiedClient(t, srv, honours, time.Minute)
+			s := newStore(t, c, nil)
+			px.setStalled(true)
+			t.Cleanup(func() { px.setStalled(false) })
+			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			var err error
+			withTimeout(t, 30*time.Second, "Ping of a stalled server", func() { err = s.Ping(short) })
+			require.ErrorIs(t, err, floodgate.ErrUnavailable)
+			require.ErrorIs(t, err, ErrRedis)
+			require.ErrorIs(t, err, ErrTimeout)
+		})
+	}
+	t.Run("Cluster", func(t *testing.T) {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: clusterAddrs(t)})
+		t.Cleanup(func() { _ = c.Close() })
+		s := newStore(t, c, nil)
+		require.NoError(t, s.Ping(ctx))
+		var masters atomic.Int64 // ForEachMaster calls fn on goroutines
+		require.NoError(t, c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+			masters.Add(1)
+			ok, err := n.ScriptExists(ctx, programs[progLimits].hash).Result()
+			if err == nil && !ok[0] {
+				t.Errorf("master %s lacks the Limits script after Ping", n.Options().Addr)
+			}
+			return err
+		}))
+		require.Positive(t, masters.Load())
+	})
+}
+
+// withTimeout runs f and fails t if it has not returned within d.
+func withTimeout(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s has not returned after %v", what, d)
+	}
+}
