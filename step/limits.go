@@ -2,6 +2,7 @@ package step
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -34,7 +35,12 @@ type Members interface {
 // for all of them, as floodgate.Bound.Apply says.
 func Limits(ls floodgate.Limits, m Members, now time.Time, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	// Each limit's transition checks req (a take above the smallest quota
-	// is that limit's ErrExceedsLimit) before any state is kept.
+	// is that limit's ErrExceedsLimit) before any state is kept. A take up
+	// to n and a settlement pass the limits no MaxDelay, so a negative one
+	// is refused here, as floodgate.CheckRequest refuses it for every op.
+	if req.MaxDelay < 0 {
+		return floodgate.Result{}, floodgate.CheckRequest(req, math.MaxInt64)
+	}
 	if len(each) < len(ls) {
 		each = nil
 	}
