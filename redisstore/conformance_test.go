@@ -72,8 +72,10 @@ func TestConformanceCluster(t *testing.T) {
 // TestConformanceFleet runs the conservative cases on redisstore through
 // three stores of independent clients sharing one server and one prefix,
 // batched and not: the processes of a fleet. An exact store admits no
-// more than the reference and, on a frozen clock, denies no earlier.
+// more than the reference and, on a frozen clock, denies no earlier. A
+// load test: TestConformance covers the exact tier on miniredis.
 func TestConformanceFleet(t *testing.T) {
+	loadTest(t)
 	parallelOnMiniredis(t)
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -33,6 +34,16 @@ func TestMain(m *testing.M) {
 		// against 10 s at 400). On a real Redis the default stays, so
 		// the latencies CI measures are those of a default process.
 		debug.SetGCPercent(400)
+		// Half of this package's tests on miniredis wait on stalls,
+		// timeouts and expiries rather than compute; at go test's default
+		// -parallel (GOMAXPROCS, 2 here) they held the slots while a core
+		// idled. Four at a time, unless -parallel is given.
+		flag.Parse()
+		set := false
+		flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+		if !set {
+			_ = flag.Set("test.parallel", "4")
+		}
 	}
 	// Every goroutine a Store, a proxy or a client of a test starts must
 	// have ended when the tests do.
@@ -462,6 +473,7 @@ func proxiedClient(t *testing.T, srv *server, honours bool, rw time.Duration) (*
 // and batched: the store adds no deadline of its own, and the caller's
 // deadline is the caller's, not counted against Redis.
 func TestNoTimeout(t *testing.T) {
+	parallelOnMiniredis(t)
 	alg := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 10}
 	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
 	for _, batch := range []int{0, 4} {

@@ -97,6 +97,7 @@ func TestFleetSourceInvalid(t *testing.T) {
 }
 
 func TestFleetSourceDown(t *testing.T) {
+	parallelOnMiniredis(t)
 	// Nothing listens on port 1 of the loopback: every exchange fails.
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = c.Close() })
@@ -159,6 +160,7 @@ func TestFleetSourceExpiryBoundary(t *testing.T) {
 // exchange's call is reported as failed. It runs on a miniredis of its
 // own, so that the script is missing without flushing a shared server's.
 func TestFleetSourceObserved(t *testing.T) {
+	parallelOnMiniredis(t)
 	m := miniredis.RunT(t)
 	srv := &server{addr: m.Addr(), mini: m}
 	c := srv.client(t)

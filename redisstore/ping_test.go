@@ -18,6 +18,7 @@ import (
 // error matching ErrUnavailable and ErrRedis, whatever the client's own
 // timeouts; after Close, Ping fails with ErrClosed.
 func TestPing(t *testing.T) {
+	parallelOnMiniredis(t)
 	ctx := context.Background()
 	t.Run("Reachable", func(t *testing.T) {
 		srv := newServer(t)

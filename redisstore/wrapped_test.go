@@ -26,9 +26,12 @@ const wrappedMaxBatch = 4
 // REDIS_CLUSTER_ADDRS is set). The fixed and sliding windows admit no
 // more than the reference and under-admit at most the units the pools
 // hold; the token bucket and sliding log are outside a lease's tier and
-// the leaky bucket and Limits are refused at Bind (see lease's doc).
+// the leaky bucket and Limits are refused at Bind (see lease's doc). A
+// load test on miniredis (loadTest), where lease's own TestConformance
+// covers the tier over memstore.
 func TestConformanceWrapped(t *testing.T) {
 	t.Run("Standalone", func(t *testing.T) {
+		loadTest(t)
 		parallelOnMiniredis(t)
 		runWrapped(t, newServer, func(t *testing.T, srv *server) redis.UniversalClient {
 			return srv.client(t)
