@@ -3,7 +3,11 @@
 // of its own so that the peers and the plotting library never enter
 // floodgate's dependency graph.
 //
-// Every benchmark is named Benchmark<Scenario>/<library>:
+// Every benchmark is named Benchmark<Scenario>/<library>. The in-process
+// scenarios also run floodgate's token bucket through its wrappers:
+// floodgate-observed (observe.Store with a Tally, what the metrics
+// adapters install) and floodgate-leased (lease.New over memstore: the
+// pool's own cost without Redis; a denial there asks the store each time).
 //
 //	InProcessOneKeyAllowed     one key, serial, a quota that admits every call
 //	InProcessOneKeyDenied      one key, serial, a spent quota that denies every call
@@ -38,6 +42,12 @@
 // (CI runs it):
 //
 //	cd bench && go test -run '^TestMemoryPerKey$' -v .
+//
+// TestBinarySize holds the binary-size ratio the README states (a
+// memstore + TokenBucket program against x/time/rate's) to at most 1.25
+// (CI runs it; cmd/binsize prints the figures):
+//
+//	cd bench && go test -run '^TestBinarySize$' -v .
 //
 // Components that are missing or do not build are compiled out by build
 // tags (nopeer_<name>, nofg_<package>) that the runner sets after probing
