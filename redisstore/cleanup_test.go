@@ -255,6 +255,7 @@ func TestInflightFailedCallsProxy(t *testing.T) {
 		check func(t *testing.T, rdb, c *redis.Client, f stall)
 	}{{"Acquire", checkFailedAcquires}, {"Release", checkFailedReleases}} {
 		t.Run(tc.name, func(t *testing.T) {
+			parallelOnMiniredis(t)
 			srv := newServer(t)
 			rdb := srv.client(t)
 			px := newProxy(t, srv.addr)

@@ -147,6 +147,7 @@ func TestOverload(t *testing.T) {
 // loopback on real time, and checks what holds however loaded the machine
 // is, and the tables' shape.
 func TestDemo(t *testing.T) {
+	t.Parallel() // the demo waits on its clock: 2.5 s, mostly idle
 	srv, err := newServer(config{})
 	require.NoError(t, err)
 	defer srv.Close()
@@ -163,6 +164,7 @@ func TestDemo(t *testing.T) {
 // TestRedis runs the demo on redisstore and the Redis fleet exchange: the
 // server REDIS_ADDR names, or an embedded miniredis.
 func TestRedis(t *testing.T) {
+	t.Parallel()
 	addr := os.Getenv("REDIS_ADDR")
 	if addr == "" {
 		addr = miniredis.RunT(t).Addr()
