@@ -29,8 +29,9 @@ type batcher struct {
 	quit    chan struct{} // closed by stop: the goroutines end
 	stopped chan struct{} // closed once they ended and the queue is drained
 	wg      sync.WaitGroup
-	started atomic.Int64 // batches sent, up to cold
-	cold    int64        // the number of first batches with coldTimeout
+	// active counts the node's direct call and pipelines in flight: a
+	// decision takes the direct path (Store.call) only when it is 0.
+	active atomic.Int32
 	// grouping says which decisions share a script call.
 	grouping grouping
 }
@@ -46,9 +47,9 @@ type pending struct {
 	keys   []string  // KEYS of a Limits, or nil
 	args   []any
 	sendBy time.Time // a batch taking it later fails it unsent
+	due    time.Time // the store's deadline of the decision: its batch ends by then
 	reply  any
 	err    error
-	cold   bool          // sent in one of the first batches
 	done   chan struct{} // signalled once the reply is in; buffered
 	timer  *time.Timer   // the caller's deadline; reused with the pending
 }
@@ -62,7 +63,6 @@ func newBatcher(s *Store, n *node) *batcher {
 		in:      make(chan *pending, s.batchSize*s.pipelines),
 		quit:    make(chan struct{}),
 		stopped: make(chan struct{}),
-		cold:    int64(s.pipelines),
 	}
 	switch {
 	case s.cluster != nil:
@@ -82,11 +82,12 @@ func newBatcher(s *Store, n *node) *batcher {
 var errLate = errors.New("redisstore: no reply before the deadline")
 
 // do queues a decision and waits for its reply. With a timeout T
-// (Options.Timeout, or coldTimeout for the first batches), a decision
-// that no batch has taken within T fails unsent, and the batch that takes
-// it ends within T: the caller waits at most 2T, and stops waiting then
-// whatever the client does. With NoTimeout only ctx bounds the wait.
-func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, error, bool) {
+// (Options.Timeout), a decision that no batch has taken within 3T/4 fails
+// unsent (it would have too little of T left for its reply; failing it
+// unsent keeps the batches serving the others, as waitSlot does for
+// unbatched calls), and the caller waits at most T, whatever the client
+// does. With NoTimeout only ctx bounds the wait.
+func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, error) {
 	p := pendings.Get().(*pending)
 	p.ctx, p.prog, p.key[0], p.keys, p.args = ctx, id, rkey, keys, args
 	timeout := b.s.timeout
@@ -95,24 +96,25 @@ func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, a
 		case b.in <- p:
 		case <-b.quit:
 			p.reset()
-			return nil, unavailable(floodgate.ErrClosed, nil), false
+			return nil, unavailable(floodgate.ErrClosed, nil)
 		case <-ctx.Done():
 			p.reset()
-			return nil, ctx.Err(), false
+			return nil, ctx.Err()
 		}
 		select {
 		case <-p.done:
 			return p.result()
 		case <-ctx.Done():
-			return nil, ctx.Err(), false
+			return nil, ctx.Err()
 		case <-b.stopped:
 			return b.orphan(p)
 		}
 	}
-	if b.started.Load() < b.cold {
-		timeout = max(timeout, coldTimeout)
-	}
-	p.sendBy = time.Now().Add(timeout)
+	now := time.Now()
+	// The caller's own deadline is not the batch's: a caller that gives
+	// up earlier stops waiting (ctx.Done below), and the others keep
+	// their Timeout.
+	p.sendBy, p.due = now.Add(timeout-timeout/4), now.Add(timeout)
 	if p.timer == nil {
 		p.timer = time.NewTimer(timeout)
 	} else {
@@ -123,28 +125,30 @@ func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, a
 	case <-b.quit:
 		p.timer.Stop()
 		p.reset()
-		return nil, unavailable(floodgate.ErrClosed, nil), false
+		return nil, unavailable(floodgate.ErrClosed, nil)
 	case <-ctx.Done():
 		p.timer.Stop()
 		p.reset()
-		return nil, ctx.Err(), false
+		return nil, ctx.Err()
 	case <-p.timer.C:
 		p.reset()
-		return nil, fmt.Errorf("%w: %w", errStarved, context.DeadlineExceeded), false
+		return nil, fmt.Errorf("%w: %w", errStarved, context.DeadlineExceeded)
 	}
-	// The batch ends by sendBy + timeout; the caller's deadline is a
-	// little later, so that it sees the batch's outcome rather than
-	// racing it, and holds only if the batch cannot end (a client that
-	// ignores deadlines).
-	p.timer.Reset(time.Until(p.sendBy) + timeout + timeout/8)
 	select {
 	case <-p.done:
 		p.timer.Stop()
 		return p.result()
 	case <-ctx.Done():
-		return nil, ctx.Err(), false
+		return nil, ctx.Err()
 	case <-p.timer.C:
-		return nil, fmt.Errorf("%w: %w", errLate, context.DeadlineExceeded), false
+		// The batch's deadline is this one or earlier: its reply may be
+		// in already.
+		select {
+		case <-p.done:
+			return p.result()
+		default:
+		}
+		return nil, fmt.Errorf("%w: %w", errLate, context.DeadlineExceeded)
 	case <-b.stopped:
 		p.timer.Stop()
 		return b.orphan(p)
@@ -152,21 +156,21 @@ func (b *batcher) do(ctx context.Context, id prog, rkey string, keys []string, a
 }
 
 // result returns p's reply and returns p to pendings.
-func (p *pending) result() (any, error, bool) {
-	reply, err, cold := p.reply, p.err, p.cold
+func (p *pending) result() (any, error) {
+	reply, err := p.reply, p.err
 	p.reset()
-	return reply, err, cold
+	return reply, err
 }
 
 // orphan returns the outcome of p once the batcher has stopped: the reply
 // if a batch delivered it, else floodgate.ErrClosed (p was queued after the queue
 // was drained, and no batch will take it).
-func (b *batcher) orphan(p *pending) (any, error, bool) {
+func (b *batcher) orphan(p *pending) (any, error) {
 	select {
 	case <-p.done:
 		return p.result()
 	default:
-		return nil, unavailable(floodgate.ErrClosed, nil), false
+		return nil, unavailable(floodgate.ErrClosed, nil)
 	}
 }
 
@@ -251,14 +255,6 @@ const (
 	groupSlot                 // a Cluster: a call per algorithm and hash slot
 )
 
-// targets returns p's KEYS.
-func (p *pending) targets() []string {
-	if p.keys != nil {
-		return p.keys
-	}
-	return p.key[:]
-}
-
 // group is the decisions of a batch sent as one script call: the single
 // script for one decision, batch.lua's for more. A Limits decision and an
 // in-flight call are groups of their own.
@@ -310,14 +306,14 @@ next:
 // send adds g's script call to pipe, as EVALSHA or (after NOSCRIPT) as
 // EVAL, marked so that go-redis never sends it twice (see once).
 func (g *group) send(ctx context.Context, pipe redis.Pipeliner, eval bool) {
-	keys, args := g.members[0].targets(), g.members[0].args
+	rkey, keys, args := g.members[0].key[0], g.members[0].keys, g.members[0].args
 	if len(g.members) > 1 {
 		keys, args = make([]string, len(g.members)), batchArgs(g.members)
 		for i, p := range g.members {
 			keys[i] = p.key[0]
 		}
 	}
-	g.cmd = evalCmd(ctx, g.prog, len(g.members) > 1, eval, keys, args)
+	g.cmd = evalCmd(ctx, g.prog, len(g.members) > 1, eval, rkey, keys, args)
 	_ = pipe.Process(ctx, once{g.cmd})
 }
 
@@ -331,7 +327,7 @@ func (g *group) runAlone(ctx context.Context, c redis.UniversalClient, t trip) {
 		t.node, t.decisions = redirected(g.cmd.Err(), t.node), 1
 	}
 	for _, p := range g.members {
-		p.reply, p.err = run(ctx, c, p.prog, false, p.targets(), p.args, t)
+		p.reply, p.err = run(ctx, c, p.prog, false, p.key[0], p.keys, p.args, t)
 	}
 }
 
@@ -435,19 +431,33 @@ func (b *batcher) send(ctx context.Context, pipe redis.Pipeliner, gs []group, t 
 	t.tell(latency, outcome, err)
 }
 
-// exec sends one batch and delivers its replies.
+// exec sends one batch and delivers its replies, by the latest deadline
+// of its live decisions.
 func (b *batcher) exec(batch []*pending) {
-	timeout, cold := b.s.timeout, false
-	if b.started.Load() < b.cold && b.started.Add(1) <= b.cold {
-		timeout, cold = max(timeout, coldTimeout), true
-	}
+	b.active.Add(1)
+	defer b.active.Add(-1)
+	now := time.Now()
+	gs := b.groups(batch, now)
 	ctx := context.Background()
-	if timeout != NoTimeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+	if b.s.timeout != NoTimeout && len(gs) > 0 {
+		// The batch ends by the latest deadline of its decisions: each
+		// caller stops waiting at its own, and a decision queued later
+		// keeps its share of the timeout.
+		var due time.Time
+		for i := range gs {
+			for _, p := range gs[i].members {
+				if p.due.After(due) {
+					due = p.due
+				}
+			}
+		}
+		if due.IsZero() {
+			due = now.Add(b.s.timeout)
+		}
+		c := startCall(ctx, due.Sub(now))
+		defer c.end()
+		ctx = c
 	}
-	gs := b.groups(batch, time.Now())
 	// A pipeline serves many callers: OnStoreCall gets
 	// context.Background(), and the decisions it carries.
 	t := b.s.trip(context.Background(), b.n, 0)
@@ -481,7 +491,6 @@ func (b *batcher) exec(batch []*pending) {
 		b.n.answered(gs[i].cmd.Err())
 	}
 	for _, p := range batch {
-		p.cold = cold
 		p.done <- struct{}{} // the caller may reuse p from here on
 	}
 }

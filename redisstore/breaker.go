@@ -1,8 +1,11 @@
 package redisstore
 
 import (
+	"context"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate/observe"
 )
@@ -114,6 +117,15 @@ func (b *breaker) done(now time.Time, probe bool, o outcome) change {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	from := b.state
+	if probe && o == timedOut {
+		// The probe waited its whole deadline (the cooldown): the node
+		// still stalls, and the cooldown has passed meanwhile. The next
+		// decision sends the next probe, so that one PING is always out
+		// and the stall's end is seen within a round trip of it.
+		b.probing = false
+		b.state, b.until = BreakerOpen, now
+		return change{from, b.state}
+	}
 	switch o {
 	case timedOut:
 		o = failed
@@ -157,4 +169,74 @@ func (b *breaker) current() BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state
+}
+
+// probe sends the half-open breaker of n its probe: a PING, on a goroutine
+// of its own, with a deadline of its own (BreakerCooldown, or Timeout if
+// longer) rather than a decision's. A decision's timeout measures the
+// wait of a caller; a probe measures whether the node answers. Callers
+// that retry a failed decision at once keep a small host's CPUs busy, and
+// a probe that had to answer within a decision's 20ms, behind them in the
+// run queue, failed though Redis was back, and the breaker stayed open
+// for as long as they spun. The decision that found the breaker half-open
+// fails as when it is open; the probe's outcome closes the breaker or
+// opens it for another cooldown. Close cancels a probe in flight.
+func (s *Store) probe(n *node) {
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		n.breaker.done(s.wall(), true, ignored)
+		return
+	}
+	s.inflight.Add(1)
+	s.mu.RUnlock()
+	go func() {
+		defer s.inflight.Done()
+		timeout := s.cooldown
+		if s.timeout != NoTimeout {
+			timeout = max(timeout, s.timeout)
+		}
+		ctx, cancel := context.WithTimeout(s.life, timeout)
+		defer cancel()
+		t := s.trip(context.Background(), n, 0)
+		start := time.Since(mono)
+		err := s.pingNode(ctx, n)
+		if t.s != nil {
+			t.report(time.Since(mono)-start, err)
+		}
+		o := succeeded
+		switch {
+		case s.life.Err() != nil:
+			o = ignored
+		case err != nil:
+			// classify with no caller: a timeout is the node's.
+			o, _ = classify(context.Background(), err)
+		}
+		c := n.breaker.done(s.wall(), true, o)
+		if o == succeeded {
+			n.answered(nil)
+			s.kickCleanup()
+		}
+		s.report(context.Background(), n, c)
+	}()
+}
+
+// pingNode sends n a PING within ctx's deadline, on a goroutine of its own
+// when the client would not stop at it.
+func (s *Store) pingNode(ctx context.Context, n *node) error {
+	var c redis.UniversalClient = s.client
+	if nc := n.client.Load(); nc != nil {
+		c = nc
+	}
+	if !s.guard {
+		return c.Ping(ctx).Err()
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Ping(ctx).Err() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

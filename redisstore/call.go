@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,62 +22,65 @@ var errStarved = errors.New("redisstore: no free slot before the deadline")
 // call runs the script id at node n on rkey, or on keys when they are
 // not nil (a Limits'; rkey is then the first). Options.Timeout bounds
 // the whole call, from the wait for one of n's MaxInFlight slots (at most
-// half of it; see waitSlot) to the reply; batched, n's batcher bounds it
-// (see batcher.do). probe is the half-open breaker's probe, which never
-// waits for a slot. It also reports whether the call was one of the
-// store's first, cold ones.
-func (s *Store) call(ctx context.Context, n *node, probe bool, id prog, rkey string, keys []string, args []any) (reply any, err error, cold bool) {
-	if n.batch != nil {
-		return n.batch.do(ctx, id, rkey, keys, args)
+// half of it; see waitSlot) to the reply. A batching node sends the call
+// at once, from the caller's goroutine, when it has nothing in flight
+// (the direct path: a serial caller pays no hop through the batcher and
+// the single-decision script, as unbatched), and otherwise queues it for
+// its batcher, which sends the calls that arrive while others are in
+// flight together (see batcher.do). A call made alone (a release of an
+// in-flight hold, which frees a slot others wait for, must not queue
+// behind their Acquires) takes the unbatched path whatever is in flight.
+func (s *Store) call(ctx context.Context, n *node, id prog, alone bool, rkey string, keys []string, args []any) (reply any, err error) {
+	if b := n.batch; b != nil && !alone {
+		if !b.active.CompareAndSwap(0, 1) {
+			return b.do(ctx, id, rkey, keys, args)
+		}
+		defer b.active.Add(-1)
 	}
 	// The round trips are the caller's: OnStoreCall gets its context.
 	t := s.trip(ctx, n, 1)
 	timeout := s.timeout
-	if s.started.Load() < s.cold && s.started.Add(1) <= s.cold {
-		cold, timeout = true, max(timeout, coldTimeout)
-	}
 	if timeout != NoTimeout {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	// The probe takes no slot: it must not queue behind calls that a
-	// stalled node holds until their deadline (or, guarded, until
-	// go-redis gives up on them).
-	if !probe {
-		select {
-		case n.gate <- struct{}{}:
-		default:
-			if err := s.waitSlot(ctx, n, timeout); err != nil {
-				return nil, err, cold
-			}
+		if s.guard {
+			// guarded waits for ctx.Done after the caller returns.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		} else {
+			c := startCall(ctx, timeout)
+			defer c.end()
+			ctx = c
 		}
 	}
-	if keys == nil {
-		keys = []string{rkey}
+	select {
+	case n.gate <- struct{}{}:
+	default:
+		if err := s.waitSlot(ctx, n, timeout); err != nil {
+			return nil, err
+		}
 	}
 	if !s.guard || timeout == NoTimeout {
 		// The client bounds the call by ctx (see derive); with NoTimeout
 		// the caller's context and go-redis' timeouts do.
-		reply, err = s.runAt(ctx, n, id, keys, args, t)
-		if !probe {
-			<-n.gate
-		}
+		reply, err = s.runAt(ctx, n, id, rkey, keys, args, t)
+		<-n.gate
 		n.answered(err)
-		return reply, err, cold
+		return reply, err
 	}
-	// The client would not stop at ctx's deadline: run the call on its own
-	// goroutine and stop waiting at the deadline. The goroutine keeps its
-	// slot (and its connection) until go-redis gives up (its read, write
-	// and pool timeouts), so at most MaxInFlight such calls (and a probe)
-	// run at once per node; Close waits for them.
+	return s.guarded(ctx, n, id, rkey, keys, args, t)
+}
+
+// guarded runs a call on its own goroutine and stops waiting at ctx's
+// deadline, for a client that would not stop there. The goroutine keeps
+// its slot (and its connection) until go-redis gives up (its read, write
+// and pool timeouts), so at most MaxInFlight such calls run at once per
+// node; Close waits for them.
+func (s *Store) guarded(ctx context.Context, n *node, id prog, rkey string, keys []string, args []any, t trip) (any, error) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		if !probe {
-			<-n.gate
-		}
-		return nil, unavailable(floodgate.ErrClosed, nil), cold
+		<-n.gate
+		return nil, unavailable(floodgate.ErrClosed, nil)
 	}
 	s.inflight.Add(1)
 	s.mu.RUnlock()
@@ -86,19 +91,77 @@ func (s *Store) call(ctx context.Context, n *node, probe bool, id prog, rkey str
 	ch := make(chan result, 1)
 	go func() {
 		defer s.inflight.Done()
-		v, err := s.runAt(ctx, n, id, keys, args, t)
-		if !probe {
-			<-n.gate
-		}
+		v, err := s.runAt(ctx, n, id, rkey, keys, args, t)
+		<-n.gate
 		n.answered(err)
 		ch <- result{v, err}
 	}()
 	select {
 	case r := <-ch:
-		return r.v, r.err, cold
+		return r.v, r.err
 	case <-ctx.Done():
-		return nil, ctx.Err(), cold
+		return nil, ctx.Err()
 	}
+}
+
+// callCtx is the context of one call with a timeout: context.WithTimeout
+// without its five allocations, reused through callCtxs. Its Done is
+// closed at its deadline, not when its parent ends (a caller that cancels
+// still waits at most the timeout), and Err reports either. It may be
+// used only until end: a client that keeps a call's context after the call
+// returns (guarded) needs context.WithTimeout.
+type callCtx struct {
+	context.Context
+	deadline time.Time
+	done     chan struct{} // closed by fire
+	timer    *time.Timer   // fires at deadline; stopped by end
+	expired  atomic.Bool
+}
+
+var callCtxs = sync.Pool{New: func() any {
+	c := &callCtx{done: make(chan struct{})}
+	c.timer = time.AfterFunc(time.Hour, c.fire)
+	c.timer.Stop()
+	return c
+}}
+
+// startCall returns a callCtx of parent ending within timeout.
+func startCall(parent context.Context, timeout time.Duration) *callCtx {
+	c := callCtxs.Get().(*callCtx)
+	c.Context, c.deadline = parent, time.Now().Add(timeout)
+	if d, ok := parent.Deadline(); ok && d.Before(c.deadline) {
+		c.deadline, timeout = d, time.Until(d)
+	}
+	c.timer.Reset(timeout)
+	return c
+}
+
+func (c *callCtx) fire() {
+	c.expired.Store(true)
+	close(c.done)
+}
+
+// end stops c's timer and returns c to callCtxs.
+func (c *callCtx) end() {
+	if !c.timer.Stop() {
+		// The timer has fired: fire runs, or has run, on its own
+		// goroutine; wait for it before c serves another call.
+		<-c.done
+		c.done = make(chan struct{})
+		c.expired.Store(false)
+	}
+	c.Context = nil
+	callCtxs.Put(c)
+}
+
+func (c *callCtx) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *callCtx) Done() <-chan struct{}       { return c.done }
+
+func (c *callCtx) Err() error {
+	if c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return c.Context.Err()
 }
 
 // waitSlot waits for one of n's slots, at most half of timeout (none with
@@ -131,17 +194,17 @@ func (s *Store) waitSlot(ctx context.Context, n *node, timeout time.Duration) er
 // redirection. Neither sends a script twice (see once). t reports the
 // round trips: the redirected call as one to the node the redirection
 // names (the ClusterClient may make more, following further ones).
-func (s *Store) runAt(ctx context.Context, n *node, id prog, keys []string, args []any, t trip) (any, error) {
+func (s *Store) runAt(ctx context.Context, n *node, id prog, rkey string, keys []string, args []any, t trip) (any, error) {
 	c := n.client.Load()
 	if c == nil || s.single != nil {
-		return run(ctx, s.client, id, false, keys, args, t)
+		return run(ctx, s.client, id, false, rkey, keys, args, t)
 	}
-	reply, err := run(ctx, c, id, false, keys, args, t)
+	reply, err := run(ctx, c, id, false, rkey, keys, args, t)
 	if s.cluster != nil && isRedirect(err) {
 		if t.s != nil {
 			t.node = redirected(err, t.node)
 		}
-		return run(ctx, s.cluster, id, false, keys, args, t)
+		return run(ctx, s.cluster, id, false, rkey, keys, args, t)
 	}
 	return reply, err
 }

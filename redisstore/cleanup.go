@@ -33,12 +33,13 @@ const (
 	// its hold frees at its TTL. An entry costs about 120 bytes with its
 	// strings, so a full queue holds about half a megabyte.
 	cleanupQueue = 4096
-	// cleanupAttempts is the number of attempts of one removal, at
-	// 1/16, 1/8, 1/4 and 1/2 of the hold's TTL after the failed call: a
-	// stall that made the call fail is likely over by the later ones, an
-	// open breaker (1s by default) has let a probe through, and the last
-	// leaves half the TTL for the attempt itself.
-	cleanupAttempts = 4
+	// cleanupAttempts is the number of attempts of one removal: at once,
+	// so that a hold freed by a healthy Redis frees its slot within a
+	// round trip, then at 1/16, 1/8, 1/4 and 1/2 of the hold's TTL after
+	// the failed call: a stall that made the call fail is likely over by
+	// the later ones, an open breaker (1s by default) has let a probe
+	// through, and the last leaves half the TTL for the attempt itself.
+	cleanupAttempts = 5
 )
 
 // cleanup is one hold to remove: its key and member, when the next
@@ -117,7 +118,10 @@ func (c *cleaner) releaseTTL() time.Duration {
 // delay returns when attempt number tries (from 0) of a removal of a hold
 // of ttl is due, after the failed call: ttl/16, ttl/8, ttl/4, ttl/2.
 func delay(ttl time.Duration, tries int) time.Duration {
-	return ttl / time.Duration(int64(16)>>tries)
+	if tries == 0 {
+		return 0
+	}
+	return ttl / time.Duration(int64(32)>>tries)
 }
 
 // add queues e, or drops and counts it when the queue is full or the
@@ -141,6 +145,29 @@ func (s *Store) addCleanup(e cleanup) {
 		}
 		return
 	}
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
+
+// kickCleanup makes every queued removal due now: a breaker's probe has
+// just found its node answering again, and the holds that failed calls
+// left during the outage (their scripts ran as soon as the node resumed)
+// take slots that callers are waiting for. Without it, they waited for
+// their next attempt, up to half a TTL away.
+func (s *Store) kickCleanup() {
+	c := &s.cleaner
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started || c.closed || len(c.q) == 0 {
+		return
+	}
+	now := time.Now()
+	for i := range c.q {
+		if c.q[i].due.After(now) {
+			c.q[i].due = now
+		}
+	}
+	heap.Init(&c.q)
 	close(c.changed)
 	c.changed = make(chan struct{})
 }
@@ -217,7 +244,7 @@ func (s *Store) cleanupWorker() {
 // attempt is queued again until the last; then the hold is abandoned.
 func (s *Store) attemptCleanup(e cleanup) {
 	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: e.member}.ARGV()
-	reply, _, _, err := s.callInflight(s.cleaner.ctx, e.rkey, args)
+	reply, _, _, err := s.callInflight(s.cleaner.ctx, true, e.rkey, args)
 	if err == nil {
 		removed, _, derr := decodeInflight(reply)
 		if derr == nil && (removed || !e.acquire) {

@@ -285,9 +285,11 @@ func TestCleanupBounds(t *testing.T) {
 	require.Equal(t, uint64(cleanupQueue+2), s.AbandonedHolds(), "AbandonedHolds() after a removal added after Close")
 }
 
-// TestCleanupDelay: the attempts fall at 1/16, 1/8, 1/4 and 1/2 of the TTL.
+// TestCleanupDelay: the attempts fall at once, then at 1/16, 1/8, 1/4 and
+// 1/2 of the TTL.
 func TestCleanupDelay(t *testing.T) {
-	for i, want := range []time.Duration{1 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+	require.Len(t, []int{0, 1, 2, 3, 4}, cleanupAttempts)
+	for i, want := range []time.Duration{0, 1 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
 		require.Equal(t, want, delay(16*time.Second, i), "delay(16s, %d)", i)
 	}
 }

@@ -85,7 +85,13 @@ type processor interface {
 }
 
 // program is a script: its source and its SHA-1, as EVALSHA takes it.
-type program struct{ hash, src string }
+type program struct {
+	hash, src string
+	// evalsha and eval are the first three arguments of its calls but for
+	// the number of keys, boxed once: a string boxed at each call costs an
+	// allocation.
+	evalsha, eval [2]any
+}
 
 // prog names a script of the store: that of one of the five algorithms,
 // as its step.Kind, or progLimits.
@@ -97,23 +103,30 @@ const progLimits = prog(step.KindSlidingLog + 1)
 
 func newProgram(src string) program {
 	sum := sha1.Sum([]byte(src))
-	return program{hash: hex.EncodeToString(sum[:]), src: src}
+	hash := hex.EncodeToString(sum[:])
+	return program{hash: hash, src: src, evalsha: [2]any{"evalsha", hash}, eval: [2]any{"eval", src}}
 }
 
 // evalCmd returns the EVALSHA (or, with eval, EVAL) of script id (its
 // batch script, with batch) on keys and args.
-func evalCmd(ctx context.Context, id prog, batch, eval bool, keys []string, args []any) *redis.Cmd {
+func evalCmd(ctx context.Context, id prog, batch, eval bool, rkey string, keys []string, args []any) *redis.Cmd {
 	p := programs[id]
 	if batch {
 		p = batchPrograms[id]
 	}
-	a := make([]any, 3, 3+len(keys)+len(args))
-	a[0], a[1], a[2] = "evalsha", p.hash, len(keys)
+	a := make([]any, 3, 3+max(len(keys), 1)+len(args))
+	a[0], a[1] = p.evalsha[0], p.evalsha[1]
 	if eval {
-		a[0], a[1] = "eval", p.src
+		a[0], a[1] = p.eval[0], p.eval[1]
 	}
-	for _, k := range keys {
-		a = append(a, k)
+	if keys == nil {
+		a[2] = 1
+		a = append(a, rkey)
+	} else {
+		a[2] = len(keys)
+		for _, k := range keys {
+			a = append(a, k)
+		}
 	}
 	a = append(a, args...)
 	return redis.NewCmd(ctx, a...)
@@ -121,11 +134,11 @@ func evalCmd(ctx context.Context, id prog, batch, eval bool, keys []string, args
 
 // run makes one script call on c, once: EVALSHA and, when the server
 // lacks the script, EVAL. t reports each of the two as a round trip.
-func run(ctx context.Context, p processor, id prog, batch bool, keys []string, args []any, t trip) (any, error) {
-	cmd := evalCmd(ctx, id, batch, false, keys, args)
+func run(ctx context.Context, p processor, id prog, batch bool, rkey string, keys []string, args []any, t trip) (any, error) {
+	cmd := evalCmd(ctx, id, batch, false, rkey, keys, args)
 	t.process(ctx, p, cmd)
 	if isNoScript(cmd.Err()) {
-		cmd = evalCmd(ctx, id, batch, true, keys, args)
+		cmd = evalCmd(ctx, id, batch, true, rkey, keys, args)
 		t.process(ctx, p, cmd)
 	}
 	return cmd.Result()

@@ -17,7 +17,7 @@ type nowFunc func() time.Time
 func (f nowFunc) Now() time.Time { return f() }
 
 // conformanceOptions returns the options of a store under the harness: its
-// clock, or Redis TIME for a nil now, and batching when batch > 0.
+// clock, or Redis TIME for a nil now, and batching when batch > 1 (1: unbatched).
 func conformanceOptions(srv *server, now func() time.Time, batch int) *Options {
 	o := &Options{BatchSize: batch}
 	if now != nil {
@@ -41,14 +41,15 @@ func TestConformance(t *testing.T) {
 	}, nil)
 }
 
-// TestConformanceBatched runs the harness with batching on. On miniredis it
-// is a load test (the whole harness again, through one interpreter).
-func TestConformanceBatched(t *testing.T) {
+// TestConformanceUnbatched runs the harness with batching off (TestConformance
+// runs the default, batched). On miniredis it is a load test (the whole
+// harness again, through one interpreter).
+func TestConformanceUnbatched(t *testing.T) {
 	loadTest(t)
 	parallelOnMiniredis(t)
 	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 		srv := newServer(t)
-		return newStore(t, srv.client(t), conformanceOptions(srv, now, 16))
+		return newStore(t, srv.client(t), conformanceOptions(srv, now, 1))
 	}, nil)
 }
 
@@ -57,7 +58,7 @@ func TestConformanceBatched(t *testing.T) {
 // its own.
 func TestConformanceCluster(t *testing.T) {
 	addrs := clusterAddrs(t)
-	for _, batch := range []int{0, 16} {
+	for _, batch := range []int{1, 16} {
 		t.Run(map[int]string{0: "Unbatched", 16: "Batched"}[batch], func(t *testing.T) {
 			floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
 				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
@@ -87,7 +88,7 @@ func TestConformanceFleet(t *testing.T) {
 			prefix := testPrefix(t, srv.client(t))
 			ss := make([]floodgate.Store, n)
 			for i := range ss {
-				o := conformanceOptions(srv, now, i%2*16)
+				o := conformanceOptions(srv, now, 1+i%2*15) // unbatched and batched
 				o.Prefix = prefix
 				ss[i] = newStore(t, srv.client(t), o)
 			}

@@ -350,7 +350,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 		req := floodgate.Request{Op: floodgate.OpTake, N: limit, MaxDelay: time.Duration(tc.maxDelay)}
 		args := a.args(strconv.FormatInt(ws, 10), req, 1000)
 		call, cancel := context.WithTimeout(ctx, 10*time.Second)
-		reply, err := run(call, c, prog(step.KindSlidingWindow), false, []string{key}, args, trip{})
+		reply, err := run(call, c, prog(step.KindSlidingWindow), false, key, nil, args, trip{})
 		cancel()
 		require.NoError(t, err)
 		r, err := newReplyReader(reply)

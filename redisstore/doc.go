@@ -133,11 +133,13 @@
 // call (Options.Timeout, the node's breaker and slots). An Acquire never
 // sent (an open breaker, no free slot, a connection that could not be
 // dialled) or answered with an error reply leaves nothing to remove. Each
-// removal has 4 attempts, at 1/16, 1/8, 1/4 and 1/2 of the hold's TTL after
-// the failure (a Release, which does not know its hold's TTL, takes the
+// removal has 5 attempts: at once, then at 1/16, 1/8, 1/4 and 1/2 of the
+// hold's TTL after the failure (a Release, which does not know its hold's TTL, takes the
 // shortest the store has granted): an Acquire's continues until an
 // attempt removes the member, since its script may still be queued, and a
-// Release's stops at the first reply. An open breaker refuses an attempt
+// Release's stops at the first reply. Releases, renewals and removals are
+// sent on their own, never queued behind a batch of Acquires: a release
+// frees a slot that the Acquires wait for. An open breaker refuses an attempt
 // as it refuses any call; the attempt is not held for it, and the next
 // comes later (with the defaults, past the breaker's 1s cooldown). The
 // work is bounded: 4 goroutines, started by the first removal and stopped
@@ -148,24 +150,26 @@
 //
 // # Failures
 //
-// Every decision returns within Options.Timeout (20ms by default; twice it
-// when batched), whatever Redis does — killed, stalled (DEBUG SLEEP),
-// paused (CLIENT PAUSE), stopped (SIGSTOP), black-holed, failing over,
-// migrating a slot — and whatever options the go-redis client was built
-// with: a client that ignores context deadlines (go-redis' default) is
-// replaced by one that honours them (see New). The wait for one of a
-// node's Options.MaxInFlight slots counts against the timeout, so a
-// stalled node's calls cannot hold up the decisions queued behind them.
-// (A store's first calls, which dial and load scripts, get at least
-// 250ms, until one of them times out; NoTimeout leaves the bound to the
-// caller's context and go-redis.)
+// Every decision returns within Options.Timeout (50ms by default),
+// batched or not, the store's first decisions included, whatever Redis
+// does — killed, stalled (DEBUG SLEEP), paused (CLIENT PAUSE), stopped
+// (SIGSTOP), black-holed, failing over, migrating a slot — and whatever
+// options the go-redis client was built with: a client that ignores
+// context deadlines (go-redis' default) is replaced by one that honours
+// them (see New). The wait for a batch, or for one of a node's
+// Options.MaxInFlight slots, counts against the timeout, so a stalled
+// node's calls cannot hold up the decisions queued behind them.
+// NoTimeout leaves the bound to the caller's context and go-redis.
 //
 // Each node — a Cluster's master, a Ring's shard, the server of a Client —
 // has its own circuit breaker. It opens when, over the last second or so,
 // at least Options.BreakerThreshold calls to the node failed and they were
 // at least half of its calls; it then sends nothing to the node, so a dead
 // or slow node costs no latency, until Options.BreakerCooldown has passed
-// and one probe goes through (the probe waits for no slot). Other nodes'
+// and one probe goes through: a PING from a goroutine of the store's,
+// with a deadline of its own (the cooldown, or Timeout if longer), so that
+// callers retrying at once on a small host cannot starve it; the decision
+// that sends it fails as when the breaker is open. Other nodes'
 // keys are decided on Redis as before. A decision Redis does not make is
 // made by Options.OnFailure: FailError returns an error matching
 // floodgate.ErrUnavailable (and ErrTimeout, ErrRedis or ErrBreakerOpen),
@@ -259,9 +263,13 @@
 //
 // # Batching
 //
-// With Options.BatchSize of 2 or more, concurrent decisions are sent
-// together: each node has Options.BatchPipelines goroutines that take the
-// decisions queued for it, up to BatchSize, wait up to Options.BatchLinger
+// Batching is on by default (Options.BatchSize 64; 1 turns it off). A
+// decision goes out at once, from its caller's goroutine, as a call of
+// its own with the single-decision script, when nothing is in flight for
+// its node: a serial caller pays what an unbatched store costs. Decisions
+// that arrive while calls are in flight are queued: each node has
+// Options.BatchPipelines goroutines that take the decisions queued for
+// it, up to BatchSize, wait up to Options.BatchLinger (default 0)
 // for more, and send them to the node as one pipeline, re-sending the
 // calls that met NOSCRIPT as EVALs. Decisions of one algorithm share one
 // call of the batch script (batch.lua), which makes them in the
@@ -273,9 +281,10 @@
 // least); a call the node refuses with MOVED, ASK or TRYAGAIN (its slot
 // moved or is migrating) ran nowhere, and each of its decisions is made
 // again alone through the ClusterClient, which follows the redirection:
-// counts stay exact through a migration. A decision waits at most
-// Options.Timeout for a batch to take it (then fails unsent, with
-// ErrTimeout) and its batch at most Options.Timeout for the reply. On a
+// counts stay exact through a migration. A decision waits at most three
+// quarters of Options.Timeout for a batch to take it (then fails unsent,
+// with ErrTimeout), and at most Options.Timeout in all; a batch ends by
+// the latest deadline of its decisions. On a
 // UniversalClient other than *redis.Client, *redis.ClusterClient and
 // *redis.Ring, each decision is its own call in the pipeline. A Limits
 // decision is always a call of its own (its script, on its keys) in the

@@ -344,26 +344,31 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		}
 		require.Equal(t, []observe.BreakerChange{{Name: DefaultName, Node: node, From: BreakerClosed, To: BreakerOpen}}, rec.takeBreakers())
 
-		// Still down after the cooldown: the probe fails and the
-		// breaker opens again.
+		// Still down after the cooldown: the decision that finds the
+		// breaker half-open fails as when open and sends the probe, a
+		// PING, which fails: the breaker opens again.
 		wall.advance(cooldown)
 		_, _ = applyEach(ctx, s, "k", alg, take, each)
-		require.Equal(t, BreakerOpen, s.BreakerState("k"))
+		require.Equal(t, BreakerOpen, waitProbe(t, s, "k"))
 		require.Equal(t, []observe.BreakerChange{
 			{Name: DefaultName, Node: node, From: BreakerOpen, To: BreakerHalfOpen},
 			{Name: DefaultName, Node: node, From: BreakerHalfOpen, To: BreakerOpen},
 		}, rec.takeBreakers())
-		require.Len(t, rec.takeCalls(), 1, "the probe")
+		probes := rec.takeCalls()
+		require.Len(t, probes, 1, "the probe")
+		require.Zero(t, probes[0].Decisions, "the probe carries no decision")
 		require.Equal(t, int64(1), counted(rec.takeFailures(s)))
 
 		// Redis is back: after the cooldown the probe succeeds, and the
-		// decision comes from Redis, which still holds the 10 units
+		// next decision comes from Redis, which still holds the 10 units
 		// admitted before the outage.
 		px.setDown(false)
 		wall.advance(cooldown)
+		_, _ = applyEach(ctx, s, "k", alg, take, each)
+		require.Equal(t, BreakerClosed, waitProbe(t, s, "k"))
+		require.Equal(t, int64(1), counted(rec.takeFailures(s)), "the decision that sent the probe")
 		res, err := applyEach(ctx, s, "k", alg, take, each)
 		require.NoError(t, err)
-		require.Equal(t, BreakerClosed, s.BreakerState("k"))
 		require.True(t, res.Allowed)
 		require.Equal(t, int64(limit-11), res.Remaining)
 		require.Equal(t, []observe.BreakerChange{
@@ -372,6 +377,18 @@ func testFailurePolicy(t *testing.T, policy FailurePolicy, alg floodgate.Algorit
 		}, rec.takeBreakers())
 		require.Empty(t, rec.takeFailures(s))
 	})
+}
+
+// waitProbe waits for the probe of key's half-open breaker to end, and
+// returns the state it left.
+func waitProbe(t *testing.T, s *Store, key string) BreakerState {
+	t.Helper()
+	var state BreakerState
+	require.Eventually(t, func() bool {
+		state = s.BreakerState(key)
+		return state != BreakerHalfOpen
+	}, 10*time.Second, time.Millisecond, "the probe did not end")
+	return state
 }
 
 // TestFailLocalScales checks the local configurations FailLocal uses.
@@ -476,7 +493,7 @@ func TestNoTimeout(t *testing.T) {
 	parallelOnMiniredis(t)
 	alg := floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 10}
 	take := floodgate.Request{Op: floodgate.OpTake, N: 1}
-	for _, batch := range []int{0, 4} {
+	for _, batch := range []int{1, 4} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			srv := newServer(t)
 			px, c := proxiedClient(t, srv, true, 10*time.Second)
@@ -599,9 +616,13 @@ func TestClusterFailLocal(t *testing.T) {
 
 	d.setDown(false)
 	wall.advance(time.Minute)
+	// The first decision sends the probe (and is decided locally); the
+	// next, once the probe closed the breaker, by the cluster.
+	_, err := applyOnce(ctx, s, "k0", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
+	require.NoError(t, err)
+	require.Equal(t, BreakerClosed, waitProbe(t, s, "k"))
 	res, err := applyOnce(ctx, s, "k0", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 	require.NoError(t, err)
-	require.Equal(t, BreakerClosed, s.BreakerState("k"))
 	require.Equal(t, int64(20-11), res.Remaining, "the cluster kept the 10 units admitted before the outage")
 }
 
@@ -809,11 +830,11 @@ func newMini(t *testing.T) string {
 }
 
 // TestColdStallOpensBreaker starts a store while its Redis stalls: the
-// first call gets the cold allowance (it would dial and load the
-// scripts), but its timeout ends the allowance, so the calls after it
-// get Options.Timeout and open the breaker. Before, every one of the
-// store's first MaxInFlight calls waited 250ms and none counted: 30
-// sequential decisions left the breaker closed.
+// timeouts of a node that has answered nothing do not count against its
+// breaker for its first second (coldFor: its first calls dial), but every
+// decision still ends within Timeout (+50ms here), and the breaker opens
+// once that second has passed. Before, every one of the store's first
+// MaxInFlight calls waited 250ms.
 func TestColdStallOpensBreaker(t *testing.T) {
 	p := newProxy(t, newMini(t))
 	p.setStalled(true)
@@ -823,9 +844,14 @@ func TestColdStallOpensBreaker(t *testing.T) {
 	s := newStore(t, c, &Options{Prefix: "fg:", Timeout: 20 * time.Millisecond, BreakerThreshold: 3, MaxInFlight: 64})
 	alg := floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}
 	ctx := context.Background()
-	for i := range 30 {
+	start := time.Now()
+	for i := 0; s.BreakerState("k") != BreakerOpen; i++ {
+		require.Less(t, time.Since(start), 5*time.Second, "the breaker did not open")
+		began := time.Now()
 		_, err := applyOnce(ctx, s, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 		require.ErrorIs(t, err, floodgate.ErrUnavailable, "decision %d", i)
+		require.LessOrEqual(t, time.Since(began), 70*time.Millisecond, "decision %d", i)
 	}
+	require.GreaterOrEqual(t, time.Since(start), coldFor)
 	require.Equal(t, BreakerOpen, s.BreakerState("k"))
 }

@@ -114,7 +114,7 @@ func (s *Store) Acquire(ctx context.Context, name, key string, limit int64, ttl 
 	}
 	s.cleaner.noteTTL(ttl)
 	rkey := s.InflightKey(name, key)
-	reply, o, n, err := s.callInflight(ctx, rkey, args)
+	reply, o, n, err := s.callInflight(ctx, false, rkey, args)
 	if err == nil {
 		var ok bool
 		var n int64
@@ -211,7 +211,7 @@ func (s *Store) Renew(ctx context.Context, name, key string, h inflight.Hold, tt
 	if err != nil {
 		return false, err
 	}
-	reply, _, _, err := s.callInflight(ctx, s.InflightKey(name, key), args)
+	reply, _, _, err := s.callInflight(ctx, true, s.InflightKey(name, key), args)
 	if err != nil {
 		return false, err
 	}
@@ -237,7 +237,7 @@ func (s *Store) Release(ctx context.Context, name, key string, h inflight.Hold) 
 	member := s.holder(h.ID)
 	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: member}.ARGV()
 	rkey := s.InflightKey(name, key)
-	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), rkey, args)
+	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), true, rkey, args)
 	if err == nil {
 		_, _, err = decodeInflight(reply)
 	} else if !errors.Is(err, ErrReply) && !errors.Is(err, floodgate.ErrClosed) {
@@ -285,12 +285,12 @@ func decodeInflight(reply any) (ok bool, n int64, err error) {
 // callInflight sends inflight.lua with args on rkey through the path every
 // decision takes (Store.exec), after the checks of a decision: ctx has
 // not ended, the store is not closed.
-func (s *Store) callInflight(ctx context.Context, rkey string, args []any) (any, outcome, *node, error) {
+func (s *Store) callInflight(ctx context.Context, alone bool, rkey string, args []any) (any, outcome, *node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ignored, nil, err
 	}
 	if s.shut.Load() {
 		return nil, ignored, nil, unavailable(floodgate.ErrClosed, nil)
 	}
-	return s.exec(ctx, progInflight, rkey, nil, args)
+	return s.exec(ctx, progInflight, alone, rkey, nil, args)
 }

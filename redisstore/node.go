@@ -22,6 +22,7 @@ type node struct {
 	gate    chan struct{} // MaxInFlight slots for unbatched calls
 	batch   *batcher      // nil unless batching
 	served  atomic.Uint64 // calls the node answered (see busy)
+	born    time.Time     // when the store first called it (see cold)
 	fails   failCounts    // its failed decisions, for OnFailures (failures.go)
 }
 
@@ -40,12 +41,35 @@ func (n *node) busy(seen uint64, err error) bool {
 	return n.served.Load() != seen || (seen == 0 && errors.Is(err, errStarved))
 }
 
+// coldFor is how long the timeouts of a node that has answered nothing
+// yet do not count against its breaker: see cold.
+const coldFor = time.Second
+
+// cold reports whether a decision that timed out did so on a node that
+// has answered no call yet and was first called less than coldFor ago:
+// its first calls dial its connections and load the scripts, and a
+// process that starts under load sends hundreds of decisions at once
+// (512 goroutines timed out 0.45% of their first decisions, enough to
+// open the breaker). Such timeouts go to the failure policy, within
+// Options.Timeout as any; a node that stalls from the start opens its
+// breaker once coldFor has passed.
+func (n *node) cold() bool {
+	return n.served.Load() == 0 && time.Since(n.born) < coldFor
+}
+
 // answered counts a call that Redis answered: a reply, or an error reply.
 func (n *node) answered(err error) {
-	var re redis.Error
-	if err == nil || errors.As(err, &re) {
+	if err == nil || isReply(err) {
 		n.served.Add(1)
 	}
+}
+
+// isReply reports whether err is an error reply. (A function of its own:
+// errors.As moves its target to the heap, an allocation that answered
+// would otherwise make on every call, failed or not.)
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
 }
 
 // nodes holds a Cluster's or a Ring's nodes by address. Decisions read the
@@ -69,6 +93,7 @@ func (s *Store) newNode(addr string, c *redis.Client, batch bool) *node {
 		addr:    addr,
 		breaker: breaker{threshold: s.threshold, cooldown: s.cooldown},
 		gate:    make(chan struct{}, s.maxInFlight),
+		born:    time.Now(),
 	}
 	n.client.Store(c)
 	if batch && s.batchSize >= 2 {

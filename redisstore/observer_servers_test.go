@@ -15,10 +15,18 @@ import (
 
 // pipelineHook counts the pipelines of script calls a client sends (not
 // those that set up a connection: HELLO, CLIENT SETINFO).
-type pipelineHook struct{ sent atomic.Int64 }
+type pipelineHook struct{ sent, single atomic.Int64 }
 
-func (h *pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelineHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			h.single.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
 
 func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
@@ -36,14 +44,15 @@ func (h *pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // first: one event per EVALSHA and one per EVAL, the NOSCRIPT answers
 // among them, and the decisions of the events are the calls plus those
 // sent twice. Batched, with the scripts loaded: one event per pipeline the
-// client sent, carrying the calls between them, each pipeline at least
-// one EVALSHA.
+// client sent and per call sent alone (the direct path, taken when no
+// pipeline is in flight), carrying the calls between them, each pipeline
+// at least one EVALSHA.
 func TestObserverCallsCommandstats(t *testing.T) {
 	p := startRedisProc(t)
 	admin := redis.NewClient(&redis.Options{Addr: p.addr()})
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx := context.Background()
-	for _, batch := range []int{0, 16} {
+	for _, batch := range []int{1, 16} {
 		t.Run(fmt.Sprintf("batch=%d", batch), func(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: p.addr(), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = c.Close() })
@@ -51,14 +60,14 @@ func TestObserverCallsCommandstats(t *testing.T) {
 			c.AddHook(hook) // the store calls through c, which honours contexts
 			rec := &recorder{}
 			s := newStore(t, c, &Options{Observer: rec.observer(), BatchSize: batch})
-			if batch == 0 {
+			if batch < 2 {
 				require.NoError(t, admin.ScriptFlush(ctx).Err())
 			} else {
 				loadScripts(t, admin)
 			}
 			rec.takeCalls()
 			before := commandCalls(t, admin)
-			pipelines := hook.sent.Load()
+			pipelines, single := hook.sent.Load(), hook.single.Load()
 
 			n := callWorkload(t, s, 8, 10)
 			after := commandCalls(t, admin)
@@ -72,7 +81,7 @@ func TestObserverCallsCommandstats(t *testing.T) {
 				}
 			}
 			t.Logf("%d calls: %d events, %d EVALSHA, %d EVAL, %d NOSCRIPT, %d pipelines", n, len(cs), evalsha, eval, noscript, hook.sent.Load()-pipelines)
-			if batch == 0 {
+			if batch < 2 {
 				require.Positive(t, eval, "the flushed scripts are sent again")
 				require.Equal(t, evalsha+eval, int64(len(cs)), "an event per EVALSHA and per EVAL")
 				require.Equal(t, eval, int64(noscript), "an EVAL per NOSCRIPT")
@@ -81,7 +90,7 @@ func TestObserverCallsCommandstats(t *testing.T) {
 			}
 			require.Zero(t, eval)
 			require.Equal(t, n, decisionsOf(cs), "the decisions of the pipelines")
-			require.Equal(t, hook.sent.Load()-pipelines, int64(len(cs)), "an event per pipeline")
+			require.Equal(t, hook.sent.Load()-pipelines+hook.single.Load()-single, int64(len(cs)), "an event per pipeline and per call sent alone")
 			require.LessOrEqual(t, int64(len(cs)), evalsha)
 			require.LessOrEqual(t, evalsha, int64(n))
 		})

@@ -27,11 +27,12 @@ import (
 const (
 	DefaultName             = "redis"
 	DefaultPrefix           = "fg:"
-	DefaultTimeout          = 20 * time.Millisecond
+	DefaultTimeout          = 50 * time.Millisecond
 	DefaultExpiryMargin     = time.Second
 	DefaultBreakerThreshold = 10
 	DefaultBreakerCooldown  = time.Second
 	DefaultBatchPipelines   = 4
+	DefaultBatchSize        = 64
 )
 
 // NoTimeout, as Options.Timeout, turns the store's per-call timeout off: a
@@ -69,33 +70,33 @@ type Options struct {
 	// difference.
 	Now func() time.Time
 
-	// Timeout bounds each decision's time in the store, from the wait for
-	// one of its node's MaxInFlight slots to Redis' reply; a batched
-	// decision waits at most Timeout for a batch to take it, and its batch
-	// at most Timeout for the reply. A decision that times out fails with
-	// ErrTimeout, counts against its node's breaker, and goes to the
-	// failure policy. The bound holds whatever options the go-redis
-	// client was built with (see New). The wait for a slot takes at most
-	// half of it, so that a call has at least half left for Redis. The
-	// default is 20ms: a loopback or same-zone round trip takes well under
-	// 1ms, and the rest leaves room for GC pauses and loaded hosts. A
-	// process that sends far more decisions at once than its slots carry
-	// sees some time out (512 goroutines on one unbatched store on a
-	// 2-core machine: 20-44% of decisions; batched, none): batch such
-	// fan-in. Lower it where failing fast matters more; NoTimeout turns it
-	// off.
-	// The first MaxInFlight calls of a Store (the first BatchPipelines
-	// batches of each node), which dial connections and load scripts, get
-	// at least 250ms, and their timeouts do not count against the breaker,
-	// until the first of them times out: the calls after it get Timeout.
+	// Timeout bounds each decision's time in the store, from its wait
+	// for a batch (or for one of its node's MaxInFlight slots, unbatched)
+	// to Redis' reply, the store's first decisions included. A decision
+	// that times out fails with ErrTimeout and goes to the failure
+	// policy; it counts against its node's breaker unless the node
+	// answered other calls meanwhile (the process sent more at once than
+	// the node could carry) or has answered nothing yet and was first
+	// called less than a second ago (its connections are being dialled).
+	// The bound holds whatever options the go-redis client was built with
+	// (see New). A batched decision waits at most three quarters of it
+	// for a batch to take it, an unbatched one at most half of it for a
+	// slot, so that the call has the rest. The default is 50ms, chosen
+	// from measurement: 512 goroutines deciding at once on one store
+	// (TestFanIn, a default-options client, a healthy Redis on a loaded
+	// 2-core host) timed out 0.08-2.1% of their decisions at 20ms and
+	// none of 409,600 at 50ms or 100ms. Lower it where failing fast
+	// matters more; NoTimeout turns it off.
 	Timeout time.Duration
 
 	// MaxInFlight is the most unbatched calls sent to one node (a
 	// Cluster's master, a Ring's shard, the server of a Client) at once;
 	// the others wait for a slot, within Timeout. The default is the
 	// client's PoolSize (go-redis' default: 10 per CPU, per node), so that
-	// calls wait here rather than for a connection inside go-redis. The
-	// probe of a half-open breaker takes no slot.
+	// calls wait here rather than for a connection inside go-redis. With
+	// batching (the default), the one decision a node sends alone takes
+	// a slot; the pipelines and the probe of a half-open breaker take
+	// none.
 	MaxInFlight int
 
 	// ExpiryMargin is added to the TTL of every key written, which is
@@ -126,7 +127,11 @@ type Options struct {
 	BreakerThreshold int
 
 	// BreakerCooldown is how long an open breaker sends nothing to its
-	// node before it lets one probe through. The default is 1s.
+	// node before it lets one probe through: a PING on a goroutine of the
+	// store's, with a deadline of BreakerCooldown (or Timeout if longer),
+	// not a decision. The decision that finds the breaker due for a probe
+	// fails as when it is open; the probe's reply closes the breaker. The
+	// default is 1s.
 	BreakerCooldown time.Duration
 
 	// Name names the store in the events of Observer (observe.StoreCall,
@@ -143,19 +148,23 @@ type Options struct {
 	// tells no one, at the cost of a comparison per event.
 	Observer *observe.Observer
 
-	// BatchSize enables batching when at least 2: concurrent decisions are
-	// sent to Redis together, up to BatchSize per pipeline, which multiplies
-	// throughput under concurrency at the price of a hop through the
-	// store's goroutines. The default (0) sends each decision on its own.
+	// BatchSize is the most decisions sent to one node in one pipeline.
+	// A decision goes out at once, on its caller's goroutine and with the
+	// single-decision script, when nothing is in flight for its node;
+	// decisions that arrive while calls are in flight share the next
+	// pipeline (see the package doc). The default is 64; 1 turns batching
+	// off: each decision is a call of its own, from its caller's
+	// goroutine, within the node's MaxInFlight slots.
 	BatchSize int
 
 	// BatchLinger is how long a batch waits for more decisions once it has
 	// one. The default, 0, sends what is queued at once: batches form only
-	// while earlier pipelines are in flight, adding no latency.
+	// while earlier calls are in flight, adding no latency.
 	BatchLinger time.Duration
 
-	// BatchPipelines is the number of pipelines in flight at once when
-	// batching. The default is 4.
+	// BatchPipelines is the number of pipelines in flight at once per
+	// node when batching, beside the one decision sent alone. The default
+	// is 4.
 	BatchPipelines int
 }
 
@@ -195,33 +204,17 @@ type Store struct {
 	localHolds  *inflight.LocalStore                         // FailLocal's in-flight holds
 	wall        func() time.Time                             // the breakers' clock; tests replace it
 
+	life     context.Context // ended by Close: a breaker's probe in flight stops
+	stop     context.CancelFunc
 	mu       sync.RWMutex // guards closed against inflight.Add
 	closed   bool
 	shut     atomic.Bool    // closed, read without the lock
-	started  atomic.Int64   // calls sent to Redis, up to cold
-	cold     int64          // the number of first calls with coldTimeout
 	inflight sync.WaitGroup // guarded calls still running
 	holds    holdIDs        // package inflight's holds (inflight.go)
 	cleaner  cleaner        // removes the holds failed calls left (cleanup.go)
 }
 
 var _ floodgate.Store = (*Store)(nil)
-
-// coldTimeout is the least timeout of a Store's first calls (as many as
-// MaxInFlight, or as many batches as BatchPipelines): they dial the
-// connections and load the scripts, several round trips each. The first
-// of them to time out ends the allowance (endCold).
-const coldTimeout = 250 * time.Millisecond
-
-// endCold ends the cold calls' allowance of the store, or of node n's
-// batcher when n batches: the calls after it get Options.Timeout.
-func (s *Store) endCold(n *node) {
-	if n.batch != nil {
-		n.batch.started.Store(n.batch.cold)
-		return
-	}
-	s.started.Store(s.cold)
-}
 
 // programs are the scripts, and batchPrograms those making a batch of
 // decisions of one algorithm (scripts.BatchSource), indexed by prog. A
@@ -317,6 +310,9 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if o.BreakerCooldown == 0 {
 		o.BreakerCooldown = DefaultBreakerCooldown
 	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
 	if o.BatchPipelines == 0 {
 		o.BatchPipelines = DefaultBatchPipelines
 	}
@@ -338,9 +334,9 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		linger:      o.BatchLinger,
 		pipelines:   o.BatchPipelines,
 		name:        o.Name,
-		cold:        int64(o.MaxInFlight),
 		wall:        time.Now,
 	}
+	s.life, s.stop = context.WithCancel(context.Background())
 	if obs := o.Observer; obs != nil {
 		s.onCall, s.onBreaker = obs.OnStoreCall, obs.OnBreaker
 		if obs.OnFailures != nil {
@@ -410,6 +406,7 @@ func (s *Store) Close() error {
 	if was {
 		return nil
 	}
+	s.stop()
 	// Before the batchers: a removal in flight may be in a batch.
 	s.stopCleanup()
 	for _, n := range s.all() {
@@ -585,7 +582,7 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 		}
 		rkey = keys[0]
 	}
-	reply, o, n, err := s.exec(ctx, a.prog(), rkey, keys, b.args.args(a, now, req, s.marginMs))
+	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, req, s.marginMs))
 	if err == nil {
 		res, derr := a.decode(reply, req, each)
 		if derr == nil {
@@ -613,8 +610,9 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 // absorbs (an error reply about the data); and the node it called, nil
 // when the client could not tell which node serves rkey, for the counts
 // of failures. Decisions (apply) and package inflight's calls
-// (inflight.go) share it.
-func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, args []any) (any, outcome, *node, error) {
+// (inflight.go) share it. alone sends the call on its own even when the
+// node batches (see call).
+func (s *Store) exec(ctx context.Context, id prog, alone bool, rkey string, keys []string, args []any) (any, outcome, *node, error) {
 	// One reading of the clock serves the breaker before and after the
 	// call: its tallies count calls per second.
 	wall := s.wall()
@@ -631,37 +629,42 @@ func (s *Store) exec(ctx context.Context, id prog, rkey string, keys []string, a
 	}
 	ok, probe, c := n.breaker.allow(wall)
 	s.report(ctx, n, c)
+	if probe {
+		// The half-open breaker's probe is a PING of its own (see
+		// probe); the decision fails as when the breaker is open.
+		s.probe(n)
+		ok = false
+	}
 	if !ok {
 		// Not a round trip: nothing for OnStoreCall; the decision's
 		// failure is counted for OnFailures.
 		s.reload(wall)
+		// Callers that retry a failed decision at once never block, so
+		// Go's scheduler preempts them only every 10ms: with a hundred
+		// of them on two CPUs, the goroutines that wait to run (the
+		// breaker's probe reading its reply, the callers of other nodes)
+		// waited for seconds (a decision on an open breaker took 367ms,
+		// measured by TestColdStartStall). Yielding here costs a caller
+		// well under a microsecond and keeps those waits short.
+		runtime.Gosched()
 		return nil, failed, n, errBreakerOpen
 	}
 	seen := n.served.Load()
-	reply, err, cold := s.call(ctx, n, probe, id, rkey, keys, args)
+	reply, err := s.call(ctx, n, id, alone, rkey, keys, args)
 	if err != nil && s.shut.Load() {
 		// Close ended the call (it closes the store's own client).
-		s.report(ctx, n, n.breaker.done(wall, probe, ignored))
+		s.report(ctx, n, n.breaker.done(wall, false, ignored))
 		return nil, ignored, n, unavailable(floodgate.ErrClosed, nil)
 	}
 	o, err := classify(ctx, err)
-	if o == timedOut && cold {
-		// A first call dials and loads the scripts, so its timeout says
-		// little of Redis; but Redis did not answer it in 250ms, so the
-		// others would not be answered either: they get the real timeout,
-		// and count, as calls of a warm store do. Without this, a store
-		// started while Redis stalls spent 250ms on each of its first
-		// MaxInFlight decisions and never opened its breaker.
-		s.endCold(n)
-	}
-	if o == timedOut && (cold || n.busy(seen, err)) {
-		// The first calls dial connections and load the scripts, and a
-		// process may send more at once than its slots carry: those
-		// timeouts say little of Redis (see node.busy). Errors (a refused
-		// connection) still count.
+	if o == timedOut && (n.busy(seen, err) || n.cold()) {
+		// A process may send more at once than its slots or batches
+		// carry, and a node's first calls dial its connections: those
+		// timeouts say little of Redis (see node.busy and node.cold).
+		// Errors (a refused connection) still count.
 		o = busy
 	}
-	s.report(ctx, n, n.breaker.done(wall, probe, o))
+	s.report(ctx, n, n.breaker.done(wall, false, o))
 	if o == failed || o == timedOut || o == refused {
 		s.reload(wall)
 	}
