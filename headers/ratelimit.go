@@ -213,23 +213,35 @@ func appendLimit(b []byte, l Limit) ([]byte, error) {
 	if b, ok = appendSFString(b, l.Name); !ok {
 		return b, fieldError(FieldRateLimit, ErrSyntax, "policy name "+strconv.Quote(l.Name)+" is not printable ASCII")
 	}
-	if l.Remaining < 0 {
-		return b, fieldError(FieldRateLimit, ErrRange, "negative remaining quota")
-	}
 	b = append(b, ";r="...)
-	if b, ok = appendSFInteger(b, l.Remaining); !ok {
-		return b, fieldError(FieldRateLimit, ErrRange, "remaining quota has more than 15 digits")
+	var err error
+	if b, err = appendLimitCounts(b, l.Remaining, l.Reset); err != nil {
+		return b, err
 	}
-	if l.Reset < 0 {
-		return b, fieldError(FieldRateLimit, ErrRange, "negative reset")
-	}
-	b = append(b, ";t="...)
-	b = strconv.AppendInt(b, Seconds(l.Reset), 10)
 	if l.PartitionKey != nil {
 		b = append(b, ";pk="...)
 		b = appendSFBytes(b, l.PartitionKey)
 	}
 	return b, nil
+}
+
+// appendLimitCounts appends what follows `"name";r=` in an item of
+// RateLimit up to its pk: the remaining count, ";t=" and the reset. It is
+// apart from appendLimit so that PolicySet, which holds each name's text,
+// writes the same bytes and fails with the same errors.
+func appendLimitCounts(b []byte, remaining int64, reset time.Duration) ([]byte, error) {
+	if remaining < 0 {
+		return b, fieldError(FieldRateLimit, ErrRange, "negative remaining quota")
+	}
+	var ok bool
+	if b, ok = appendSFInteger(b, remaining); !ok {
+		return b, fieldError(FieldRateLimit, ErrRange, "remaining quota has more than 15 digits")
+	}
+	if reset < 0 {
+		return b, fieldError(FieldRateLimit, ErrRange, "negative reset")
+	}
+	b = append(b, ";t="...)
+	return strconv.AppendInt(b, Seconds(reset), 10), nil
 }
 
 // ParsePolicy parses the lines of a RateLimit-Policy field. It reads the

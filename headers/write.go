@@ -178,37 +178,91 @@ func Write(h http.Header, style Style, rep Report, opts *WriteOptions) error {
 // WriteReports fails, and leaves h unchanged, when reps is empty or a
 // report cannot be expressed (see Write). The policy names should differ:
 // RateLimit refers to policies by name.
+//
+// Each field's value is a []string of its own, of length and capacity 1:
+// a handler may Add to or modify one. WriteReports formats every policy on
+// each call; a server that writes the same policies on every response
+// formats them once with NewPolicySet and writes with its WriteReports,
+// which writes the same bytes.
 func WriteReports(h http.Header, style Style, reps []Report, opts *WriteOptions) error {
+	return writeReports(h, style, reps, opts, nil)
+}
+
+// field is one field writeReports sets: its canonical name and its value,
+// either val or, when inBuf, the bytes buf[start:end] of the buffer every
+// varying value is appended to.
+type field struct {
+	key        string
+	val        string
+	inBuf      bool
+	start, end int
+}
+
+// writeReports is WriteReports, with the text of the policies of s (nil or
+// empty: none) taken from s instead of formatted; see PolicySet.
+//
+// It costs at most two allocations however many fields it sets, once the
+// values fit its buffer: one string holding every value that varies, of
+// which each such value is a substring, and one array of strings holding
+// every value, of which each field's []string is a slice of length and
+// capacity 1, so that a handler's Header.Add to one field reallocates it
+// and never writes into another's. Nothing is shared between calls but
+// immutable strings: each response owns its slices.
+func writeReports(h http.Header, style Style, reps []Report, opts *WriteOptions, s *PolicySet) error {
 	if len(reps) == 0 {
 		return fieldError(FieldRateLimit, ErrRange, "no report to write")
 	}
-	if opts == nil {
-		opts = &WriteOptions{}
+	var o WriteOptions
+	if opts != nil {
+		o = *opts
 	}
 	rep := reps[0]
 	reset := rep.Reset()
 	// The field names are given in their canonical form and set directly:
 	// Header.Set would allocate each canonical name on every call.
-	type kv struct{ k, v string }
-	var out [9]kv // 2 IETF, 3 per trio, Retry-After
+	var out [9]field // 2 IETF, 3 per trio, Retry-After
 	n := 0
+	// One buffer, on the stack, holds the varying values while they are
+	// built: 8 reports of names up to 20 bytes and 15-digit counts, and
+	// every trio and Retry-After, fit.
+	var buf [512]byte
+	b := buf[:0]
+	// span records the value appended to b since start as the next field.
+	span := func(key string, start int) {
+		out[n] = field{key: key, inBuf: true, start: start, end: len(b)}
+		n++
+	}
+	var err error
 	if style&StyleIETF != 0 {
-		// One buffer, on the stack, holds both values while they are built.
-		var buf [256]byte
-		b := buf[:0]
-		var err error
-		for i, r := range reps {
-			if i > 0 {
-				b = append(b, ", "...)
+		if v, ok := s.policyField(reps); ok {
+			out[n] = field{key: canonRateLimitPolicy, val: v}
+			n++
+		} else {
+			start := len(b)
+			for i, r := range reps {
+				if i > 0 {
+					b = append(b, ", "...)
+				}
+				if t := s.text(r.Policy); t != nil {
+					b = append(b, t.policy...)
+				} else if b, err = appendPolicy(b, r.Policy); err != nil {
+					return err
+				}
 			}
-			if b, err = appendPolicy(b, r.Policy); err != nil {
-				return err
-			}
+			span(canonRateLimitPolicy, start)
 		}
-		pol := len(b)
+		start := len(b)
 		for i, r := range reps {
 			if i > 0 {
 				b = append(b, ", "...)
+			}
+			if t := s.text(r.Policy); t != nil {
+				b = append(b, t.limitName...)
+				if b, err = appendLimitCounts(b, r.Remaining, r.Reset()); err != nil {
+					return err
+				}
+				b = append(b, t.limitPK...)
+				continue
 			}
 			b, err = appendLimit(b, Limit{
 				Name:         r.Policy.Name,
@@ -220,9 +274,7 @@ func WriteReports(h http.Header, style Style, reps []Report, opts *WriteOptions)
 				return err
 			}
 		}
-		both := string(b)
-		out[0], out[1] = kv{canonRateLimitPolicy, both[:pol]}, kv{canonRateLimit, both[pol:]}
-		n = 2
+		span(canonRateLimit, start)
 	}
 	if style&(StyleDraft|StyleX) != 0 {
 		if rep.Policy.Quota < 0 || rep.Policy.Quota > MaxInteger {
@@ -234,32 +286,63 @@ func WriteReports(h http.Header, style Style, reps []Report, opts *WriteOptions)
 		if reset < 0 {
 			return fieldError(FieldXRateLimitReset, ErrRange, "negative reset")
 		}
-		limit := strconv.FormatInt(rep.Policy.Quota, 10)
-		remaining := strconv.FormatInt(rep.Remaining, 10)
-		delta := strconv.FormatInt(Seconds(reset), 10)
+		// Each value is appended once and, for both trios, set twice.
+		var limit field
+		if t := s.text(rep.Policy); t != nil {
+			limit.val = t.quota
+		} else {
+			start := len(b)
+			b = strconv.AppendInt(b, rep.Policy.Quota, 10)
+			limit = field{inBuf: true, start: start, end: len(b)}
+		}
+		start := len(b)
+		b = strconv.AppendInt(b, rep.Remaining, 10)
+		remaining := field{inBuf: true, start: start, end: len(b)}
+		start = len(b)
+		b = strconv.AppendInt(b, Seconds(reset), 10)
+		delta := field{inBuf: true, start: start, end: len(b)}
+		set := func(key string, f field) {
+			f.key = key
+			out[n] = f
+			n++
+		}
 		if style&StyleDraft != 0 {
-			out[n], out[n+1], out[n+2] = kv{canonRateLimitLimit, limit}, kv{canonRateLimitRemaining, remaining}, kv{canonRateLimitReset, delta}
-			n += 3
+			set(canonRateLimitLimit, limit)
+			set(canonRateLimitRemaining, remaining)
+			set(canonRateLimitReset, delta)
 		}
 		if style&StyleX != 0 {
 			xreset := delta
-			if opts.XReset == ResetEpoch {
-				now := opts.Now
+			if o.XReset == ResetEpoch {
+				now := o.Now
 				if now.IsZero() {
 					now = time.Now()
 				}
-				xreset = strconv.FormatInt(epochCeil(now.Add(reset)), 10)
+				start := len(b)
+				b = strconv.AppendInt(b, epochCeil(now.Add(reset)), 10)
+				xreset = field{inBuf: true, start: start, end: len(b)}
 			}
-			out[n], out[n+1], out[n+2] = kv{canonXRateLimitLimit, limit}, kv{canonXRateLimitRemaining, remaining}, kv{canonXRateLimitReset, xreset}
-			n += 3
+			set(canonXRateLimitLimit, limit)
+			set(canonXRateLimitRemaining, remaining)
+			set(canonXRateLimitReset, xreset)
 		}
 	}
 	if rep.Denied {
-		out[n] = kv{canonRetryAfter, strconv.FormatInt(rep.RetryAfterSeconds(), 10)}
-		n++
+		start := len(b)
+		b = strconv.AppendInt(b, rep.RetryAfterSeconds(), 10)
+		span(canonRetryAfter, start)
 	}
-	for _, f := range out[:n] {
-		h[f.k] = []string{f.v}
+	if n == 0 {
+		return nil
+	}
+	varying := string(b)
+	vals := make([]string, n)
+	for i, f := range out[:n] {
+		vals[i] = f.val
+		if f.inBuf {
+			vals[i] = varying[f.start:f.end]
+		}
+		h[f.key] = vals[i : i+1 : i+1]
 	}
 	return nil
 }

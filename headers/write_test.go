@@ -332,19 +332,26 @@ func TestWriteSetsCanonicalNames(t *testing.T) {
 	assert.Len(t, h, 9)
 }
 
-// TestWriteAllocations: the IETF fields of any number of reports cost one
-// string for both values and the two value slices of the header.
+// TestWriteAllocations: the fields of any number of reports, in every
+// style, cost one string for the values and one array for the fields'
+// []string values.
 func TestWriteAllocations(t *testing.T) {
 	reps := []headers.Report{
 		{Policy: headers.Policy{Name: "5-per-1s", Quota: 5, Window: time.Second}, Remaining: 3, ResetAfter: time.Second},
 		{Policy: headers.Policy{Name: "20-per-1m", Quota: 20, Window: time.Minute}, Remaining: 15, ResetAfter: time.Minute},
 	}
 	h := http.Header{}
-	for n := 1; n <= len(reps); n++ {
-		allocs := testing.AllocsPerRun(100, func() {
-			clear(h)
-			_ = headers.WriteReports(h, headers.StyleIETF, reps[:n], nil)
-		})
-		assert.Equal(t, 3.0, allocs, "%d reports", n)
+	opts := &headers.WriteOptions{XReset: headers.ResetEpoch, Now: time.Unix(1_700_000_000, 0)}
+	for style := headers.Style(0); style <= headers.StyleIETF|headers.StyleDraft|headers.StyleX; style++ {
+		for n := 1; n <= len(reps); n++ {
+			for _, denied := range []bool{false, true} {
+				reps[0].Denied, reps[0].RetryAfter = denied, 1500*time.Millisecond
+				allocs := testing.AllocsPerRun(100, func() {
+					clear(h)
+					_ = headers.WriteReports(h, style, reps[:n], opts)
+				})
+				assert.LessOrEqual(t, allocs, 2.0, "style %v, %d reports, denied %v", style, n, denied)
+			}
+		}
 	}
 }
