@@ -355,7 +355,7 @@ func (m *middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if buf != nil {
 		m.each.Put(buf)
 	}
-	m.writeFields(w.Header(), reps[:nrep])
+	m.writeFields(w.Header(), p, reps[:nrep])
 	if o.Shadow {
 		next.ServeHTTP(w, r)
 		return
@@ -509,22 +509,25 @@ func fieldDuration(d time.Duration) time.Duration {
 	return min(max(d, 0), maxFieldDuration)
 }
 
-// writeReports sets the rate-limit fields of reps in the middleware's
-// style, and Retry-After when reps[0] is a denial. The reports are in
-// range, so WriteReports cannot fail on them; the policy names were
-// checked when the plan was made.
-func (m *middleware) writeReports(h http.Header, reps []headers.Report) {
+// writeReports sets the rate-limit fields of reps, decisions of p's
+// policies, in the middleware's style, and Retry-After when reps[0] is a
+// denial. The reports are in range, so WriteReports cannot fail on them;
+// the policy names were checked when the plan was made. The text of p's
+// policies was formatted when the plan was made: the fields cost two
+// allocations (see headers.PolicySet.WriteReports), and each response
+// owns its fields' values, which a handler may change.
+func (m *middleware) writeReports(h http.Header, p *plan, reps []headers.Report) {
 	opts := m.writeOpt
 	if m.o.XReset == headers.ResetEpoch {
 		opts.Now = m.o.Now()
 	}
-	_ = headers.WriteReports(h, m.style, reps, &opts)
+	_ = p.fields.WriteReports(h, m.style, reps, &opts)
 }
 
 // writeFields sets the rate-limit fields of a decision's reports, and
 // Retry-After on an enforced denial.
-func (m *middleware) writeFields(h http.Header, reps []headers.Report) {
-	m.writeReports(h, reps)
+func (m *middleware) writeFields(h http.Header, p *plan, reps []headers.Report) {
+	m.writeReports(h, p, reps)
 	if m.o.Shadow {
 		// Nothing is denied in a dry run; t still tells when the
 		// request would have been admitted.
@@ -611,7 +614,7 @@ func (m *middleware) answerUnavailable(w http.ResponseWriter, p *plan) {
 		for i, pol := range p.policies {
 			reps[i] = headers.Report{Policy: pol, Denied: true, RetryAfter: m.o.UnavailableRetryAfter}
 		}
-		m.writeReports(w.Header(), reps[:len(p.policies)])
+		m.writeReports(w.Header(), p, reps[:len(p.policies)])
 	} else {
 		// No plan to report, which serve never asks for (ErrNoKey and
 		// ErrUnknownPlan are not unavailability): Retry-After alone.

@@ -26,6 +26,12 @@ type plan struct {
 	// composite reports that lim runs a floodgate.Limits: it is decided
 	// with Apply, which fills the Decision of each limit.
 	composite bool
+	// fields holds the text of policies, formatted once here rather than
+	// on every response (issue 24: the fields were about 450 ns of a
+	// 704 ns request). A decision whose Limit is not its policy's quota
+	// (a store of the user's) is written all the same, by the general
+	// path of the same writer.
+	fields *headers.PolicySet
 }
 
 // newPlan validates lim and the names of its policies (nil: the
@@ -81,6 +87,11 @@ func (m *middleware) newPlan(name string, lim *floodgate.Limiter, names []string
 			return nil, fmt.Errorf("%w%s: policy cannot be advertised: %w", floodgate.ErrInvalidConfig, where, err)
 		}
 		p.policies = append(p.policies, hp)
+	}
+	var err error
+	if p.fields, err = headers.NewPolicySet(p.policies...); err != nil {
+		// Unreachable: each policy was formatted above.
+		return nil, fmt.Errorf("%w%s: policies cannot be advertised: %w", floodgate.ErrInvalidConfig, where, err)
 	}
 	return p, nil
 }
