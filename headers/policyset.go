@@ -113,14 +113,16 @@ func (s *PolicySet) text(p Policy) *policyText {
 	return nil
 }
 
-// policyField returns the whole RateLimit-Policy value of reps when s holds
-// it: one report of a policy of s, or a report of each policy of s, the
-// first any of them and the others in s's order.
-func (s *PolicySet) policyField(reps []Report) (string, bool) {
-	if s == nil || len(s.texts) == 0 {
-		return "", false
+// match returns the index in s of reps[0]'s policy, -1 when s does not
+// hold it, and whether reps are in the order a middleware writes them: one
+// report of a policy of s, or a report of each policy of s, the first any
+// of them and the others in s's order. Then the i-th report's policy is
+// s.texts[s.nth(first, i)]. s may be nil.
+func (s *PolicySet) match(reps []Report) (first int, inOrder bool) {
+	if s == nil {
+		return -1, false
 	}
-	first := -1
+	first = -1
 	for i := range s.texts {
 		if samePolicy(s.texts[i].p, reps[0].Policy) {
 			first = i
@@ -129,23 +131,42 @@ func (s *PolicySet) policyField(reps []Report) (string, bool) {
 	}
 	switch {
 	case first < 0:
-		return "", false
+		return -1, false
+	case len(reps) == 1:
+		return first, true
+	case len(reps) != len(s.texts):
+		return first, false
+	}
+	for i := 1; i < len(reps); i++ {
+		if !samePolicy(s.texts[s.nth(first, i)].p, reps[i].Policy) {
+			return first, false
+		}
+	}
+	return first, true
+}
+
+// nth returns the index in s of the i-th report of reps in the order
+// match recognises, whose first report is of s.texts[first].
+func (s *PolicySet) nth(first, i int) int {
+	switch {
+	case i == 0:
+		return first
+	case i <= first:
+		return i - 1
+	}
+	return i
+}
+
+// policyField returns the whole RateLimit-Policy value of reps, which
+// match found in order with reps[0] of s.texts[first], when s holds it.
+func (s *PolicySet) policyField(reps []Report, first int) (string, bool) {
+	switch {
 	case len(reps) == 1:
 		return s.texts[first].policy, true
-	case len(reps) != len(s.texts) || s.fields == nil:
-		return "", false
+	case s.fields != nil:
+		return s.fields[first], true
 	}
-	k := 1
-	for i := range s.texts {
-		if i == first {
-			continue
-		}
-		if !samePolicy(s.texts[i].p, reps[k].Policy) {
-			return "", false
-		}
-		k++
-	}
-	return s.fields[first], true
+	return "", false
 }
 
 // samePolicy reports whether a and b are written alike because they are

@@ -233,8 +233,21 @@ func writeReports(h http.Header, style Style, reps []Report, opts *WriteOptions,
 		n++
 	}
 	var err error
+	// The text of reps' policies comes from s when it holds them: at
+	// best, in the order a middleware writes them, without a search.
+	first, inOrder := s.match(reps)
+	text := func(i int) *policyText {
+		if inOrder {
+			return &s.texts[s.nth(first, i)]
+		}
+		return s.text(reps[i].Policy)
+	}
 	if style&StyleIETF != 0 {
-		if v, ok := s.policyField(reps); ok {
+		v, ok := "", false
+		if inOrder {
+			v, ok = s.policyField(reps, first)
+		}
+		if ok {
 			out[n] = field{key: canonRateLimitPolicy, val: v}
 			n++
 		} else {
@@ -243,7 +256,7 @@ func writeReports(h http.Header, style Style, reps []Report, opts *WriteOptions,
 				if i > 0 {
 					b = append(b, ", "...)
 				}
-				if t := s.text(r.Policy); t != nil {
+				if t := text(i); t != nil {
 					b = append(b, t.policy...)
 				} else if b, err = appendPolicy(b, r.Policy); err != nil {
 					return err
@@ -256,7 +269,7 @@ func writeReports(h http.Header, style Style, reps []Report, opts *WriteOptions,
 			if i > 0 {
 				b = append(b, ", "...)
 			}
-			if t := s.text(r.Policy); t != nil {
+			if t := text(i); t != nil {
 				b = append(b, t.limitName...)
 				if b, err = appendLimitCounts(b, r.Remaining, r.Reset()); err != nil {
 					return err
@@ -288,8 +301,8 @@ func writeReports(h http.Header, style Style, reps []Report, opts *WriteOptions,
 		}
 		// Each value is appended once and, for both trios, set twice.
 		var limit field
-		if t := s.text(rep.Policy); t != nil {
-			limit.val = t.quota
+		if first >= 0 {
+			limit.val = s.texts[first].quota
 		} else {
 			start := len(b)
 			b = strconv.AppendInt(b, rep.Policy.Quota, 10)
