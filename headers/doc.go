@@ -36,6 +36,12 @@
 // what the draft asks (Retry-After never earlier than t) without inflating
 // Retry-After to a whole window, as some limiters do.
 //
+// A server that writes the fields of the same policies on every response
+// formats their text once with [NewPolicySet] and writes with
+// [PolicySet.WriteReports], which writes the same bytes as [WriteReports]
+// and formats only the counts. Either costs at most two allocations per
+// response, in any style.
+//
 // [Parse], [ParsePolicy] and [ParseRateLimit] also accept what real servers
 // send: Token names, a RateLimit item without r, a list split over several
 // field lines, the Dictionary form of draft -07 ("limit=100, remaining=50,

@@ -112,3 +112,26 @@ func ExampleWriteReports() {
 	// X-RateLimit-Remaining: 0
 	// Retry-After: 37
 }
+
+// A middleware formats its limiter's policies once, at start-up, and
+// writes each response's counts with them.
+func ExamplePolicySet_WriteReports() {
+	perMinute := headers.Policy{Name: "default", Quota: 100, Window: time.Minute}
+	set, err := headers.NewPolicySet(perMinute)
+	if err != nil {
+		panic(err) // a policy that cannot be written: a configuration error
+	}
+	for _, remaining := range []int64{99, 98} {
+		h := http.Header{}
+		rep := headers.Report{Policy: perMinute, Remaining: remaining, ResetAfter: 59500 * time.Millisecond}
+		if err := set.WriteReports(h, headers.StyleIETF, []headers.Report{rep}, nil); err != nil {
+			panic(err)
+		}
+		fmt.Printf("RateLimit-Policy: %s\nRateLimit: %s\n", h.Get("RateLimit-Policy"), h.Get("RateLimit"))
+	}
+	// Output:
+	// RateLimit-Policy: "default";q=100;w=60
+	// RateLimit: "default";r=99;t=60
+	// RateLimit-Policy: "default";q=100;w=60
+	// RateLimit: "default";r=98;t=60
+}
