@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/headers"
 	"github.com/floodgate-go/floodgate/httplimit"
 )
 
@@ -24,8 +25,8 @@ func (w *discardWriter) WriteHeader(int)             {}
 // BenchmarkMiddlewareServeHTTP measures one admitted request through the
 // middleware on memstore, with the IETF fields: a single limit, and a
 // Limits of two, whose fields list both, alone and as one of two plans
-// chosen per request. The key is a constant so that the key function's
-// work is not counted.
+// chosen per request; and the single limit in the other header styles.
+// The key is a constant so that the key function's work is not counted.
 func BenchmarkMiddlewareServeHTTP(b *testing.B) {
 	algs := []struct {
 		name string
@@ -54,6 +55,26 @@ func BenchmarkMiddlewareServeHTTP(b *testing.B) {
 			lim, err := floodgate.New(newStore(b), a.alg, nil)
 			require.NoError(b, err)
 			mw, err := httplimit.New(lim, &httplimit.Options{Key: key})
+			require.NoError(b, err)
+			run(b, mw)
+		})
+	}
+	// The single limit again, in the other header styles.
+	for _, st := range []struct {
+		name string
+		opts httplimit.Options
+	}{
+		{"draft", httplimit.Options{Style: headers.StyleDraft}},
+		{"x", httplimit.Options{Style: headers.StyleX}},
+		{"x-epoch", httplimit.Options{Style: headers.StyleX, XReset: headers.ResetEpoch}},
+		{"all", httplimit.Options{Style: headers.StyleIETF | headers.StyleDraft | headers.StyleX}},
+	} {
+		b.Run("styles/"+st.name, func(b *testing.B) {
+			lim, err := floodgate.New(newStore(b), algs[0].alg, nil)
+			require.NoError(b, err)
+			opts := st.opts
+			opts.Key = key
+			mw, err := httplimit.New(lim, &opts)
 			require.NoError(b, err)
 			run(b, mw)
 		})
