@@ -42,9 +42,11 @@
 // The text of each limiter's policies (names, quotas, windows) is
 // formatted once, when the middleware is built (headers.PolicySet); a
 // response formats only its counts. An admitted request costs 2
-// allocations for its fields in any style, plus those of the key function
-// (KeyByIP: 1) and of the limiter's store (memstore: none); see
-// TestMiddlewareAdmittedAllocations and
+// allocations for its fields in any style (more when the RateLimit
+// items of many limits with long names pass 512 bytes; 8 limits named in
+// 20 bytes fit), plus those of the key function (KeyByIP: 1) and of the
+// limiter's store (memstore: none); see TestMiddlewareAdmittedAllocations
+// and
 //
 //	go test ./httplimit -run '^$' -bench MiddlewareServeHTTP -benchmem
 //
