@@ -40,7 +40,7 @@
 // formats their text once with [NewPolicySet] and writes with
 // [PolicySet.WriteReports], which writes the same bytes as [WriteReports]
 // and formats only the counts. Either costs at most two allocations per
-// response, in any style.
+// response, in any style, while the values it formats fit in 512 bytes.
 //
 // [Parse], [ParsePolicy] and [ParseRateLimit] also accept what real servers
 // send: Token names, a RateLimit item without r, a list split over several
