@@ -13,13 +13,12 @@ import (
 )
 
 // floodgateLease is the lease layer with its defaults (but the algorithm,
-// which it must be told, and the timeout of its round trips, raised from
-// 1s like the store's) in front of
+// which it must be told) in front of
 // floodgate's token bucket on Redis: units are taken from Redis in batches
 // and handed out locally.
 func floodgateLease() remoteLib {
 	return remoteLib{name: "floodgate-lease", open: func(c redis.UniversalClient, q quota) (func(context.Context, string) (bool, error), func(), error) {
-		s, err := redisstore.New(c, &redisstore.Options{Timeout: fgRedisTimeout})
+		s, err := redisstore.New(c, nil)
 		if err != nil {
 			return nil, nil, err
 		}

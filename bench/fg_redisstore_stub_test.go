@@ -6,7 +6,7 @@ func floodgateRedis() []remoteLib {
 	skip := notBuilt("github.com/floodgate-go/floodgate/redisstore")
 	return []remoteLib{
 		{name: "floodgate", skip: skip},
-		{name: "floodgate-batched", skip: skip},
+		{name: "floodgate-unbatched", skip: skip},
 		{name: "floodgate-fixedwindow", skip: skip},
 	}
 }
