@@ -58,10 +58,15 @@ type wordTable struct {
 }
 
 func newWordTable(s *Store) *wordTable {
-	return &wordTable{
-		Table: keytable.New(s.shards, func() *keytable.Entry { return &new(wordEntry).Entry }),
-		s:     s,
-	}
+	return &wordTable{Table: newTable(s, func() *keytable.Entry { return &new(wordEntry).Entry }), s: s}
+}
+
+// newTable returns a keytable of the store's shards with the store's
+// reclamation grace (see the package doc, "# Memory").
+func newTable(s *Store, newE func() *keytable.Entry) *keytable.Table {
+	t := keytable.New(s.shards, newE)
+	t.SetGrace(int64(ReclaimGrace))
+	return t
 }
 
 // lookup is keytable.Table.Load for word entries, probing the shard in
@@ -273,7 +278,7 @@ type lockedTable struct {
 // newLockedTable returns a table of the entries newE allocates (it
 // returns their keytable.Entry).
 func newLockedTable(s *Store, newE func() *keytable.Entry, held func(*lockedEntry, int64) (int64, int64)) *lockedTable {
-	return &lockedTable{s: s, Table: keytable.New(s.shards, newE), held: held}
+	return &lockedTable{s: s, Table: newTable(s, newE), held: held}
 }
 
 // entry returns the entry of key in sc, adding one if needed, locked and

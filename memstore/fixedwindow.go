@@ -55,10 +55,7 @@ type fwTable struct {
 }
 
 func newFWTable(s *Store) *fwTable {
-	return &fwTable{
-		Table: keytable.New(s.shards, func() *keytable.Entry { return &new(fwEntry).Entry }),
-		s:     s,
-	}
+	return &fwTable{Table: newTable(s, func() *keytable.Entry { return &new(fwEntry).Entry }), s: s}
 }
 
 // fwPacking stores a fixed window's state in one word: the window index in

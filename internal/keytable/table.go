@@ -6,6 +6,7 @@ package keytable
 
 import (
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"sync"
@@ -46,6 +47,7 @@ type Table struct {
 	short  uint64       // the seed of shorter keys (hashString)
 	mask   uint64
 	count  atomic.Int64 // entries in all shards
+	grace  int64        // ns; see SetGrace
 	newE   func() *Entry
 	shards []Shard
 }
@@ -94,6 +96,18 @@ func New(shards int, newE func() *Entry) *Table {
 	}
 	return t
 }
+
+// SetGrace sets how long, in nanoseconds, an entry stays restored before
+// the sweeps of insertions reclaim it; SweepAll reclaims it at once. A key
+// called again within the grace finds its entry and allocates nothing,
+// where a reclaimed key is inserted again (a new entry and its key). Call
+// it before the table is used; the default is 0.
+//
+// Entries are not reused for other keys instead: lookups take no lock, so
+// a caller may still hold an entry that a sweep removed, and if the entry
+// then served another key, that caller would read and change the other
+// key's state.
+func (t *Table) SetGrace(ns int64) { t.grace = max(ns, 0) }
 
 // Hash returns the hash of key in scope sc.
 func (t *Table) Hash(sc *Scope, key string) uint64 {
@@ -229,8 +243,9 @@ const evictSample = 8
 
 // Insert adds a fresh entry for key of Scope sc unless one exists, and
 // returns the entry now in the table; init, if not nil, prepares a fresh
-// entry before anyone can see it. Before adding, it reclaims restored entries of the shard when
-// the shard has doubled since its last sweep, and evicts one entry when the
+// entry before anyone can see it. Before adding, it reclaims the entries of
+// the shard restored for longer than the table's grace (SetGrace) when the
+// shard has doubled since its last sweep, and evicts one entry when the
 // table holds maxKeys entries.
 func (t *Table) Insert(sh *Shard, sc *Scope, key string, h uint64, r Reclaimer, now func() int64, maxKeys int64, init ...func(*Entry)) *Entry {
 	sh.mu.Lock()
@@ -243,7 +258,7 @@ func (t *Table) Insert(sh *Shard, sc *Scope, key string, h uint64, r Reclaimer, 
 	total := t.count.Add(1)
 	removed := 0
 	if sh.n >= sh.sweepAt {
-		removed += t.sweepLocked(sh, r, now(), false)
+		removed += t.sweepLocked(sh, r, before(now(), t.grace), false)
 		sh.sweepAt = max(2*sh.n, minSweep)
 	}
 	if total-int64(removed) > maxKeys {
@@ -267,6 +282,15 @@ func (t *Table) Insert(sh *Shard, sc *Scope, key string, h uint64, r Reclaimer, 
 	t.put(*sh.slots.Load(), e, h)
 	sh.n++
 	return e
+}
+
+// before returns now less grace, saturated at math.MinInt64 (before
+// which nothing is restored).
+func before(now, grace int64) int64 {
+	if now < math.MinInt64+grace {
+		return math.MinInt64
+	}
+	return now - grace
 }
 
 // sweepLocked deletes the restored entries of sh (with force, every entry

@@ -1,0 +1,81 @@
+package memstore_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/memstore"
+)
+
+// reclaimAlgorithms refill within 2 ms of a one-unit spend (the sliding
+// window counter, the slowest, is restored two windows after its count).
+var reclaimAlgorithms = []floodgate.Algorithm{
+	floodgate.TokenBucket{Rate: 10, Per: ms, Burst: 10},
+	floodgate.LeakyBucket{Rate: 10, Per: ms, Capacity: 10},
+	floodgate.FixedWindow{Limit: 10, Window: ms},
+	floodgate.SlidingWindow{Limit: 10, Window: ms},
+	floodgate.SlidingLog{Limit: 10, Window: ms},
+	floodgate.Limits{
+		floodgate.TokenBucket{Rate: 10, Per: ms, Burst: 10},
+		floodgate.FixedWindow{Limit: 20, Window: ms},
+		floodgate.SlidingLog{Limit: 10, Window: ms},
+	},
+}
+
+// TestRestoredKeysTouchedAgainAllocateNothing is the bar of the reclaimed
+// keys: 2,000 keys called in turn, the clock 10 µs further at each call,
+// so that every key is fully restored 2 ms after its call and called
+// again 20 ms later, while the shard's insertions sweep. Every decision of
+// the later rounds allocates nothing, for every kind. Before the sweep's
+// grace (see the package doc, "# Memory"), insertions reclaimed the keys
+// restored since the last sweep and the next round inserted them again:
+// 2 allocations per call, a new entry and its key.
+func TestRestoredKeysTouchedAgainAllocateNothing(t *testing.T) {
+	const keys = 2_000
+	for _, alg := range reclaimAlgorithms {
+		name := "Limits"
+		if _, ok := alg.(floodgate.Limits); !ok {
+			name = algName(alg)
+		}
+		t.Run(name, func(t *testing.T) {
+			clock := floodgatetest.NewClock(t0)
+			// One shard, so that its sweeps see every key.
+			s := newMemStore(t, &memstore.Options{Now: clock.Now, Shards: 1})
+			lim, err := floodgate.New(s, alg, testOpts)
+			require.NoError(t, err)
+			ctx := context.Background()
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = "k" + strconv.Itoa(i)
+			}
+			denied := 0
+			round := func() {
+				for _, k := range names {
+					clock.Advance(10 * time.Microsecond)
+					d, err := lim.Allow(ctx, k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !d.Allowed {
+						denied++
+					}
+				}
+			}
+			round() // inserts every key
+			allocs := testing.AllocsPerRun(1, func() {
+				for range 3 {
+					round()
+				}
+			})
+			require.Zero(t, denied, "denied calls: every key must be restored between its calls")
+			require.Zero(t, allocs, "allocations in 3 rounds of %d restored keys", keys)
+			require.Equal(t, keys, s.Len())
+		})
+	}
+}
