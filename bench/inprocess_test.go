@@ -113,3 +113,39 @@ func BenchmarkInProcess100kKeysParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInProcess100kKeysReclaimed is BenchmarkInProcess100kKeysParallel
+// under reclaimedQuota: every key is fully restored between its calls, so
+// a store that forgets restored keys to bound its memory (memstore's sweep
+// on insertion) reclaims keys that are touched again. Every call is
+// admitted.
+func BenchmarkInProcess100kKeysReclaimed(b *testing.B) {
+	keys := keys100k()
+	for _, l := range inProcLibs() {
+		b.Run(l.name, func(b *testing.B) {
+			allow := openInProc(b, l, reclaimedQuota)
+			for _, k := range keys {
+				allow(k)
+			}
+			var seq atomic.Uint64
+			var calls, denied atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := spread(&seq)
+				var c, d int64
+				for pb.Next() {
+					i++
+					if !allow(keys[i%uint64(len(keys))]) {
+						d++
+					}
+					c++
+				}
+				calls.Add(c)
+				denied.Add(d)
+			})
+			b.StopTimer()
+			checkRegime(b, calls.Load(), denied.Load(), "admitted")
+		})
+	}
+}
