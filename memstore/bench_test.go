@@ -134,3 +134,73 @@ func BenchmarkLimits(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLimiterAllow is one key's Allow through a Limiter on a token
+// bucket that admits every call, with the store's default clock and with
+// the coarser clocks a user may inject through Options.Now: the clock's
+// share of a decision is the difference.
+//
+//   - default: the wall clock at New plus the monotonic time since
+//     (time.Since, one read of the monotonic clock).
+//   - time.Now: Options.Now = time.Now, which reads the wall clock and the
+//     monotonic clock.
+//   - cached: cachedClock, a time read by a goroutine every millisecond
+//     (see ExampleOptions_cachedClock).
+//   - frozen: a constant, the floor of a decision without a clock.
+func BenchmarkLimiterAllow(b *testing.B) {
+	ctx := context.Background()
+	alg := floodgate.TokenBucket{Rate: 1_000_000_000, Per: time.Hour, Burst: 1_000_000_000}
+	fixed := time.Now()
+	cached, stop := newCachedClock(time.Millisecond)
+	defer stop()
+	for _, c := range []struct {
+		name string
+		now  func() time.Time
+	}{
+		{"clock=default", nil},
+		{"clock=time.Now", time.Now},
+		{"clock=cached", cached},
+		{"clock=frozen", func() time.Time { return fixed }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s, _ := memstore.New(&memstore.Options{Now: c.now})
+			lim, err := floodgate.New(s, alg, testOpts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if d, err := lim.Allow(ctx, "key"); err != nil || !d.Allowed {
+					b.Fatal(d, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkClock is the clock reads a decision may make: time.Now reads
+// the wall and the monotonic clocks, time.Since of a time.Now only the
+// monotonic one (the store's default clock), and a cached clock only
+// memory.
+func BenchmarkClock(b *testing.B) {
+	base := time.Now()
+	var sink int64
+	b.Run("time.Now", func(b *testing.B) {
+		for b.Loop() {
+			sink += time.Now().UnixNano()
+		}
+	})
+	b.Run("time.Since", func(b *testing.B) {
+		for b.Loop() {
+			sink += int64(time.Since(base))
+		}
+	})
+	cached, stop := newCachedClock(time.Millisecond)
+	defer stop()
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			sink += cached().UnixNano()
+		}
+	})
+	_ = sink
+}

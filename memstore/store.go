@@ -48,9 +48,27 @@
 //
 // By default the store's clock is the wall clock read once at New plus the
 // monotonic time elapsed since, so a wall-clock step backwards (NTP, a VM
-// resume) neither freezes nor resets any quota. Options.Now injects a clock
-// for tests; the algorithms treat a clock that goes backwards conservatively
-// (the state stays ahead of it, which admits less, never more).
+// resume) neither freezes nor resets any quota. A decision reads it once,
+// as time.Since of the instant read at New: one read of the monotonic
+// clock, where time.Now reads the wall clock as well. Options.Now injects a
+// clock for tests; the algorithms treat a clock that goes backwards
+// conservatively (the state stays ahead of it, which admits less, never
+// more).
+//
+// The clock is most of a decision on one key. Measured on a 2-core VM
+// (kvm-clock, Go 1.26), a token bucket's Allow through a Limiter took 72 ns
+// with the default clock, 94 ns with Options.Now set to time.Now (both
+// reads), and 28 ns with a frozen clock: the one read is about 44 ns, 60%
+// of the decision (time.Since alone measures 32 to 37 ns, time.Now 56 to
+// 73 ns). A coarser clock through Options.Now, a time a goroutine stores
+// every millisecond and each decision loads (ExampleOptions_cachedClock),
+// took 29 ns, 2.5 times faster. Its price: each decision is the exact
+// clock's decision at an instant up to one tick earlier, so a bucket
+// refills and a window opens up to a tick late, and a window, whose ends
+// may lag by different amounts, can be up to a tick shorter in real time.
+// The store keeps the exact clock by default. The figures:
+//
+//	go test ./memstore -run '^$' -bench 'LimiterAllow|Clock' -benchmem -count 10
 package memstore
 
 import (
@@ -71,7 +89,9 @@ import (
 // Options configures a Store. A nil *Options means the defaults.
 type Options struct {
 	// Now is the clock. The default is the wall clock at New plus the
-	// monotonic time elapsed since.
+	// monotonic time elapsed since, read once a decision. A coarser clock
+	// (a cached time) makes decisions cheaper and later; see the package
+	// doc, "# Clock".
 	Now func() time.Time
 	// MaxKeys caps the number of keys the store tracks per algorithm kind,
 	// and the keys of every Limits together (so the store holds at most
