@@ -338,8 +338,9 @@ func (s *Store) Len() int {
 }
 
 // Sweep reclaims every entry whose quota is fully restored. Stores reclaim
-// such entries as they grow; Sweep is for callers that want memory back
-// sooner, for example after a burst of one-off keys.
+// such entries as they grow, once restored for ReclaimGrace; Sweep is for
+// callers that want memory back sooner, for example after a burst of
+// one-off keys.
 func (s *Store) Sweep() {
 	now := s.nowNs()
 	for _, t := range s.tables() {
