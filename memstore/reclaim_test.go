@@ -79,3 +79,41 @@ func TestRestoredKeysTouchedAgainAllocateNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestInsertionSweepsWaitReclaimGrace checks the bound the grace keeps:
+// the sweeps of insertions reclaim the entries restored for longer than
+// memstore.ReclaimGrace, and only those.
+func TestInsertionSweepsWaitReclaimGrace(t *testing.T) {
+	for _, alg := range reclaimAlgorithms {
+		name := "Limits"
+		if _, ok := alg.(floodgate.Limits); !ok {
+			name = algName(alg)
+		}
+		t.Run(name, func(t *testing.T) {
+			clock := floodgatetest.NewClock(t0)
+			s := newMemStore(t, &memstore.Options{Now: clock.Now, Shards: 1})
+			lim, err := floodgate.New(s, alg, testOpts)
+			require.NoError(t, err)
+			ctx := context.Background()
+			call := func(prefix string, n int) {
+				t.Helper()
+				for i := range n {
+					clock.Advance(time.Microsecond)
+					_, err := lim.Allow(ctx, prefix+strconv.Itoa(i))
+					require.NoError(t, err)
+				}
+			}
+			// 300 keys, restored within 2 ms, then swept by insertions at
+			// 64, 128 and 256 entries while within the grace: all stay.
+			call("a", 100)
+			clock.Advance(memstore.ReclaimGrace / 2)
+			call("b", 200)
+			require.Equal(t, 300, s.Len(), "restored keys within the grace were reclaimed")
+			// Past the grace for a and b: the sweep at 512 entries reclaims
+			// them, the one at 424 keeps the c keys, restored within it.
+			clock.Advance(memstore.ReclaimGrace + 10*ms)
+			call("c", 600)
+			require.Equal(t, 600, s.Len(), "keys restored for longer than the grace were not reclaimed, or newer ones were")
+		})
+	}
+}
