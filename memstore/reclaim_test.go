@@ -32,7 +32,8 @@ var reclaimAlgorithms = []floodgate.Algorithm{
 // keys: 2,000 keys called in turn, the clock 10 µs further at each call,
 // so that every key is fully restored 2 ms after its call and called
 // again 20 ms later, while the shard's insertions sweep. Every decision of
-// the later rounds allocates nothing, for every kind. Before the sweep's
+// the later rounds allocates nothing, for every kind, through Allow and
+// Reserve. Before the sweep's
 // grace (see the package doc, "# Memory"), insertions reclaimed the keys
 // restored since the last sweep and the next round inserted them again:
 // 2 allocations per call, a new entry and its key.
@@ -56,9 +57,17 @@ func TestRestoredKeysTouchedAgainAllocateNothing(t *testing.T) {
 			}
 			denied := 0
 			round := func() {
-				for _, k := range names {
+				for i, k := range names {
 					clock.Advance(10 * time.Microsecond)
-					d, err := lim.Allow(ctx, k)
+					// Allow takes the stores' Take path, Reserve their
+					// Apply path.
+					var d floodgate.Decision
+					var err error
+					if i%2 == 0 {
+						d, err = lim.Allow(ctx, k)
+					} else {
+						d, err = lim.Reserve(ctx, k, 1, 0)
+					}
 					if err != nil {
 						t.Fatal(err)
 					}
