@@ -12,8 +12,15 @@
 //	InProcessOneKeyAllowed     one key, serial, a quota that admits every call
 //	InProcessOneKeyDenied      one key, serial, a spent quota that denies every call
 //	InProcess100kKeysParallel  100,000 keys, RunParallel, admitting quota
+//	InProcess100kKeysReclaimed 100,000 keys, RunParallel, a quota that
+//	                           restores each key between its calls
 //	RedisSerial                one decision at a time against Redis (latency)
 //	Redis64Goroutines          64 goroutines against Redis (throughput)
+//	RedisFanIn512              512 goroutines, a default-options client
+//	                           (metric timeouts/op)
+//	RedisLimits64Goroutines    a Limits of two against one limit, 64 goroutines
+//	RedisInflightContention    8 stores x 64 goroutines on one in-flight key
+//	                           of limit 8 (metric held/8)
 //	Lease64Goroutines          the lease layer against plain Redis, 64 goroutines
 //	AdaptiveSerial, AdaptiveParallel   adaptive Acquire followed by Success
 //	MemoryPerKey               heap bytes per tracked key (metric B/key), each

@@ -46,10 +46,18 @@ var scenarios = []scenario{
 		"One key, one goroutine. Quota 1 per hour, spent by a warm-up call: every timed call is denied."},
 	{"InProcess100kKeysParallel", "In-process, 100,000 keys, RunParallel",
 		"100,000 keys, each decided once before the timer starts, then GOMAXPROCS goroutines walking them from different offsets. Quota 10 per second with a burst of 10⁶ (windows: 10⁶ per 100,000 s): every call is admitted, and no key's quota is ever fully restored during the run, so no store may forget a key it tracks."},
+	{"InProcess100kKeysReclaimed", "In-process, 100,000 keys restored between their calls, RunParallel",
+		"The 100,000 keys of the scenario above under a quota of 100 units per 100 µs: every key is fully restored between two of its calls, so a store that forgets restored keys (memstore reclaims them after a grace of 1 s) must not pay for inserting them again."},
 	{"RedisSerial", "Redis, one decision at a time (latency)",
 		"One key, one goroutine, the round trip to Redis included. Quota 10⁹ per hour (every call admitted). `baseline-ping` is a PING on the same client: the floor of any decision, not a limiter."},
 	{"Redis64Goroutines", "Redis, 64 goroutines (throughput)",
 		"64 goroutines (RunParallel with SetParallelism) over 1,000 keys, one client with a pool of 64 connections. ns/op is wall time divided by decisions, so decisions per second = 10⁹ / ns/op."},
+	{"RedisFanIn512", "Redis, 512 goroutines on a default-options client (fan-in)",
+		"512 goroutines (RunParallel with SetParallelism) over 1,000 keys, through a client built with go-redis' default options (a pool of 10 connections per CPU), the store's defaults. timeouts/op is the share of decisions that failed with redisstore.ErrTimeout."},
+	{"RedisLimits64Goroutines", "Redis, a Limits of two at 64 goroutines",
+		"The throughput scenario's 64 goroutines and 1,000 keys deciding a `floodgate.Limits` of two limits (a token bucket and a fixed window, neither binding: one script call on two Redis keys), against the token bucket alone. No peer decides several limits as one."},
+	{"RedisInflightContention", "Redis, in-flight limit under contention",
+		"8 stores (each with its own client, as 8 processes) × 64 goroutines acquiring one key of package inflight's limit 8 (defaults), each holder keeping its slot 50ms and each denied caller retrying at once. ns/op is wall time per admission; held/8 is the mean number of slots the holders held, sampled every 5ms (8: no slot idle while callers wait). No peer has a distributed in-flight limiter."},
 	{"Lease64GoroutinesOneKey", "Lease vs plain Redis, 64 goroutines, one hot key",
 		"The lease layer (defaults) in front of floodgate's Redis token bucket, against the plain Redis store, 64 goroutines on one key."},
 	{"Lease64Goroutines1000Keys", "Lease vs plain Redis, 64 goroutines, 1,000 keys",
@@ -68,13 +76,14 @@ var scenarios = []scenario{
 
 // libraryNotes says what each library is and how it is configured.
 var libraryNotes = []struct{ lib, note string }{
-	{"floodgate", "floodgate's token bucket: GCRA in one 64-bit word updated by compare-and-swap in memstore (`memstore.New(nil)`); on Redis, redisstore's token bucket script on one key with the server's clock (Timeout redisstore.NoTimeout: its default of 20ms is off, as the peers have no per-call timeout)."},
+	{"floodgate", "floodgate's token bucket: GCRA in one 64-bit word updated by compare-and-swap in memstore (`memstore.New(nil)`); on Redis, redisstore's token bucket script on one key with the server's clock, with the store's defaults (`redisstore.New(c, nil)`: batching on, a 50ms timeout per decision; the peers have no timeout of their own)."},
 	{"floodgate-fixedwindow", "floodgate's fixed window (epoch-aligned), for a like-for-like comparison with ulule and sethvargo."},
 	{"floodgate-slidingwindow", "floodgate's sliding window counter, for a like-for-like comparison with httprate."},
 	{"floodgate-leakybucket", "floodgate's leaky bucket (a shaper): called with Reserve and the whole window as maximum delay, so admitted requests are queued departures."},
 	{"floodgate-slidinglog", "floodgate's exact sliding log."},
-	{"floodgate-batched", "floodgate's Redis token bucket with batching (`BatchSize: 64`): concurrent decisions share pipelines, and one script call per pipeline."},
-	{"floodgate-lease", "the lease layer over floodgate's Redis token bucket, with its defaults but the algorithm (which it must be told) and a 5s round-trip timeout: units leased in batches, served locally."},
+	{"floodgate-unbatched", "floodgate's Redis token bucket with batching off (`BatchSize: 1`): each decision a call of its own."},
+	{"floodgate-limits2", "a `floodgate.Limits` of floodgate's token bucket and fixed window on Redis, decided as one (one script call on two keys)."},
+	{"floodgate-lease", "the lease layer (`lease.New(store, nil)`) over floodgate's Redis token bucket on the store's defaults: units leased in batches, served locally."},
 	{"floodgate-vegas", "adaptive.Limiter with the Vegas limit (defaults)."},
 	{"floodgate-gradient2", "adaptive.Limiter with Gradient2 in a Windowed limit (defaults)."},
 	{"floodgate-aimd", "adaptive.Limiter with the AIMD limit (defaults)."},
@@ -130,6 +139,7 @@ func (r *report) evaluateBars() {
 		{"InProcessOneKeyAllowed", "in-process, one key, admitted"},
 		{"InProcessOneKeyDenied", "in-process, one key, denied"},
 		{"InProcess100kKeysParallel", "in-process, 100,000 keys, parallel"},
+		{"InProcess100kKeysReclaimed", "in-process, 100,000 keys restored between their calls, parallel"},
 	} {
 		b := barResult{title: "floodgate's token bucket is faster than every in-process peer, with 0 allocs/op: " + s.title}
 		fg, ok := p.get(s.id, "floodgate", "ns/op")
@@ -165,31 +175,8 @@ func (r *report) evaluateBars() {
 		r.bars = append(r.bars, b)
 	}
 
-	for _, s := range []struct{ id, title string }{
-		{"RedisSerial", "one decision at a time"},
-		{"Redis64Goroutines", "64 goroutines"},
-	} {
-		b := barResult{title: "floodgate's Redis store matches or beats redis_rate (within 5% counts as matching): " + s.title}
-		fg, ok1 := p.get(s.id, "floodgate", "ns/op")
-		rr, ok2 := p.get(s.id, "redis_rate", "ns/op")
-		if !ok1 || !ok2 {
-			b.details = append(b.details, "not measured: "+skipReason(p, s.id, "floodgate"))
-			r.bars = append(r.bars, b)
-			continue
-		}
-		fgNs, _, _, _ := fg.median("ns/op")
-		rrNs, _, _, _ := rr.median("ns/op")
-		b.status = pass
-		if fgNs > rrNs*1.05 {
-			b.status = fail
-		}
-		b.details = append(b.details, fmt.Sprintf("floodgate %s ns/op, redis_rate %s ns/op: floodgate takes %.2fx redis_rate's time", fmtNum(fgNs), fmtNum(rrNs), fgNs/rrNs))
-		if bt, ok := p.get(s.id, "floodgate-batched", "ns/op"); ok {
-			btNs, _, _, _ := bt.median("ns/op")
-			b.details = append(b.details, fmt.Sprintf("floodgate-batched %s ns/op (%.2fx redis_rate's time; informative, the bar is on the default store)", fmtNum(btNs), btNs/rrNs))
-		}
-		r.bars = append(r.bars, b)
-	}
+	r.oneKeyBar()
+	r.redisBars()
 
 	b := barResult{title: "no floodgate limiter over-admits in the accuracy scenario (quota 100)", correctness: true}
 	measured := false
@@ -441,8 +428,8 @@ func (r *report) readmeSection() string {
 	fmt.Fprintf(&b, "floodgate against the Go rate limiters you would otherwise use, in one `go test -bench` run of the [`bench/`](bench) module (its own module, so the peers never enter floodgate's dependency graph). Medians of %s on %s, %d CPUs, %s, Redis on loopback; the machine was shared, so read the ratios rather than the absolute numbers. All numbers, the semantics of each library and the commands: [`bench/RESULTS.md`](bench/RESULTS.md).\n\n",
 		plural(r.rounds, "round"), orDash(r.machine.CPU), r.machine.CPUs, r.machine.GoVersion)
 
-	fmt.Fprintf(&b, "### In-process: ns per decision (allocs)\n\n| library | one key, admitted | one key, denied | 100,000 keys, parallel |\n|---|---:|---:|---:|\n")
-	ids := []string{"InProcessOneKeyAllowed", "InProcessOneKeyDenied", "InProcess100kKeysParallel"}
+	fmt.Fprintf(&b, "### In-process: ns per decision (allocs)\n\n| library | one key, admitted | one key, denied | 100,000 keys, parallel | 100,000 keys restored between calls |\n|---|---:|---:|---:|---:|\n")
+	ids := []string{"InProcessOneKeyAllowed", "InProcessOneKeyDenied", "InProcess100kKeysParallel", "InProcess100kKeysReclaimed"}
 	for _, lib := range unionLibraries(p, ids) {
 		fmt.Fprintf(&b, "| %s |", lib)
 		for _, id := range ids {
@@ -460,24 +447,45 @@ func (r *report) readmeSection() string {
 
 	rids := []string{"RedisSerial", "Redis64Goroutines"}
 	if libs := unionLibraries(p, rids); len(libs) > 0 && anyMeasured(p, rids, libs) {
-		fmt.Fprintf(&b, "### Redis (baseline-ping is a PING, the floor, not a limiter)\n\n| library | latency, one at a time | throughput, 64 goroutines |\n|---|---:|---:|\n")
+		fmt.Fprintf(&b, "### Redis (baseline-ping is a PING, the floor, not a limiter)\n\n| library | latency, one at a time (allocs) | throughput, 64 goroutines (allocs) | 512 goroutines, default-options client |\n|---|---:|---:|---:|\n")
 		for _, lib := range libs {
 			fmt.Fprintf(&b, "| %s |", lib)
 			if res, ok := p.get("RedisSerial", lib, "ns/op"); ok {
 				ns, _, _, _ := res.median("ns/op")
-				fmt.Fprintf(&b, " %.1f µs |", ns/1e3)
+				allocs, _, _, _ := res.median("allocs/op")
+				fmt.Fprintf(&b, " %.1f µs (%s) |", ns/1e3, fmtNum(allocs))
 			} else {
 				fmt.Fprintf(&b, " – |")
 			}
 			if res, ok := p.get("Redis64Goroutines", lib, "ns/op"); ok {
 				ns, _, _, _ := res.median("ns/op")
-				fmt.Fprintf(&b, " %s |", fmtRate(1e9/ns))
+				allocs, _, _, _ := res.median("allocs/op")
+				fmt.Fprintf(&b, " %s (%s) |", fmtRate(1e9/ns), fmtNum(allocs))
+			} else {
+				fmt.Fprintf(&b, " – |")
+			}
+			if res, ok := p.get("RedisFanIn512", lib, "ns/op"); ok {
+				ns, _, _, _ := res.median("ns/op")
+				worst, _ := res.max("timeouts/op")
+				fmt.Fprintf(&b, " %s, %.2f%% timeouts at most |", fmtRate(1e9/ns), 100*worst)
 			} else {
 				fmt.Fprintf(&b, " – |")
 			}
 			fmt.Fprintf(&b, "\n")
 		}
 		fmt.Fprintf(&b, "\n")
+		if one, ok := p.get("RedisLimits64Goroutines", "floodgate", "ns/op"); ok {
+			if two, ok := p.get("RedisLimits64Goroutines", "floodgate-limits2", "ns/op"); ok {
+				oneNs, _, _, _ := one.median("ns/op")
+				twoNs, _, _, _ := two.median("ns/op")
+				allocs, _, _, _ := two.median("allocs/op")
+				fmt.Fprintf(&b, "A `Limits` of two limits on Redis at 64 goroutines: %s decisions/s (%s allocs), against %s for one limit (%.2fx).\n\n", fmtRate(1e9/twoNs), fmtNum(allocs), fmtRate(1e9/oneNs), oneNs/twoNs)
+			}
+		}
+		if res, ok := p.get("RedisInflightContention", "floodgate", "held/8"); ok {
+			held, _, _, _ := res.median("held/8")
+			fmt.Fprintf(&b, "package inflight on Redis, 8 stores × 64 goroutines on one key of limit 8, holds of 50 ms: the holders held %.2f of the 8 slots on average.\n\n", held)
+		}
 	} else {
 		fmt.Fprintf(&b, "### Redis\n\nNot measured in this run (REDIS_ADDR not set).\n\n")
 	}
@@ -651,4 +659,132 @@ func orDash(s string) string {
 		return "–"
 	}
 	return s
+}
+
+// redisBars judges issue 24's bars on floodgate's Redis store, as users
+// get it (redisstore.New(c, nil)): at least twice redis_rate's decisions
+// per second at 64 goroutines, serial latency within 5% of the unbatched
+// store's and at most redis_rate's, at most 8 allocations per decision,
+// a Limits of two at least 0.8x one limit's decisions per second with at
+// most 12 allocations, and at most one decision in a thousand timed out
+// under fan-in.
+func (r *report) redisBars() {
+	p := r.parsed
+	med := func(id, lib, unit string) (float64, bool) {
+		res, ok := p.get(id, lib, unit)
+		if !ok {
+			return 0, false
+		}
+		v, _, _, ok := res.median(unit)
+		return v, ok
+	}
+	judge := func(title string, ok bool, details ...string) {
+		b := barResult{title: title, details: details}
+		switch {
+		case details == nil:
+			b.details = []string{"not measured"}
+		case ok:
+			b.status = pass
+		default:
+			b.status = fail
+		}
+		r.bars = append(r.bars, b)
+	}
+
+	if fg, ok1 := med("Redis64Goroutines", "floodgate", "ns/op"); ok1 {
+		if rr, ok2 := med("Redis64Goroutines", "redis_rate", "ns/op"); ok2 {
+			judge("floodgate's default Redis store makes at least 2x redis_rate's decisions/s at 64 goroutines", rr >= 2*fg,
+				fmt.Sprintf("floodgate %s ns/op, redis_rate %s ns/op: %.2fx redis_rate's decisions/s", fmtNum(fg), fmtNum(rr), rr/fg))
+		} else {
+			judge("floodgate's default Redis store makes at least 2x redis_rate's decisions/s at 64 goroutines", false)
+		}
+	} else {
+		judge("floodgate's default Redis store makes at least 2x redis_rate's decisions/s at 64 goroutines", false)
+	}
+
+	title := "floodgate's default Redis store, serial: within 5% of the unbatched store's latency and at most redis_rate's"
+	fg, ok1 := med("RedisSerial", "floodgate", "ns/op")
+	ub, ok2 := med("RedisSerial", "floodgate-unbatched", "ns/op")
+	rr, ok3 := med("RedisSerial", "redis_rate", "ns/op")
+	if ok1 && ok2 && ok3 {
+		judge(title, fg <= 1.05*ub && fg <= rr,
+			fmt.Sprintf("floodgate %s ns/op: %.3fx floodgate-unbatched's %s, %.3fx redis_rate's %s", fmtNum(fg), fg/ub, fmtNum(ub), fg/rr, fmtNum(rr)))
+	} else {
+		judge(title, false)
+	}
+
+	var lines []string
+	okAll := true
+	for _, id := range []string{"RedisSerial", "Redis64Goroutines"} {
+		if a, ok := med(id, "floodgate", "allocs/op"); ok {
+			lines = append(lines, fmt.Sprintf("%s: %s allocs/op", id, fmtNum(a)))
+			okAll = okAll && a <= 8
+		}
+	}
+	judge("floodgate's default Redis store: at most 8 allocations per decision", okAll && lines != nil, lines...)
+
+	title = "a Limits of two on Redis: at least 0.8x one limit's decisions/s at 64 goroutines, at most 12 allocations"
+	one, ok1 := med("RedisLimits64Goroutines", "floodgate", "ns/op")
+	two, ok2 := med("RedisLimits64Goroutines", "floodgate-limits2", "ns/op")
+	allocs, ok3 := med("RedisLimits64Goroutines", "floodgate-limits2", "allocs/op")
+	if ok1 && ok2 && ok3 {
+		judge(title, one/two >= 0.8 && allocs <= 12,
+			fmt.Sprintf("Limits of two %s ns/op, one limit %s ns/op: %.2fx one limit's decisions/s; %s allocs/op", fmtNum(two), fmtNum(one), one/two, fmtNum(allocs)))
+	} else {
+		judge(title, false)
+	}
+
+	title = "512 goroutines on a default-options client: at most 0.1% of decisions time out"
+	if res, ok := p.get("RedisFanIn512", "floodgate", "ns/op"); ok {
+		worst, _ := res.max("timeouts/op")
+		judge(title, worst <= 0.001, fmt.Sprintf("at most %.4f%% timed out in a round", 100*worst))
+	} else {
+		judge(title, false)
+	}
+}
+
+// oneKeyBar judges issue 24's bar on memstore's one-key decision: at most
+// 0.8x the time of the fastest peer that can deny, and at most 0.9x uber's
+// pacer (which cannot), in the same run.
+func (r *report) oneKeyBar() {
+	const id = "InProcessOneKeyAllowed"
+	p := r.parsed
+	b := barResult{title: "memstore, one key admitted: at most 0.8x the fastest peer that can deny, at most 0.9x uber's"}
+	fg, ok := p.get(id, "floodgate", "ns/op")
+	if !ok {
+		b.details = []string{"floodgate not measured"}
+		r.bars = append(r.bars, b)
+		return
+	}
+	fgNs, _, _, _ := fg.median("ns/op")
+	best, bestLib := 0.0, ""
+	uber := 0.0
+	for _, lib := range p.libraries(id) {
+		if strings.HasPrefix(lib, "floodgate") {
+			continue
+		}
+		res, ok := p.get(id, lib, "ns/op")
+		if !ok {
+			continue
+		}
+		ns, _, _, _ := res.median("ns/op")
+		if lib == "uber" {
+			uber = ns
+			continue
+		}
+		if bestLib == "" || ns < best {
+			best, bestLib = ns, lib
+		}
+	}
+	if bestLib == "" || uber == 0 {
+		b.details = []string{"peers not measured"}
+		r.bars = append(r.bars, b)
+		return
+	}
+	b.status = pass
+	if fgNs > 0.8*best || fgNs > 0.9*uber {
+		b.status = fail
+	}
+	b.details = append(b.details, fmt.Sprintf("floodgate %s ns/op: %.2fx %s's %s, %.2fx uber's %s", fmtNum(fgNs), fgNs/best, bestLib, fmtNum(best), fgNs/uber, fmtNum(uber)))
+	r.bars = append(r.bars, b)
 }
