@@ -139,7 +139,7 @@ func newGateway(cfg config) (g *gateway, err error) {
 	client := redis.NewClient(&redis.Options{Addr: cfg.redisAddr})
 	g.closers = append(g.closers, client.Close)
 	// Refills are few and off the request path, so a timeout looser than
-	// the default 20ms costs little; miniredis, which runs the scripts' Lua
+	// the default 50ms costs little; miniredis, which runs the scripts' Lua
 	// in Go, needs it on a busy machine.
 	if cfg.timeout == 0 {
 		cfg.timeout = 100 * time.Millisecond

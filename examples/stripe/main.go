@@ -126,7 +126,7 @@ type config struct {
 	redis     redis.UniversalClient // set by tests: used instead of redisAddr
 	prefix    string                // of every Redis key; "" means "stripe:"
 	// redisTimeout is redisstore.Options.Timeout, 0 for its default
-	// (20ms); tests on a loaded machine raise it, so that the tiers'
+	// (50ms); tests on a loaded machine raise it, so that the tiers'
 	// answers are Redis's rather than the local fallback's.
 	redisTimeout time.Duration
 }
