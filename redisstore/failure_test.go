@@ -735,7 +735,7 @@ func TestFanInKeepsBreakerClosed(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	rec := &recorder{}
 	const timeout = 20 * time.Millisecond
-	s := newStore(t, c, &Options{Timeout: timeout, MaxInFlight: 1, Observer: rec.observer()})
+	s := newStore(t, c, &Options{Timeout: timeout, MaxInFlight: 1, BatchSize: 1, Observer: rec.observer()})
 	alg := floodgate.TokenBucket{Rate: 1_000_000, Per: time.Second, Burst: 1_000_000}
 	ctx := context.Background()
 	// Warm: the connection is dialed and the script loaded.
@@ -832,7 +832,7 @@ func newMini(t *testing.T) string {
 // TestColdStallOpensBreaker starts a store while its Redis stalls: the
 // timeouts of a node that has answered nothing do not count against its
 // breaker for its first second (coldFor: its first calls dial), but every
-// decision still ends within Timeout (+50ms here), and the breaker opens
+// decision still ends within Timeout (+200ms of slack here), and the breaker opens
 // once that second has passed. Before, every one of the store's first
 // MaxInFlight calls waited 250ms.
 func TestColdStallOpensBreaker(t *testing.T) {
@@ -850,7 +850,9 @@ func TestColdStallOpensBreaker(t *testing.T) {
 		began := time.Now()
 		_, err := applyOnce(ctx, s, "k", alg, floodgate.Request{Op: floodgate.OpTake, N: 1})
 		require.ErrorIs(t, err, floodgate.ErrUnavailable, "decision %d", i)
-		require.LessOrEqual(t, time.Since(began), 70*time.Millisecond, "decision %d", i)
+		// Timeout + 200ms: slack for -race and a loaded host, and still
+		// below the 250ms of the old cold allowance.
+		require.Less(t, time.Since(began), 220*time.Millisecond, "decision %d", i)
 	}
 	require.GreaterOrEqual(t, time.Since(start), coldFor)
 	require.Equal(t, BreakerOpen, s.BreakerState("k"))

@@ -483,7 +483,14 @@ func TestObserverAllocs(t *testing.T) {
 	plain := allocs(c, Options{})
 	observed := allocs(c, Options{Observer: obs})
 	t.Logf("a decision on Redis: %v allocations, observed %v", plain, observed)
-	require.Equal(t, plain, observed, "allocations of an observed decision")
+	if raceEnabled {
+		// Under the race detector sync.Pool drops a quarter of what is
+		// put back at random, so a pooled call context is sometimes
+		// made anew: the counts differ by the luck of the draw.
+		require.InDelta(t, plain, observed, 1, "allocations of an observed decision")
+	} else {
+		require.Equal(t, plain, observed, "allocations of an observed decision")
+	}
 	require.Positive(t, calls.Load())
 
 	dead := redis.NewClient(&redis.Options{Addr: deadAddr(t), MaxRetries: -1, ContextTimeoutEnabled: true, DialerRetries: 1, PoolSize: 100_000})

@@ -32,6 +32,7 @@ var overloadModes = []struct {
 // deadline of its own, spinning callers starved it: on a batched store 2s
 // after the stall there had been 289,516 errors and no admission.
 func TestSpinningCallersRecover(t *testing.T) {
+	skipUnderRace(t)
 	for _, m := range overloadModes {
 		t.Run(m.name, func(t *testing.T) {
 			p := startRedisProc(t)
@@ -107,7 +108,7 @@ func TestSpinningCallersRecover(t *testing.T) {
 // MaxInFlight slots, and 20-44% timed out on a 2-core host; the default
 // store batches.)
 func TestFanIn(t *testing.T) {
-	needRedisServers(t, "redis-server")
+	skipUnderRace(t)
 	p := startRedisProc(t)
 	c := redis.NewClient(&redis.Options{Addr: p.addr()})
 	t.Cleanup(func() { _ = c.Close() })
@@ -165,6 +166,7 @@ func TestFanIn(t *testing.T) {
 // longer than Options.Timeout + 50ms. Before, a store's first calls had a
 // "cold" allowance of 250ms each.
 func TestColdStartStall(t *testing.T) {
+	skipUnderRace(t)
 	for _, m := range overloadModes {
 		t.Run(m.name, func(t *testing.T) {
 			p := startRedisProc(t)
@@ -235,6 +237,7 @@ func TestColdStartStall(t *testing.T) {
 // Acquires timed out at the default timeout, the holders held at most 6
 // of 8, and 639-658 holds were abandoned after such a stall.
 func TestInflightContention(t *testing.T) {
+	skipUnderRace(t)
 	p := startRedisProc(t)
 	admin := redis.NewClient(&redis.Options{Addr: p.addr()})
 	t.Cleanup(func() { _ = admin.Close() })
