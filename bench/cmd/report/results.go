@@ -479,7 +479,7 @@ func (r *report) readmeSection() string {
 				oneNs, _, _, _ := one.median("ns/op")
 				twoNs, _, _, _ := two.median("ns/op")
 				allocs, _, _, _ := two.median("allocs/op")
-				fmt.Fprintf(&b, "A `Limits` of two limits on Redis at 64 goroutines: %s decisions/s (%s allocs), against %s for one limit (%.2fx).\n\n", fmtRate(1e9/twoNs), fmtNum(allocs), fmtRate(1e9/oneNs), oneNs/twoNs)
+				fmt.Fprintf(&b, "A `Limits` of two limits on Redis at 64 goroutines: %s (%s allocs per decision), against %s for one limit (%.2fx).\n\n", fmtRate(1e9/twoNs), fmtNum(allocs), fmtRate(1e9/oneNs), oneNs/twoNs)
 			}
 		}
 		if res, ok := p.get("RedisInflightContention", "floodgate", "held/8"); ok {
