@@ -51,10 +51,10 @@ type cleanup struct {
 	tries        int
 	// acquire is set for the hold of a failed Acquire, which may not be
 	// in the set yet: its script may still be queued in Redis (behind a
-	// DEBUG SLEEP, a CLIENT PAUSE, a stopped process) and run after an
-	// attempt found nothing to remove. Such a removal stops at the
-	// attempt that removes the member, or after the last. A Release's
-	// stops at the first reply.
+	// DEBUG SLEEP, a CLIENT PAUSE, a stopped process) and run after the
+	// attempt. Its attempts are cancels (see goneKey): one that finds
+	// no hold marks the holder id, so that the script adds nothing when
+	// it runs. Every removal stops at its first reply.
 	acquire bool
 }
 
@@ -204,7 +204,7 @@ func (s *Store) cleanupWorker() {
 	defer t.Stop()
 	for {
 		c.mu.Lock()
-		var e cleanup
+		var batch []cleanup
 		for {
 			if c.closed {
 				c.mu.Unlock()
@@ -214,7 +214,7 @@ func (s *Store) cleanupWorker() {
 			if len(c.q) > 0 {
 				d := time.Until(c.q[0].due)
 				if d <= 0 {
-					e = heap.Pop(&c.q).(cleanup)
+					batch = c.takeDue(heap.Pop(&c.q).(cleanup))
 					break
 				}
 				t.Reset(d)
@@ -232,36 +232,81 @@ func (s *Store) cleanupWorker() {
 			c.mu.Lock()
 		}
 		c.mu.Unlock()
-		s.attemptCleanup(e)
+		s.attemptCleanup(batch)
 	}
 }
 
-// attemptCleanup makes one attempt of e: a Release's script call (ZREM)
-// through the path of every call, Options.Timeout and the node's breaker
-// included. An open breaker refuses it like any call; that is one of
-// its attempts, and the next is due later (the breaker is not waited
-// for, so that the attempts stay within the hold's TTL). A failed
-// attempt is queued again until the last; then the hold is abandoned.
-func (s *Store) attemptCleanup(e cleanup) {
-	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: e.member}.ARGV()
-	reply, _, _, err := s.callInflight(s.cleaner.ctx, true, e.rkey, args)
+// cleanupBatch is the most cancels one call sends.
+const cleanupBatch = 256
+
+// takeDue returns e and, when e is an Acquire's, the other due removals of
+// Acquires' holds on e's key, up to cleanupBatch: one call cancels them
+// all. After an outage a store has hundreds of them on a hot key, and one
+// call each, four at a time, took seconds. c.mu is held.
+func (c *cleaner) takeDue(e cleanup) []cleanup {
+	batch := []cleanup{e}
+	if !e.acquire {
+		return batch
+	}
+	now := time.Now()
+	var keep []cleanup
+	for len(c.q) > 0 && len(batch) < cleanupBatch && !c.q[0].due.After(now) {
+		x := heap.Pop(&c.q).(cleanup)
+		if x.acquire && x.rkey == e.rkey && x.ttl == e.ttl {
+			batch = append(batch, x)
+		} else {
+			keep = append(keep, x)
+		}
+	}
+	for _, x := range keep {
+		heap.Push(&c.q, x)
+	}
+	return batch
+}
+
+// attemptCleanup makes one attempt of the removals batch (one, or the
+// Acquires' holds of one key, see takeDue) in one script call through the
+// path of every call, Options.Timeout and the node's breaker included: a
+// Release's ZREM, or a cancel, which removes each Acquire's hold or marks
+// its holder id so that the Acquire adds nothing if it runs later (see
+// goneKey). One reply ends every removal of the batch. An open breaker
+// refuses it like any call; that is one of its attempts, and the next is
+// due later (the breaker is not waited for, so that the attempts stay
+// within the hold's TTL). A failed attempt is queued again until the
+// last; then the hold is abandoned.
+func (s *Store) attemptCleanup(batch []cleanup) {
+	e := batch[0]
+	var (
+		reply any
+		err   error
+	)
+	if e.acquire {
+		a := scripts.InflightArgs{Op: scripts.InflightCancel, Holder: e.member}
+		for _, x := range batch[1:] {
+			a.More = append(a.More, x.member)
+		}
+		var args []any
+		if args, err = s.inflightArgs(a, e.ttl); err == nil {
+			reply, _, _, err = s.callInflight(s.cleaner.ctx, true, e.rkey, []string{e.rkey, goneKey(e.rkey)}, args)
+		}
+	} else {
+		args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: e.member}.ARGV()
+		reply, _, _, err = s.callInflight(s.cleaner.ctx, true, e.rkey, nil, args)
+	}
 	if err == nil {
-		removed, _, derr := decodeInflight(reply)
-		if derr == nil && (removed || !e.acquire) {
+		if _, _, derr := decodeInflight(reply); derr == nil {
 			return
 		}
 	}
-	e.tries++
-	if e.tries >= cleanupAttempts || s.shut.Load() {
-		if !(err == nil && e.acquire) {
-			// An Acquire's hold that no attempt found was most likely
-			// never added: not counted.
+	for _, e := range batch {
+		e.tries++
+		if e.tries >= cleanupAttempts || s.shut.Load() {
 			s.cleaner.dropped.Add(1)
+			continue
 		}
-		return
+		e.due = e.due.Add(delay(e.ttl, e.tries) - delay(e.ttl, e.tries-1))
+		s.addCleanup(e)
 	}
-	e.due = e.due.Add(delay(e.ttl, e.tries) - delay(e.ttl, e.tries-1))
-	s.addCleanup(e)
 }
 
 // mayHaveRun reports whether a failed script call on node n (nil: none was

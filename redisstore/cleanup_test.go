@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate/inflight"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scripts"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -327,4 +328,56 @@ func TestMayHaveRun(t *testing.T) {
 			require.Equal(t, tc.want, mayHaveRun(tc.n, tc.err, tc.ctxDone), "mayHaveRun(%v)", tc.err)
 		})
 	}
+}
+
+// TestInflightCancelBeforeAcquire runs a cancel of three holder ids before
+// their Acquires' scripts, as happens when an Acquire times out while its
+// script is still queued in Redis (a stall): the cancel finds no holds and
+// marks the ids, so that the Acquires, when they run, add nothing; a hold
+// that is there is removed. Before, the removal found nothing, the late
+// Acquire added its hold, and the hold stayed until the removal's next
+// attempt, a sixteenth of the TTL later, or the TTL.
+func TestInflightCancelBeforeAcquire(t *testing.T) {
+	srv := newServer(t)
+	s := newStore(t, srv.client(t), &Options{Prefix: testPrefix(t, srv.client(t))})
+	ctx := context.Background()
+	rkey := s.InflightKey("cancel", "k")
+	keys := []string{rkey, goneKey(rkey)}
+	const ttl = 30 * time.Second
+	call := func(a scripts.InflightArgs) (bool, int64) {
+		t.Helper()
+		args, err := s.inflightArgs(a, ttl)
+		require.NoError(t, err)
+		reply, _, _, err := s.callInflight(ctx, true, rkey, keys, args)
+		require.NoError(t, err)
+		ok, n, err := decodeInflight(reply)
+		require.NoError(t, err)
+		return ok, n
+	}
+	acquire := func(h string) (bool, int64) {
+		return call(scripts.InflightArgs{Op: scripts.InflightAcquire, Holder: h, Limit: 8})
+	}
+	ok, n := acquire("held:1")
+	require.True(t, ok)
+	require.Equal(t, int64(1), n)
+
+	ok, n = call(scripts.InflightArgs{Op: scripts.InflightCancel, Holder: "late:1", More: []string{"held:1", "late:2"}})
+	require.True(t, ok, "held:1 was there to remove")
+	require.Equal(t, int64(0), n)
+	for _, h := range []string{"late:1", "late:2"} {
+		ok, n = acquire(h)
+		require.False(t, ok, "%s was cancelled before its Acquire ran", h)
+		require.Equal(t, int64(0), n)
+	}
+	ok, n = acquire("other:1")
+	require.True(t, ok, "an id that was not cancelled acquires")
+	require.Equal(t, int64(1), n)
+	c := srv.client(t)
+	card, err := c.ZCard(ctx, rkey).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), card)
+	pttl, err := c.PTTL(ctx, goneKey(rkey)).Result()
+	require.NoError(t, err)
+	require.Greater(t, pttl, time.Duration(0), "the marks expire")
+	require.LessOrEqual(t, pttl, ttl+DefaultExpiryMargin+time.Second)
 }

@@ -128,18 +128,23 @@
 // its hold though its caller was told it failed, and a failed Release
 // leaves its hold. Either would keep a slot taken for the hold's TTL. So
 // the Store removes such holds in the background: the member of a failed
-// Acquire (its holder id is known before the call is sent) and that of
-// every failed Release, by the release script, through the path of every
-// call (Options.Timeout, the node's breaker and slots). An Acquire never
+// Acquire (its holder id is known before the call is sent), by a cancel,
+// and that of every failed Release, by the release script, through the
+// path of every call (Options.Timeout, the node's breaker and slots). A
+// cancel removes the hold, or, when the Acquire's script has not run yet
+// (it is still queued in Redis behind a stall), marks its holder id in a
+// sorted set beside the holds (InflightKey + ":gone", the same hash slot)
+// for the hold's TTL, so that the script adds nothing when it runs; the
+// cancels of one key due together go in one call. An Acquire never
 // sent (an open breaker, no free slot, a connection that could not be
 // dialled) or answered with an error reply leaves nothing to remove. Each
 // removal has 5 attempts: at once, then at 1/16, 1/8, 1/4 and 1/2 of the
-// hold's TTL after the failure (a Release, which does not know its hold's TTL, takes the
-// shortest the store has granted): an Acquire's continues until an
-// attempt removes the member, since its script may still be queued, and a
-// Release's stops at the first reply. Releases, renewals and removals are
-// sent on their own, never queued behind a batch of Acquires: a release
-// frees a slot that the Acquires wait for. An open breaker refuses an attempt
+// hold's TTL after the failure (a Release, which does not know its hold's
+// TTL, takes the shortest the store has granted), and all of them at once
+// when a breaker's probe finds the node answering again; the first reply
+// ends it. Releases, renewals and removals are sent on their own, never
+// queued behind a batch of Acquires: a release frees a slot that the
+// Acquires wait for. An open breaker refuses an attempt
 // as it refuses any call; the attempt is not held for it, and the next
 // comes later (with the defaults, past the breaker's 1s cooldown). The
 // work is bounded: 4 goroutines, started by the first removal and stopped

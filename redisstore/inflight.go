@@ -70,6 +70,14 @@ func (s *Store) InflightKey(name, key string) string {
 	return s.prefix + "{" + s.hashed(key) + "}:" + name + ":if"
 }
 
+// goneKey returns the key of the cancelled holder ids beside the holds at
+// rkey (an InflightKey): rkey + ":gone", in the same hash slot. A removal
+// of a failed Acquire's hold that finds no hold marks its holder id there
+// for the hold's TTL, so that the Acquire's script, still queued in Redis
+// (behind a stall, on a connection the client gave up), adds nothing when
+// it runs. No InflightKey and no algorithm's key ends in ":gone".
+func goneKey(rkey string) string { return rkey + ":gone" }
+
 // checkInflight checks the name and key of an in-flight call.
 func checkInflight(name, key string) error {
 	if err := floodgate.CheckKey(key); err != nil {
@@ -114,7 +122,7 @@ func (s *Store) Acquire(ctx context.Context, name, key string, limit int64, ttl 
 	}
 	s.cleaner.noteTTL(ttl)
 	rkey := s.InflightKey(name, key)
-	reply, o, n, err := s.callInflight(ctx, false, rkey, args)
+	reply, o, n, err := s.callInflight(ctx, false, rkey, []string{rkey, goneKey(rkey)}, args)
 	if err == nil {
 		var ok bool
 		var n int64
@@ -211,7 +219,7 @@ func (s *Store) Renew(ctx context.Context, name, key string, h inflight.Hold, tt
 	if err != nil {
 		return false, err
 	}
-	reply, _, _, err := s.callInflight(ctx, true, s.InflightKey(name, key), args)
+	reply, _, _, err := s.callInflight(ctx, true, s.InflightKey(name, key), nil, args)
 	if err != nil {
 		return false, err
 	}
@@ -237,7 +245,7 @@ func (s *Store) Release(ctx context.Context, name, key string, h inflight.Hold) 
 	member := s.holder(h.ID)
 	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: member}.ARGV()
 	rkey := s.InflightKey(name, key)
-	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), true, rkey, args)
+	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), true, rkey, nil, args)
 	if err == nil {
 		_, _, err = decodeInflight(reply)
 	} else if !errors.Is(err, ErrReply) && !errors.Is(err, floodgate.ErrClosed) {
@@ -285,12 +293,12 @@ func decodeInflight(reply any) (ok bool, n int64, err error) {
 // callInflight sends inflight.lua with args on rkey through the path every
 // decision takes (Store.exec), after the checks of a decision: ctx has
 // not ended, the store is not closed.
-func (s *Store) callInflight(ctx context.Context, alone bool, rkey string, args []any) (any, outcome, *node, error) {
+func (s *Store) callInflight(ctx context.Context, alone bool, rkey string, keys []string, args []any) (any, outcome, *node, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, ignored, nil, err
 	}
 	if s.shut.Load() {
 		return nil, ignored, nil, unavailable(floodgate.ErrClosed, nil)
 	}
-	return s.exec(ctx, progInflight, alone, rkey, nil, args)
+	return s.exec(ctx, progInflight, alone, rkey, keys, args)
 }

@@ -324,6 +324,19 @@ func TestInflightContention(t *testing.T) {
 		abandoned += s.AbandonedHolds()
 	}
 	t.Logf("stall: %d failed Acquires; 1s after it, %d holds left with no holder, %d abandoned", errs.Load()-before, left, abandoned)
+	if left > 0 { // what is left, and what each store still meant to remove
+		ms, _ := admin.ZRangeWithScores(context.Background(), name, 0, -1).Result()
+		t.Logf("left: %v", ms)
+		for i, s := range ss {
+			s.cleaner.mu.Lock()
+			var q []string
+			for _, e := range s.cleaner.q {
+				q = append(q, fmt.Sprintf("%s t%d in %v", e.member, e.tries, time.Until(e.due)))
+			}
+			s.cleaner.mu.Unlock()
+			t.Logf("store %d prefix %s breaker %v queue %v", i, s.holds.prefix, s.BreakerState("hot"), q)
+		}
+	}
 	require.LessOrEqual(t, maxHolders.Load(), int64(limit))
 	require.Zero(t, left, "holds with no holder 1s after the stall")
 }

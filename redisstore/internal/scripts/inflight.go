@@ -25,6 +25,9 @@ const (
 	InflightRenew
 	// InflightRelease removes a hold.
 	InflightRelease
+	// InflightCancel removes the hold of an acquire that failed, or marks
+	// its holder id so that the acquire adds nothing if it runs later.
+	InflightCancel
 )
 
 // InflightArgs are the arguments of one call of inflight.lua, by name.
@@ -43,6 +46,9 @@ type InflightArgs struct {
 	// Now is the instant in whole microseconds since the Unix epoch (the
 	// client's clock), or "" for the Redis server's TIME.
 	Now string
+	// More are further holder ids of a cancel, sent after the others: one
+	// call cancels them all.
+	More []string
 }
 
 // The positions of inflight.lua's arguments in ARGV, counted from 0.
@@ -72,13 +78,16 @@ func (a InflightArgs) ARGV() []any {
 	if a.Op == InflightRelease {
 		return []any{int64(a.Op), a.Holder}
 	}
-	argv := make([]any, infNumArgs)
+	argv := make([]any, infNumArgs, infNumArgs+len(a.More))
 	argv[infArgOp] = int64(a.Op)
 	argv[infArgHolder] = a.Holder
 	argv[infArgLimit] = a.Limit
 	argv[infArgTTL] = a.TTL
 	argv[infArgMargin] = a.MarginMs
 	argv[infArgNow] = a.Now
+	for _, h := range a.More {
+		argv = append(argv, h)
+	}
 	return argv
 }
 
@@ -91,6 +100,7 @@ func inflightNames(m map[string]string) {
 		InflightAcquire: "INF_OP_ACQUIRE",
 		InflightRenew:   "INF_OP_RENEW",
 		InflightRelease: "INF_OP_RELEASE",
+		InflightCancel:  "INF_OP_CANCEL",
 	} {
 		m[name] = "'" + strconv.Itoa(int(op)) + "'"
 	}
