@@ -107,21 +107,40 @@ func newProgram(src string) program {
 	return program{hash: hash, src: src, evalsha: [2]any{"evalsha", hash}, eval: [2]any{"eval", src}}
 }
 
+// oneKeyCall holds the arguments of a call on one key and the key itself:
+// a string stored in an interface is boxed, an allocation of its own,
+// where a pointer into this struct is not (go-redis writes a *string as
+// the string, and reads it as one to find a Cluster slot).
+type oneKeyCall struct {
+	key  string
+	args [16]any
+}
+
 // evalCmd returns the EVALSHA (or, with eval, EVAL) of script id (its
-// batch script, with batch) on keys and args.
+// batch script, with batch) on keys (rkey when keys is nil) and args.
 func evalCmd(ctx context.Context, id prog, batch, eval bool, rkey string, keys []string, args []any) *redis.Cmd {
 	p := programs[id]
 	if batch {
 		p = batchPrograms[id]
 	}
-	a := make([]any, 3, 3+max(len(keys), 1)+len(args))
+	var a []any
+	if keys == nil && 4+len(args) <= len(oneKeyCall{}.args) {
+		// One allocation for the arguments and the key they point to.
+		c := &oneKeyCall{key: rkey}
+		a = c.args[:4]
+		a[2], a[3] = 1, &c.key
+	} else {
+		a = make([]any, 3, 3+max(len(keys), 1)+len(args))
+	}
 	a[0], a[1] = p.evalsha[0], p.evalsha[1]
 	if eval {
 		a[0], a[1] = p.eval[0], p.eval[1]
 	}
 	if keys == nil {
-		a[2] = 1
-		a = append(a, rkey)
+		if len(a) == 3 {
+			a[2] = 1
+			a = append(a, rkey)
+		}
 	} else {
 		a[2] = len(keys)
 		for _, k := range keys {
