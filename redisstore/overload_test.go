@@ -53,6 +53,8 @@ func TestSpinningCallersRecover(t *testing.T) {
 				slowest  atomic.Int64
 				wg       sync.WaitGroup
 			)
+			// Stop the callers if a require ends the test early.
+			t.Cleanup(func() { stop.Store(true); p.cont(); wg.Wait() })
 			for g := range 128 {
 				wg.Add(1)
 				go func() {
@@ -263,6 +265,9 @@ func TestInflightContention(t *testing.T) {
 		admitted, denied, errs atomic.Int64
 		wg                     sync.WaitGroup
 	)
+	// A failed require ends the test early: stop the workload before the
+	// stores close, or it spins on for the tests after it.
+	t.Cleanup(func() { stop.Store(true); p.cont(); wg.Wait() })
 	for i := range stores {
 		for range goroutines {
 			wg.Add(1)
@@ -324,17 +329,21 @@ func TestInflightContention(t *testing.T) {
 		abandoned += s.AbandonedHolds()
 	}
 	t.Logf("stall: %d failed Acquires; 1s after it, %d holds left with no holder, %d abandoned", errs.Load()-before, left, abandoned)
-	if left > 0 { // what is left, and what each store still meant to remove
+	if left > 0 { // what is left, and what the stores still mean to remove
 		ms, _ := admin.ZRangeWithScores(context.Background(), name, 0, -1).Result()
 		t.Logf("left: %v", ms)
 		for i, s := range ss {
 			s.cleaner.mu.Lock()
 			var q []string
 			for _, e := range s.cleaner.q {
-				q = append(q, fmt.Sprintf("%s t%d in %v", e.member, e.tries, time.Until(e.due)))
+				for _, m := range ms {
+					if m.Member == e.member {
+						q = append(q, fmt.Sprintf("%s: %d attempts, next in %v", e.member, e.tries, time.Until(e.due)))
+					}
+				}
 			}
+			t.Logf("store %d (%s): breaker %v, %d removals queued; of the holds left: %v", i, s.holds.prefix, s.BreakerState("hot"), len(s.cleaner.q), q)
 			s.cleaner.mu.Unlock()
-			t.Logf("store %d prefix %s breaker %v queue %v", i, s.holds.prefix, s.BreakerState("hot"), q)
 		}
 	}
 	require.LessOrEqual(t, maxHolders.Load(), int64(limit))
