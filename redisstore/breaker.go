@@ -215,7 +215,8 @@ func (s *Store) probe(n *node) {
 		c := n.breaker.done(s.wall(), true, o)
 		if o == succeeded {
 			n.answered(nil)
-			s.kickCleanup()
+			n.owed.Store(false)
+			s.kickCleanup(n)
 		}
 		s.report(context.Background(), n, c)
 	}()

@@ -35,11 +35,14 @@ const (
 	cleanupQueue = 4096
 	// cleanupAttempts is the number of attempts of one removal: at once,
 	// so that a hold freed by a healthy Redis frees its slot within a
-	// round trip, then at 1/16, 1/8, 1/4 and 1/2 of the hold's TTL after
-	// the failed call: a stall that made the call fail is likely over by
-	// the later ones, an open breaker (1s by default) has let a probe
-	// through, and the last leaves half the TTL for the attempt itself.
-	cleanupAttempts = 5
+	// round trip, then after TTL/64, doubling to at most TTL/4 (with a
+	// TTL of 10s: 156ms, 312ms, 625ms, 1.25s, then 2.5s thrice), so that
+	// the last comes before the TTL ends; and every queued attempt of a
+	// node falls due at once when the node answers again (see
+	// kickCleanup). A stall that made the call fail is likely over by the
+	// later ones. A kick keeps the count: a removal makes at most
+	// cleanupAttempts calls, so a flapping node cannot keep it alive.
+	cleanupAttempts = 8
 )
 
 // cleanup is one hold to remove: its key and member, when the next
@@ -56,6 +59,10 @@ type cleanup struct {
 	// no hold marks the holder id, so that the script adds nothing when
 	// it runs. Every removal stops at its first reply.
 	acquire bool
+	// n is the node of the failed call or attempt (nil: none was
+	// found): the node whose next answer makes the removal due (see
+	// kickCleanup).
+	n *node
 }
 
 // cleanups is a min-heap of removals by due time (container/heap).
@@ -115,13 +122,15 @@ func (c *cleaner) releaseTTL() time.Duration {
 	return inflight.DefaultTTL
 }
 
-// delay returns when attempt number tries (from 0) of a removal of a hold
-// of ttl is due, after the failed call: ttl/16, ttl/8, ttl/4, ttl/2.
+// delay returns how long after attempt number tries-1 of a removal of a
+// hold of ttl attempt number tries (from 0, the first, at once) is due:
+// ttl/64, doubling, at most ttl/4. The first cleanupAttempts of them add
+// up to less than ttl.
 func delay(ttl time.Duration, tries int) time.Duration {
 	if tries == 0 {
 		return 0
 	}
-	return ttl / time.Duration(int64(32)>>tries)
+	return min(ttl>>(7-min(tries, 5)), ttl/4)
 }
 
 // add queues e, or drops and counts it when the queue is full or the
@@ -135,6 +144,9 @@ func (s *Store) addCleanup(e cleanup) {
 		return
 	}
 	heap.Push(&c.q, e)
+	if e.n != nil {
+		e.n.owed.Store(true)
+	}
 	if !c.started {
 		c.started = true
 		c.changed = make(chan struct{})
@@ -149,12 +161,15 @@ func (s *Store) addCleanup(e cleanup) {
 	c.changed = make(chan struct{})
 }
 
-// kickCleanup makes every queued removal due now: a breaker's probe has
-// just found its node answering again, and the holds that failed calls
-// left during the outage (their scripts ran as soon as the node resumed)
-// take slots that callers are waiting for. Without it, they waited for
-// their next attempt, up to half a TTL away.
-func (s *Store) kickCleanup() {
+// kickCleanup makes the queued removals of node n (and those of no node)
+// due now: n has just answered a call (a decision, or the breaker's
+// probe) after a removal failed on it or was queued for it (node.owed),
+// and the holds that failed calls left during its outage (their scripts
+// ran as soon as it resumed) take slots that callers are waiting for.
+// Without it, they waited for their next attempt, up to a quarter of a
+// TTL away. An attempt in flight during the kick that fails sets owed
+// again, so the node's next answer makes it due too.
+func (s *Store) kickCleanup(n *node) {
 	c := &s.cleaner
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -162,10 +177,15 @@ func (s *Store) kickCleanup() {
 		return
 	}
 	now := time.Now()
+	kicked := false
 	for i := range c.q {
-		if c.q[i].due.After(now) {
+		if (c.q[i].n == n || c.q[i].n == nil) && c.q[i].due.After(now) {
 			c.q[i].due = now
+			kicked = true
 		}
+	}
+	if !kicked {
+		return
 	}
 	heap.Init(&c.q)
 	close(c.changed)
@@ -278,6 +298,7 @@ func (s *Store) attemptCleanup(batch []cleanup) {
 	e := batch[0]
 	var (
 		reply any
+		n     *node
 		err   error
 	)
 	if e.acquire {
@@ -287,11 +308,11 @@ func (s *Store) attemptCleanup(batch []cleanup) {
 		}
 		var args []any
 		if args, err = s.inflightArgs(a, e.ttl); err == nil {
-			reply, _, _, err = s.callInflight(s.cleaner.ctx, true, e.rkey, []string{e.rkey, goneKey(e.rkey)}, args)
+			reply, n, err = s.remove(e.rkey, []string{e.rkey, goneKey(e.rkey)}, args)
 		}
 	} else {
 		args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: e.member}.ARGV()
-		reply, _, _, err = s.callInflight(s.cleaner.ctx, true, e.rkey, nil, args)
+		reply, n, err = s.remove(e.rkey, nil, args)
 	}
 	if err == nil {
 		if _, _, derr := decodeInflight(reply); derr == nil {
@@ -304,9 +325,41 @@ func (s *Store) attemptCleanup(batch []cleanup) {
 			s.cleaner.dropped.Add(1)
 			continue
 		}
-		e.due = e.due.Add(delay(e.ttl, e.tries) - delay(e.ttl, e.tries-1))
+		e.due = time.Now().Add(delay(e.ttl, e.tries))
+		if n != nil {
+			e.n = n
+		}
 		s.addCleanup(e)
 	}
+}
+
+// remove sends a removal's script call: the path of every call (its
+// node's MaxInFlight slots, Options.Timeout, the classification of
+// errors) but the breaker, which it neither asks nor tells. An open
+// breaker refuses decisions so that callers fail fast and a failing node
+// is not sent a flood; a removal has no caller waiting, the cleaner sends
+// at most cleanupWorkers of them at once, and each frees a slot that
+// callers want. Behind the breaker, a removal waited for its cooldown (1s
+// by default) whenever the breaker opened again after an outage, under
+// the load that follows one, while the holds it was to remove kept their
+// slots. A reply makes the node's other queued removals due (see
+// kickCleanup).
+func (s *Store) remove(rkey string, keys []string, args []any) (any, *node, error) {
+	ctx := s.cleaner.ctx
+	if s.shut.Load() {
+		return nil, nil, unavailable(floodgate.ErrClosed, nil)
+	}
+	n, err := s.nodeFor(ctx, rkey)
+	if err != nil {
+		_, err = classify(ctx, err)
+		return nil, nil, err
+	}
+	reply, err := s.call(ctx, n, progInflight, true, rkey, keys, args)
+	o, err := classify(ctx, err)
+	if o == succeeded && n.owed.Load() && n.owed.CompareAndSwap(true, false) {
+		s.kickCleanup(n)
+	}
+	return reply, n, err
 }
 
 // mayHaveRun reports whether a failed script call on node n (nil: none was

@@ -286,13 +286,18 @@ func TestCleanupBounds(t *testing.T) {
 	require.Equal(t, uint64(cleanupQueue+2), s.AbandonedHolds(), "AbandonedHolds() after a removal added after Close")
 }
 
-// TestCleanupDelay: the attempts fall at once, then at 1/16, 1/8, 1/4 and
-// 1/2 of the TTL.
+// TestCleanupDelay: the attempts fall at once, then after 1/64 of the TTL,
+// doubling to at most 1/4, all of them within the TTL.
 func TestCleanupDelay(t *testing.T) {
-	require.Len(t, []int{0, 1, 2, 3, 4}, cleanupAttempts)
-	for i, want := range []time.Duration{0, 1 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
-		require.Equal(t, want, delay(16*time.Second, i), "delay(16s, %d)", i)
+	want := []time.Duration{0, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 4 * time.Second, 4 * time.Second}
+	require.Len(t, want, cleanupAttempts)
+	var sum time.Duration
+	for i, w := range want {
+		require.Equal(t, w, delay(16*time.Second, i), "delay(16s, %d)", i)
+		sum += w
 	}
+	require.Less(t, sum, 16*time.Second)
+	require.Equal(t, 4*time.Second, delay(16*time.Second, 100))
 }
 
 // replyError is an error reply of Redis, as go-redis returns one
@@ -380,4 +385,86 @@ func TestInflightCancelBeforeAcquire(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, pttl, time.Duration(0), "the marks expire")
 	require.LessOrEqual(t, pttl, ttl+DefaultExpiryMargin+time.Second)
+}
+
+// TestCleanupDueWhenNodeAnswers: a removal whose attempts failed while its
+// node was unreachable is made as soon as the node answers a decision,
+// not at its next scheduled attempt, though the node's breaker never
+// opened (two failures, under its threshold of 10) and so no probe ran.
+// Before, only a probe made the removals due: a stall whose timeouts did
+// not open the breaker left holds with no holder for up to half a TTL,
+// which TestInflightContention found on a loaded host.
+func TestCleanupDueWhenNodeAnswers(t *testing.T) {
+	parallelOnMiniredis(t)
+	srv := newServer(t)
+	rdb := srv.client(t)
+	px := newProxy(t, srv.addr)
+	c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	s, lim := leakSetup(t, c, 10)
+	ctx := context.Background()
+	slot := acquireOutsideStall(t, lim, "k")
+	rkey := s.InflightKey(lim.Name(), "k")
+
+	// The node is unreachable: the Release fails, then the removal's
+	// first attempt, at once.
+	px.setDown(true)
+	require.Error(t, slot.Release(ctx))
+	var due time.Time
+	require.Eventually(t, func() bool {
+		s.cleaner.mu.Lock()
+		defer s.cleaner.mu.Unlock()
+		if len(s.cleaner.q) == 1 && s.cleaner.q[0].tries >= 1 {
+			due = s.cleaner.q[0].due
+			return true
+		}
+		return false
+	}, leakWait, 5*time.Millisecond, "the removal's first attempt failed")
+	require.Equal(t, BreakerClosed, s.BreakerState("k"))
+	px.setDown(false)
+
+	// A decision the node answers makes the removal due. The hold must be
+	// gone before the attempt it was scheduled for (leakTTL/64 = 469ms
+	// after the failed one).
+	if time.Until(due) < 100*time.Millisecond {
+		t.Skipf("the machine took until %v before the scheduled attempt to get here", time.Until(due))
+	}
+	other := acquireOutsideStall(t, lim, "other")
+	defer func() { _ = other.Release(ctx) }()
+	waitHolds(t, rdb, rkey, 0, "the failed Release's hold")
+	require.True(t, time.Now().Before(due), "the hold was removed %v after its scheduled attempt: the node's answer did not make it due", time.Since(due))
+}
+
+// TestCleanupThroughOpenBreaker: a removal is sent though its node's
+// breaker is open (it neither asks nor tells the breaker): the hold of a
+// failed Release is gone while the breaker, opened by the failures of an
+// outage and given a cooldown of a minute, still refuses every decision.
+// Before, the removal waited behind the breaker, and a breaker that opened
+// again after an outage held the holds for its cooldown.
+func TestCleanupThroughOpenBreaker(t *testing.T) {
+	parallelOnMiniredis(t)
+	srv := newServer(t)
+	rdb := srv.client(t)
+	px := newProxy(t, srv.addr)
+	c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, &Options{Timeout: 200 * time.Millisecond, BreakerCooldown: time.Minute})
+	lim, err := inflight.New(s, 10, &inflight.Options{TTL: leakTTL})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lim.Close() })
+	ctx := context.Background()
+	slot := acquireOutsideStall(t, lim, "k")
+	rkey := s.InflightKey(lim.Name(), "k")
+
+	px.setDown(true)
+	require.Error(t, slot.Release(ctx))
+	for i := 0; s.BreakerState("k") != BreakerOpen; i++ {
+		require.Less(t, i, 1000, "the breaker did not open")
+		_, _ = lim.Acquire(ctx, "down")
+	}
+	px.setDown(false)
+	waitHolds(t, rdb, rkey, 0, "the failed Release's hold, behind an open breaker")
+	require.Equal(t, BreakerOpen, s.BreakerState("k"))
+	_, err = lim.Acquire(ctx, "k")
+	require.ErrorIs(t, err, ErrBreakerOpen)
 }

@@ -123,35 +123,39 @@
 // than the limit until those requests end.
 //
 // A failed call can leave a hold in the set that no caller holds: an
-// Acquire that timed out or lost its connection after the command may
-// have been written (Redis runs what it has read once a stall ends) adds
-// its hold though its caller was told it failed, and a failed Release
-// leaves its hold. Either would keep a slot taken for the hold's TTL. So
-// the Store removes such holds in the background: the member of a failed
-// Acquire (its holder id is known before the call is sent), by a cancel,
-// and that of every failed Release, by the release script, through the
-// path of every call (Options.Timeout, the node's breaker and slots). A
+// Acquire that timed out or lost its connection after the command may have
+// been written (Redis runs what it has read once a stall ends) adds its
+// hold though its caller was told it failed, and a failed Release leaves
+// its hold. Either would keep a slot taken for the hold's TTL. So the Store
+// removes such holds in the background: the member of a failed Acquire (its
+// holder id is known before the call is sent), by a cancel, and that of
+// every failed Release, by the release script, through the path of every
+// call (Options.Timeout, the node's slots) but its breaker, which a removal
+// neither asks nor tells: an open breaker makes callers fail fast, while a
+// removal has no caller waiting, at most 4 are sent at once, and each frees
+// a slot that callers want (when removals waited for the breaker, one that
+// opened again under the load after an outage held them for 1s). A
 // cancel removes the hold, or, when the Acquire's script has not run yet
 // (it is still queued in Redis behind a stall), marks its holder id in a
 // sorted set beside the holds (InflightKey + ":gone", the same hash slot)
 // for the hold's TTL, so that the script adds nothing when it runs; the
-// cancels of one key due together go in one call. An Acquire never
-// sent (an open breaker, no free slot, a connection that could not be
-// dialled) or answered with an error reply leaves nothing to remove. Each
-// removal has 5 attempts: at once, then at 1/16, 1/8, 1/4 and 1/2 of the
-// hold's TTL after the failure (a Release, which does not know its hold's
-// TTL, takes the shortest the store has granted), and all of them at once
-// when a breaker's probe finds the node answering again; the first reply
-// ends it. Releases, renewals and removals are sent on their own, never
-// queued behind a batch of Acquires: a release frees a slot that the
-// Acquires wait for. An open breaker refuses an attempt
-// as it refuses any call; the attempt is not held for it, and the next
-// comes later (with the defaults, past the breaker's 1s cooldown). The
-// work is bounded: 4 goroutines, started by the first removal and stopped
-// by Close, and at most 4096 removals waiting; one that finds the queue
-// full, or fails all its attempts, or that Close finds waiting, is dropped
-// and counted (Store.AbandonedHolds), and its hold frees at its TTL. A
-// call that succeeds costs nothing more.
+// cancels of one key due together go in one call. An Acquire never sent (an
+// open breaker, no free slot, a connection that could not be dialled) or
+// answered with an error reply leaves nothing to remove. Each removal has 8
+// attempts: at once, then after 1/64 of the hold's TTL, doubling to at most
+// 1/4 (156ms, 312ms, 625ms, 1.25s, then 2.5s thrice with the inflight
+// package's default 10s), so that the last comes within the TTL (a Release,
+// which does not know its hold's TTL, takes the shortest the store has
+// granted); and a node's next answer after a removal failed on it (a
+// decision's reply, a removal's, or its breaker's probe) makes its queued
+// removals due at once. The first reply ends a removal. Releases, renewals
+// and removals are sent on their own, never queued behind a batch of
+// Acquires: a release frees a slot that the Acquires wait for. The work is
+// bounded: 4 goroutines, started by the first removal and stopped by Close,
+// and at most 4096 removals waiting; one that finds the queue full, or
+// fails all its attempts, or that Close finds waiting, is dropped and
+// counted (Store.AbandonedHolds), and its hold frees at its TTL. A call
+// that succeeds costs one atomic load more (is a removal owed its node?).
 //
 // # Failures
 //

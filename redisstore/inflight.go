@@ -136,7 +136,7 @@ func (s *Store) Acquire(ctx context.Context, name, key string, limit int64, ttl 
 		// The script may have added member though the caller is told
 		// it failed (or is given the failure policy's hold): remove it
 		// in the background, or its slot stays taken until ttl.
-		s.addCleanup(cleanup{rkey: rkey, member: member, due: time.Now().Add(delay(ttl, 0)), ttl: ttl, acquire: true})
+		s.addCleanup(cleanup{rkey: rkey, member: member, due: time.Now(), ttl: ttl, acquire: true, n: n})
 	}
 	switch o {
 	case failed, timedOut, refused, busy:
@@ -245,7 +245,7 @@ func (s *Store) Release(ctx context.Context, name, key string, h inflight.Hold) 
 	member := s.holder(h.ID)
 	args := scripts.InflightArgs{Op: scripts.InflightRelease, Holder: member}.ARGV()
 	rkey := s.InflightKey(name, key)
-	reply, _, _, err := s.callInflight(context.WithoutCancel(ctx), true, rkey, nil, args)
+	reply, _, n, err := s.callInflight(context.WithoutCancel(ctx), true, rkey, nil, args)
 	if err == nil {
 		_, _, err = decodeInflight(reply)
 	} else if !errors.Is(err, ErrReply) && !errors.Is(err, floodgate.ErrClosed) {
@@ -255,7 +255,7 @@ func (s *Store) Release(ctx context.Context, name, key string, h inflight.Hold) 
 		// retried too: unlike an Acquire's, its hold is certainly in the
 		// set. One whose script failed (ErrReply) would fail again.
 		ttl := s.cleaner.releaseTTL()
-		s.addCleanup(cleanup{rkey: rkey, member: member, due: time.Now().Add(delay(ttl, 0)), ttl: ttl})
+		s.addCleanup(cleanup{rkey: rkey, member: member, due: time.Now(), ttl: ttl, n: n})
 	}
 	return err
 }

@@ -24,6 +24,7 @@ type node struct {
 	served  atomic.Uint64 // calls the node answered (see busy)
 	born    time.Time     // when the store first called it (see cold)
 	fails   failCounts    // its failed decisions, for OnFailures (failures.go)
+	owed    atomic.Bool   // a removal waits for its next answer (see Store.kickCleanup)
 }
 
 // busy reports whether a decision that timed out did so because the

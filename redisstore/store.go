@@ -665,7 +665,15 @@ func (s *Store) exec(ctx context.Context, id prog, alone bool, rkey string, keys
 		o = busy
 	}
 	s.report(ctx, n, n.breaker.done(wall, false, o))
-	if o == failed || o == timedOut || o == refused {
+	switch o {
+	case succeeded:
+		// One atomic load on the path of every decision; true only
+		// after a call to n failed ambiguously and left a hold to
+		// remove.
+		if n.owed.Load() && n.owed.CompareAndSwap(true, false) {
+			s.kickCleanup(n)
+		}
+	case failed, timedOut, refused:
 		s.reload(wall)
 	}
 	return reply, o, n, err
