@@ -387,6 +387,17 @@ func TestInflightCancelBeforeAcquire(t *testing.T) {
 	require.LessOrEqual(t, pttl, ttl+DefaultExpiryMargin+time.Second)
 }
 
+// behindProxy returns a client of the test's server, a proxy in front of
+// it, and a client through the proxy that does not retry.
+func behindProxy(t *testing.T) (rdb *redis.Client, px *proxy, c *redis.Client) {
+	t.Helper()
+	srv := newServer(t)
+	px = newProxy(t, srv.addr)
+	c = redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	return srv.client(t), px, c
+}
+
 // TestCleanupDueWhenNodeAnswers: a removal whose attempts failed while its
 // node was unreachable is made as soon as the node answers a decision,
 // not at its next scheduled attempt, though the node's breaker never
@@ -396,11 +407,7 @@ func TestInflightCancelBeforeAcquire(t *testing.T) {
 // which TestInflightContention found on a loaded host.
 func TestCleanupDueWhenNodeAnswers(t *testing.T) {
 	parallelOnMiniredis(t)
-	srv := newServer(t)
-	rdb := srv.client(t)
-	px := newProxy(t, srv.addr)
-	c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
+	rdb, px, c := behindProxy(t)
 	s, lim := leakSetup(t, c, 10)
 	ctx := context.Background()
 	slot := acquireOutsideStall(t, lim, "k")
@@ -443,11 +450,7 @@ func TestCleanupDueWhenNodeAnswers(t *testing.T) {
 // again after an outage held the holds for its cooldown.
 func TestCleanupThroughOpenBreaker(t *testing.T) {
 	parallelOnMiniredis(t)
-	srv := newServer(t)
-	rdb := srv.client(t)
-	px := newProxy(t, srv.addr)
-	c := redis.NewClient(&redis.Options{Addr: px.addr(), ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { _ = c.Close() })
+	rdb, px, c := behindProxy(t)
 	s := newStore(t, c, &Options{Timeout: 200 * time.Millisecond, BreakerCooldown: time.Minute})
 	lim, err := inflight.New(s, 10, &inflight.Options{TTL: leakTTL})
 	require.NoError(t, err)
