@@ -611,10 +611,12 @@ func TestInflightFailurePolicy(t *testing.T) {
 		require.ErrorIs(t, err, floodgate.ErrUnavailable)
 		require.ErrorIs(t, s.Release(ctx, name, "k", inflight.Hold{ID: 7, Expires: true}), floodgate.ErrUnavailable)
 		// The Acquire is a failed decision; a renewal and a release are
-		// not decisions, but all three are round trips.
+		// not decisions, but all three are round trips, and so are the
+		// background removals of the failed Release's hold, which may
+		// have begun by now.
 		require.Equal(t, []observe.Failures{{Name: DefaultName, Node: addr, Policy: "error", Count: 1, Err: aerr}}, rec.takeFailures(s))
 		cs := rec.takeCalls()
-		require.Len(t, cs, 3)
+		require.GreaterOrEqual(t, len(cs), 3)
 		for _, c := range cs {
 			require.Equal(t, observe.CallError, c.Outcome)
 		}
