@@ -285,15 +285,13 @@ func (c *cleaner) takeDue(e cleanup) []cleanup {
 }
 
 // attemptCleanup makes one attempt of the removals batch (one, or the
-// Acquires' holds of one key, see takeDue) in one script call through the
-// path of every call, Options.Timeout and the node's breaker included: a
+// Acquires' holds of one key, see takeDue) in one script call (see
+// remove: Options.Timeout and the node's slots, not its breaker): a
 // Release's ZREM, or a cancel, which removes each Acquire's hold or marks
 // its holder id so that the Acquire adds nothing if it runs later (see
-// goneKey). One reply ends every removal of the batch. An open breaker
-// refuses it like any call; that is one of its attempts, and the next is
-// due later (the breaker is not waited for, so that the attempts stay
-// within the hold's TTL). A failed attempt is queued again until the
-// last; then the hold is abandoned.
+// goneKey). One reply ends every removal of the batch. A failed attempt
+// is queued again, due after delay or at the node's next answer, until
+// the last; then the hold is abandoned.
 func (s *Store) attemptCleanup(batch []cleanup) {
 	e := batch[0]
 	var (

@@ -26,8 +26,8 @@ import (
 const leakTTL = 30 * time.Second
 
 // leakWait bounds a test's wait for the count of holds to settle: well
-// within leakTTL, and past the last of the removals' attempts that a
-// test's stall allows for (ttl/2 after the failure is the last).
+// within leakTTL, and far past the removals' attempts after a test's 1s
+// stall (due at the node's first answer, else 1.4s after the failure).
 const leakWait = 25 * time.Second
 
 // stall is a fault that makes Redis answer nothing from begin to end.
