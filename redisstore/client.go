@@ -142,9 +142,12 @@ func evalCmd(ctx context.Context, id prog, batch, eval bool, rkey string, keys [
 			a = append(a, rkey)
 		}
 	} else {
+		// Each key by its address in keys, which no caller changes
+		// once the command is built: a string in an interface would
+		// be boxed, an allocation per key.
 		a[2] = len(keys)
-		for _, k := range keys {
-			a = append(a, k)
+		for i := range keys {
+			a = append(a, &keys[i])
 		}
 	}
 	a = append(a, args...)

@@ -188,3 +188,22 @@ func TestSlidingWindowAhead(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.Allowed)
 }
+
+// TestKeysAllocs: a Limits' keys cost two allocations however many limits
+// it has (one string cut into the keys, and the slice), and a script
+// call's arguments as many for eight keys as for two: each key goes to
+// go-redis by its address, not boxed in an interface.
+func TestKeysAllocs(t *testing.T) { // not parallel: AllocsPerRun
+	s := newStore(t, newServer(t).client(t), &Options{Prefix: "fgtest:keys:"})
+	suffixes := []string{":a", ":bb", ":ccc"}
+	keys := s.limitKeys("user:42", suffixes)
+	require.Equal(t, []string{"fgtest:keys:{user:42}:a", "fgtest:keys:{user:42}:bb", "fgtest:keys:{user:42}:ccc"}, keys)
+	require.Equal(t, 2.0, testing.AllocsPerRun(100, func() { _ = s.limitKeys("user:42", suffixes) }))
+
+	ctx := context.Background()
+	args := []any{"1", "2"}
+	two, eight := make([]string, 2), make([]string, 8)
+	a2 := testing.AllocsPerRun(100, func() { _ = evalCmd(ctx, progLimits, false, false, "", two, args) })
+	a8 := testing.AllocsPerRun(100, func() { _ = evalCmd(ctx, progLimits, false, false, "", eight, args) })
+	require.Equal(t, a2, a8, "allocations of a call on 2 keys and on 8")
+}

@@ -575,11 +575,7 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 	if a.members == nil {
 		rkey = s.prefix + "{" + s.hashed(key) + "}" + b.suffix
 	} else {
-		h := s.hashed(key)
-		keys = make([]string, len(b.suffixes))
-		for i, suffix := range b.suffixes {
-			keys[i] = s.prefix + "{" + h + "}" + suffix
-		}
+		keys = s.limitKeys(key, b.suffixes)
 		rkey = keys[0]
 	}
 	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, req, s.marginMs))
@@ -598,6 +594,34 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 	}
 	s.failures(n, false, err)
 	return floodgate.Result{}, err
+}
+
+// limitKeys returns the keys of a Limits' limits on key, one per suffix,
+// as substrings of one string: two allocations, where a string each made
+// one per limit more.
+func (s *Store) limitKeys(key string, suffixes []string) []string {
+	h := s.hashed(key)
+	head := len(s.prefix) + len(h) + 2 // prefix{h}
+	n := 0
+	for _, suffix := range suffixes {
+		n += head + len(suffix)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for _, suffix := range suffixes {
+		sb.WriteString(s.prefix)
+		sb.WriteByte('{')
+		sb.WriteString(h)
+		sb.WriteByte('}')
+		sb.WriteString(suffix)
+	}
+	all := sb.String()
+	keys := make([]string, len(suffixes))
+	for i, suffix := range suffixes {
+		m := head + len(suffix)
+		keys[i], all = all[:m], all[m:]
+	}
+	return keys
 }
 
 // exec sends the script id on rkey (on keys when they are not nil, a
