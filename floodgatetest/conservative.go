@@ -49,6 +49,14 @@ type Options struct {
 	// the conservative tier (which its documentation must say). The
 	// reason is logged.
 	Skip func(alg floodgate.Algorithm) string
+
+	// MaxTake, when set, returns the most units the store admits in one
+	// take for alg, when that is less than its quota: a sharded store
+	// admits a take on one shard, and refuses more than a shard's quota
+	// with an error matching floodgate.ErrExceedsLimit (which its
+	// documentation must say). "NeverOver" then takes at most that many
+	// units at once. nil means the quota.
+	MaxTake func(alg floodgate.Algorithm) int64
 }
 
 // fleetSize is the number of stores of a Fleet the conservative cases
@@ -176,6 +184,10 @@ func (h *harness) neverOver(t *testing.T) {
 			ps[j] = s.pair(t, alg)
 		}
 		quota, window := alg.Policy().Quota, alg.Policy().Window
+		maxTake := quota
+		if h.opts.MaxTake != nil {
+			maxTake = max(min(maxTake, h.opts.MaxTake(alg)), 1)
+		}
 		keys := []string{fmt.Sprintf("over/%d/a", i), fmt.Sprintf("over/%d/b", i)}
 		admitted := map[string][]admittedAt{}
 		now := clock.Now().Add(g.dur(0, window))
@@ -191,7 +203,7 @@ func (h *harness) neverOver(t *testing.T) {
 			clock.Set(now)
 			j := g.ints(0, len(ps)-1)
 			p, key := ps[j], keys[g.ints(0, len(keys)-1)]
-			req := take(g.int64s(1, quota))
+			req := take(g.int64s(1, maxTake))
 			switch g.ints(0, 5) {
 			case 0:
 				req = upTo(g.int64s(1, quota+2))

@@ -457,6 +457,21 @@ func (s *Store) LimitKey(name, key string, kind step.Kind, ordinal int) string {
 	return s.prefix + "{" + s.hashed(key) + "}" + limitSuffix(name, kind, ordinal)
 }
 
+// Slot returns the Redis Cluster hash slot (0 to 16383) of the Redis keys
+// the store keeps for key: every key of its limiters and in-flight
+// limits share it, since they share key's hash tag (see Key). It returns
+// -1 when they share none: when their hash tag is empty (a key beginning
+// with '}', without HashKeys), Redis hashes each whole. Package shard
+// places a limit's shards on distinct slots with it.
+func (s *Store) Slot(key string) int {
+	k := s.prefix + "{" + s.hashed(key) + "}"
+	i := strings.IndexByte(k, '{')
+	if strings.IndexByte(k[i+1:], '}') == 0 {
+		return -1
+	}
+	return int(slotOf(k))
+}
+
 // hashed returns key as the hash tag holds it: its hash with HashKeys.
 func (s *Store) hashed(key string) string {
 	if s.hashKeys {

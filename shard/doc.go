@@ -1,0 +1,95 @@
+// Package shard splits one global limit over several shards of a store, so
+// that a key every request shares (a tenant's quota, a partner's contract,
+// an endpoint's total) is decided by several Redis masters instead of one.
+//
+// A shard Store is a floodgate.Store around another, usually a redisstore
+// over a Redis Cluster:
+//
+//	redis, err := redisstore.New(cluster, nil)
+//	...
+//	sharded, err := shard.New(redis, &shard.Options{Shards: 16})
+//	...
+//	lim, err := floodgate.New(sharded, floodgate.FixedWindow{Limit: 100_000, Window: time.Second},
+//		&floodgate.Options{Name: "partner"})
+//
+// A limit on one key lives in one Cluster slot, so on one master's thread:
+// one master runs every decision of that key, and adding masters does not
+// help it. Sharded, the key is K keys on K slots spread evenly over the
+// 16,384, so that a Cluster whose masters hold contiguous slot ranges (as
+// redis-cli --cluster create splits them) spreads them over its masters,
+// and a master that fails takes only its shards' part of the quota with it.
+//
+// # The split
+//
+// Bind splits the limit's quota exactly: shard i of K gets ⌊Q/K⌋ units,
+// plus one on the first Q mod K shards, so the parts sum to Q. A token
+// bucket splits its Rate and its Burst alike (Per is kept), a leaky bucket
+// its Rate and Capacity, the windows their Limit; a floodgate.Limits
+// splits each of its limits. A limit whose quota (or rate) is smaller than
+// K is refused with floodgate.ErrInvalidConfig, and so is a split whose
+// part is not a valid configuration. Each shard is bound on the inner
+// store under InnerName(name, K), the limiter's name with ":shard" and K,
+// with the key of a five-byte suffix, ':' and the limiter's key: changing
+// K starts new shards, and during a rolling change the old shards and the
+// new each admit up to the quota.
+//
+// # Exactness
+//
+// Each shard is decided exactly by the inner store, so what the shards
+// admit together is bounded as the limit's own algorithm bounds it: at
+// most Q per window for the windows (the shards' windows are the same
+// epoch-aligned intervals), at most Burst + Rate·T/Per over any interval
+// of length T for a token bucket. The store is in floodgate's conservative
+// tier: it never admits more than the unsharded limit, and it may deny
+// what the unsharded limit would admit. A decision goes to a home shard,
+// chosen at random for each call, and, when the home shard denies, to up
+// to Options.Probes others in turn; a decision is denied when every shard
+// it asked denies. With Probes = Shards-1 every shard is asked before a
+// denial, and a take of one unit is denied only when the whole quota is
+// spent; with fewer probes it may be denied while unasked shards hold
+// units. A take of n units needs n units on one shard: it is refused with
+// floodgate.ErrExceedsLimit above the smallest shard's quota, and may be
+// denied while the shards together hold n units but none holds n alone.
+//
+// A shard that denies a take of n units with RetryAfter r is skipped by
+// this process's takes of at least n units for r (a hint, kept per key for
+// Options.MaxKeys keys): under sustained saturation a decision costs one
+// store call, and probing costs calls only where units may be. When every
+// shard is hinted empty, one shard is asked all the same.
+//
+// # Cost
+//
+// One store call when the first shard asked admits, at most 1 + Probes
+// when it denies, and no other work than a map lookup: a key's shard keys
+// are computed once (on a Redis store, about twenty slot computations) and
+// kept with its hints.
+//
+// # Decisions
+//
+// The Decision of an admission is the admitting shard's, and of a denial
+// that of the shard whose RetryAfter is the shortest among those asked,
+// with Limit set to the whole limit's quota (for a Limits, each limit's).
+// So Remaining is what that shard could still admit: a lower bound on what
+// the limit could, when no other process takes units meanwhile. RetryAfter
+// is the soonest any shard asked would admit the request; with Probes =
+// Shards-1 and no hint standing in the way, the soonest any shard would.
+// ResetAfter is the shard's.
+//
+// # Settlements
+//
+// A settlement that charges units (an OpSettle of a positive N) is charged
+// to a random shard. One that gives units back is refused with ErrGiveBack:
+// the store does not know which shard admitted them, and giving them to
+// another would let it admit units the quota does not have.
+//
+// # Placement
+//
+// On an inner store with a Slot method (Slotter; *redisstore.Store has
+// one), each key's shard suffixes are chosen so that shard i's slot is
+// shard 0's plus ⌊i·16384/K⌋, modulo 16,384: exactly, because Redis's
+// CRC16 of a hash tag is an affine function of the suffix's bits, which
+// the store solves for; or, when it is not (redisstore's HashKeys hashes
+// the key first), within ±1% of 16384/K by a search of at most 2^20
+// suffixes per key. Stores in between (observe.Store, say) hide the
+// method: put the shard Store directly over the redisstore.
+package shard

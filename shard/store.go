@@ -1,0 +1,312 @@
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Options configures a Store. The zero value (or a nil *Options) means the
+// defaults.
+type Options struct {
+	// Shards is K, the number of shards of each limit: 2 to MaxShards.
+	// The default is 16.
+	Shards int
+	// Probes is P, the most shards a decision asks after its home shard
+	// denies: 1 to Shards-1. The default is 2 (at most Shards-1); with
+	// Shards-1 a decision is denied only when every shard denies it.
+	Probes int
+	// MaxKeys is the most keys per limiter whose shard keys and hints the
+	// Store keeps; one more evicts one. The default is 4096.
+	MaxKeys int
+	// Now is the clock of the hints: the instants until which a shard is
+	// known to deny. The default is time.Now; a test on a virtual clock
+	// gives it the inner store's clock.
+	Now func() time.Time
+}
+
+// MaxShards is the most shards a limit may be split over.
+const MaxShards = 1024
+
+// Defaults of Options.
+const (
+	DefaultShards  = 16
+	DefaultProbes  = 2
+	DefaultMaxKeys = 4096
+)
+
+// ErrGiveBack is the error of a settlement that gives units back (an
+// OpSettle of a negative N, a Limiter's refund) on a sharded limit: the
+// store does not know which shard admitted the units, and giving them to
+// another would let that shard admit units the quota does not have.
+var ErrGiveBack = errors.New("shard: a sharded limit cannot give units back: which shard admitted them is not known")
+
+// Store is a floodgate.Store that splits every limit bound to it over
+// Shards shards on its inner Store. See the package doc.
+type Store struct {
+	inner  floodgate.Store
+	slots  Slotter
+	k, p   int
+	max    int
+	now    func() time.Time
+	origin time.Time
+}
+
+var _ floodgate.Store = (*Store)(nil)
+
+// New returns a Store over inner. It returns an error matching
+// floodgate.ErrInvalidConfig for a nil inner store or options out of
+// range.
+func New(inner floodgate.Store, opts *Options) (*Store, error) {
+	if inner == nil {
+		return nil, fmt.Errorf("%w: shard: nil inner store", floodgate.ErrInvalidConfig)
+	}
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.Shards == 0:
+		o.Shards = DefaultShards
+	case o.Shards < 2 || o.Shards > MaxShards:
+		return nil, fmt.Errorf("%w: shard: Shards %d, want 2 to %d", floodgate.ErrInvalidConfig, o.Shards, MaxShards)
+	}
+	switch {
+	case o.Probes == 0:
+		o.Probes = min(DefaultProbes, o.Shards-1)
+	case o.Probes < 1 || o.Probes > o.Shards-1:
+		return nil, fmt.Errorf("%w: shard: Probes %d, want 1 to Shards-1 (%d)", floodgate.ErrInvalidConfig, o.Probes, o.Shards-1)
+	}
+	switch {
+	case o.MaxKeys == 0:
+		o.MaxKeys = DefaultMaxKeys
+	case o.MaxKeys < 0:
+		return nil, fmt.Errorf("%w: shard: negative MaxKeys %d", floodgate.ErrInvalidConfig, o.MaxKeys)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Store{inner: inner, k: o.Shards, p: o.Probes, max: o.MaxKeys, now: o.Now}
+	s.slots, _ = inner.(Slotter)
+	s.origin = s.now()
+	return s, nil
+}
+
+// InnerName returns the name under which a Store of k shards binds a
+// limiter named name on its inner store: name + ":shard" + k. Its keys
+// there are each shard's suffix, ':' and the limiter's key.
+func InnerName(name string, k int) string {
+	return fmt.Sprintf("%s:shard%d", name, k)
+}
+
+// Bind implements floodgate.Store: it splits alg over the shards (see the
+// package doc) and binds each shard's part on the inner store under
+// InnerName(name, Shards).
+func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if err := floodgate.CheckName(name); err != nil {
+		return nil, err
+	}
+	alg, err := deref(alg)
+	if err != nil {
+		return nil, err
+	}
+	if err := alg.Validate(); err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
+	inner := InnerName(name, s.k)
+	if err := floodgate.CheckName(inner); err != nil {
+		return nil, fmt.Errorf("shard: the inner name of %q: %w", name, err)
+	}
+	b := &bound{s: s, quota: alg.Policy().Quota, limits: quotas(alg), bounds: make([]floodgate.Bound, s.k), keys: make(map[string]*entry)}
+	b.shardQuota = b.quota
+	for i := range s.k {
+		part, err := split(alg, i, s.k)
+		if err != nil {
+			return nil, err
+		}
+		if b.bounds[i], err = s.inner.Bind(inner, part); err != nil {
+			return nil, fmt.Errorf("shard: shard %d: %w", i, err)
+		}
+		if b.bounds[i] == nil {
+			return nil, fmt.Errorf("%w: shard: %T bound %v to nothing", floodgate.ErrInvalidConfig, s.inner, part)
+		}
+		b.shardQuota = min(b.shardQuota, part.Policy().Quota)
+	}
+	return b, nil
+}
+
+// bound is a limiter's shards.
+type bound struct {
+	s          *Store
+	quota      int64   // the limit's Policy().Quota
+	limits     []int64 // each limit's quota (one for a single algorithm)
+	shardQuota int64   // the smallest shard's quota: the largest take every shard can admit
+	bounds     []floodgate.Bound
+
+	mu   sync.RWMutex
+	keys map[string]*entry
+}
+
+// entry is what a bound keeps of a key: its shards' keys and hints.
+type entry struct {
+	keys []string
+	// hints[i] is shard i's: until (ns after the Store's origin) a take of
+	// at least units is denied there.
+	hints []hint
+}
+
+type hint struct {
+	until, units atomic.Int64
+}
+
+// entry returns key's entry, placing its shards when it has none.
+func (b *bound) entry(key string) *entry {
+	b.mu.RLock()
+	e := b.keys[key]
+	b.mu.RUnlock()
+	if e != nil {
+		return e
+	}
+	e = &entry{keys: place(b.s.slots, key, b.s.k), hints: make([]hint, b.s.k)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if old := b.keys[key]; old != nil {
+		return old
+	}
+	if len(b.keys) >= b.s.max {
+		for k := range b.keys {
+			delete(b.keys, k)
+			break
+		}
+	}
+	b.keys[key] = e
+	return e
+}
+
+// check returns the error of a request the shards cannot take, or nil.
+func (b *bound) check(key string, req floodgate.Request) error {
+	if err := floodgate.CheckKey(key); err != nil {
+		return err
+	}
+	if len(key) > floodgate.MaxKeyLen-sfxLen-1 {
+		return fmt.Errorf("%w: %d bytes, at most %d on a sharded limit (each shard's key adds %d)", floodgate.ErrKeyTooLong, len(key), floodgate.MaxKeyLen-sfxLen-1, sfxLen+1)
+	}
+	if err := floodgate.CheckRequest(req, b.quota); err != nil {
+		return err
+	}
+	switch {
+	case req.Op == floodgate.OpTake && req.N > b.shardQuota:
+		return fmt.Errorf("%w: n=%d, a shard's quota %d (the quota %d over %d shards)", floodgate.ErrExceedsLimit, req.N, b.shardQuota, b.quota, b.s.k)
+	case req.Op == floodgate.OpSettle && req.N < 0:
+		return ErrGiveBack
+	}
+	return nil
+}
+
+func (b *bound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	if err := b.check(key, req); err != nil {
+		return floodgate.Result{}, err
+	}
+	return b.decide(ctx, key, req, each, false)
+}
+
+func (b *bound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	req := floodgate.Request{Op: floodgate.OpTake, N: n}
+	if err := b.check(key, req); err != nil {
+		return floodgate.Decision{}, err
+	}
+	res, err := b.decide(ctx, key, req, nil, true)
+	return res.Decision, err
+}
+
+// decide asks the home shard, then, while they deny, up to Probes others
+// not known to deny; see the package doc.
+func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision, take bool) (floodgate.Result, error) {
+	e := b.entry(key)
+	k := b.s.k
+	home := int(rand.Uint32N(uint32(k)))
+	if req.Op == floodgate.OpSettle {
+		// A charge counts on any shard: the home one.
+		res, err := b.bounds[home].Apply(ctx, e.keys[home], req, each)
+		return b.fix(res, each), err
+	}
+	now := int64(b.s.now().Sub(b.s.origin))
+	var (
+		denied floodgate.Result
+		saved  []floodgate.Decision // denied's decisions, when a later shard wrote each
+		first  error
+		nd     int // denials
+		asked  int
+	)
+	for j := range k {
+		i := home + j
+		if i >= k {
+			i -= k
+		}
+		h := &e.hints[i]
+		// A shard known to deny this take is skipped, unless every
+		// shard is: the last is asked, so that the decision has an
+		// answer.
+		if h.until.Load() > now && req.N >= h.units.Load() && (asked > 0 || j < k-1) {
+			continue
+		}
+		var res floodgate.Result
+		var err error
+		if take {
+			res.Decision, err = b.bounds[i].Take(ctx, e.keys[i], req.N)
+		} else {
+			res, err = b.bounds[i].Apply(ctx, e.keys[i], req, each)
+		}
+		asked++
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return floodgate.Result{}, err
+			}
+			if first == nil {
+				first = err
+			}
+		case res.Allowed:
+			h.until.Store(0)
+			return b.fix(res, each), nil
+		default:
+			h.units.Store(req.N)
+			h.until.Store(now + int64(res.RetryAfter))
+			if nd == 0 || res.RetryAfter < denied.RetryAfter {
+				denied = res
+				if len(each) > 0 {
+					saved = append(saved[:0], each...)
+				}
+			}
+			nd++
+		}
+		if asked > b.s.p {
+			break
+		}
+	}
+	if nd == 0 {
+		return floodgate.Result{}, first
+	}
+	copy(each, saved)
+	return b.fix(denied, each), nil
+}
+
+// fix sets the quotas of res and each to the whole limit's.
+func (b *bound) fix(res floodgate.Result, each []floodgate.Decision) floodgate.Result {
+	res.Limit = b.quota
+	if len(b.limits) > 1 || len(each) > 0 {
+		if res.Binding < len(b.limits) {
+			res.Limit = b.limits[res.Binding]
+		}
+		for j := range min(len(each), len(b.limits)) {
+			each[j].Limit = b.limits[j]
+		}
+	}
+	return res
+}

@@ -1,0 +1,256 @@
+package shard_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/shard"
+)
+
+// newMem returns a memstore on now (its own clock when nil).
+func newMem(t testing.TB, now func() time.Time) *memstore.Store {
+	t.Helper()
+	var o *memstore.Options
+	if now != nil {
+		o = &memstore.Options{Now: now}
+	}
+	s, err := memstore.New(o)
+	require.NoError(t, err)
+	return s
+}
+
+// newShard returns a shard Store over inner.
+func newShard(t testing.TB, inner floodgate.Store, o shard.Options) *shard.Store {
+	t.Helper()
+	s, err := shard.New(inner, &o)
+	require.NoError(t, err)
+	return s
+}
+
+// counting is a Store around a Store that counts the steps of its Bounds.
+type counting struct {
+	floodgate.Store
+	calls atomic.Int64
+}
+
+func (c *counting) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := c.Store.Bind(name, alg)
+	if err != nil {
+		return nil, err
+	}
+	return countingBound{b, &c.calls}, nil
+}
+
+type countingBound struct {
+	floodgate.Bound
+	calls *atomic.Int64
+}
+
+func (b countingBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	b.calls.Add(1)
+	return b.Bound.Apply(ctx, key, req, each)
+}
+
+func (b countingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	b.calls.Add(1)
+	return b.Bound.Take(ctx, key, n)
+}
+
+// TestConformance runs floodgatetest's conservative tier on shard Stores
+// over one memstore: with every shard probed, a take of one unit is
+// denied no earlier than the reference would deny it.
+func TestConformance(t *testing.T) {
+	const k = 4
+	opts := func(now func() time.Time) shard.Options {
+		return shard.Options{Shards: k, Probes: k - 1, Now: now}
+	}
+	floodgatetest.Run(t, func(t *testing.T, now func() time.Time) floodgate.Store {
+		return newShard(t, newMem(t, now), opts(now))
+	}, &floodgatetest.Options{
+		Conservative: true,
+		MaxTake:      func(alg floodgate.Algorithm) int64 { return smallestShard(alg, k) },
+		Skip: func(alg floodgate.Algorithm) string {
+			ls, ok := alg.(floodgate.Limits)
+			if !ok {
+				ls = floodgate.Limits{alg}
+			}
+			for _, l := range ls {
+				if _, ok := l.(floodgate.LeakyBucket); ok {
+					return "a sharded leaky bucket lets a unit of each shard's queue depart at once (see the package doc)"
+				}
+			}
+			return ""
+		},
+		Fleet: func(t *testing.T, now func() time.Time, n int) []floodgate.Store {
+			inner := newMem(t, now)
+			ss := make([]floodgate.Store, n)
+			for i := range ss {
+				ss[i] = newShard(t, inner, opts(now))
+			}
+			return ss
+		},
+	})
+}
+
+// smallestShard returns the quota of alg's smallest shard over k: the
+// largest take a sharded store admits.
+func smallestShard(alg floodgate.Algorithm, k int) int64 {
+	if ls, ok := alg.(floodgate.Limits); ok {
+		q := ls[0].Policy().Quota / int64(k)
+		for _, l := range ls[1:] {
+			q = min(q, l.Policy().Quota/int64(k))
+		}
+		return q
+	}
+	return alg.Policy().Quota / int64(k)
+}
+
+// TestSplitExact: the shards' quotas sum to the limit's, for every
+// algorithm, and a saturated limit with every shard probed admits exactly
+// its quota, through 8 shard Stores × 64 goroutines over one memstore.
+func TestSplitExact(t *testing.T) {
+	algs := []floodgate.Algorithm{
+		floodgate.FixedWindow{Limit: 1000, Window: time.Hour},
+		floodgate.SlidingWindow{Limit: 1003, Window: time.Hour},
+		floodgate.SlidingLog{Limit: 999, Window: time.Hour},
+		floodgate.TokenBucket{Rate: 64, Per: time.Hour, Burst: 1001},
+		floodgate.LeakyBucket{Rate: 64, Per: time.Hour, Capacity: 1001},
+		floodgate.Limits{floodgate.FixedWindow{Limit: 1000, Window: time.Hour}, floodgate.TokenBucket{Rate: 64, Per: time.Hour, Burst: 2000}},
+	}
+	for _, alg := range algs {
+		t.Run(fmt.Sprint(alg), func(t *testing.T) {
+			for _, k := range []int{2, 3, 16} {
+				frozen := time.Unix(1_800_000_000, 0)
+				now := func() time.Time { return frozen }
+				inner := newMem(t, now)
+				const stores, goroutines = 8, 64
+				var admitted, denied atomic.Int64
+				var wg sync.WaitGroup
+				for range stores {
+					s := newShard(t, inner, shard.Options{Shards: k, Probes: k - 1, Now: now})
+					lim, err := floodgate.New(s, alg, &floodgate.Options{Name: "exact"})
+					require.NoError(t, err)
+					for range goroutines {
+						wg.Go(func() {
+							for range 40 {
+								d, err := lim.Allow(context.Background(), "global")
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								if d.Allowed {
+									admitted.Add(1)
+								} else {
+									denied.Add(1)
+								}
+							}
+						})
+					}
+				}
+				wg.Wait()
+				quota := alg.Policy().Quota
+				if _, ok := alg.(floodgate.LeakyBucket); ok {
+					// On a frozen clock each shard's queue admits one
+					// unit without delay.
+					quota = int64(k)
+				}
+				require.Equal(t, quota, admitted.Load(), "k=%d: admitted", k)
+				require.Equal(t, int64(stores*goroutines*40)-quota, denied.Load(), "k=%d: denied", k)
+			}
+		})
+	}
+}
+
+// TestCalls counts the inner store's steps: one when the home shard
+// admits, at most 1+Probes on a denial, and under sustained saturation
+// (a fixed window spent for the rest of its window) at most 1.2 per
+// decision on average, thanks to the hints.
+func TestCalls(t *testing.T) {
+	const k, p = 16, 2
+	frozen := time.Unix(1_800_000_000, 0)
+	now := func() time.Time { return frozen }
+	c := &counting{Store: newMem(t, now)}
+	s := newShard(t, c, shard.Options{Shards: k, Probes: p, Now: now})
+	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: 1600, Window: time.Hour}, &floodgate.Options{Name: "calls"})
+	require.NoError(t, err)
+	ctx := context.Background()
+	var admitted int64
+	for range 800 {
+		before := c.calls.Load()
+		d, err := lim.Allow(ctx, "k")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.Equal(t, int64(1), c.calls.Load()-before, "an admission by the home shard")
+		admitted++
+	}
+	// Saturate: 10,000 more decisions.
+	before := c.calls.Load()
+	const more = 10_000
+	for range more {
+		b := c.calls.Load()
+		d, err := lim.Allow(ctx, "k")
+		require.NoError(t, err)
+		if d.Allowed {
+			admitted++
+		}
+		require.LessOrEqual(t, c.calls.Load()-b, int64(1+p))
+	}
+	calls := c.calls.Load() - before
+	require.LessOrEqual(t, float64(calls)/more, 1.2, "calls per decision under saturation")
+	require.LessOrEqual(t, admitted, int64(1600))
+	t.Logf("admitted %d of 1600; %d calls for %d decisions under saturation", admitted, calls, more)
+}
+
+// TestErrors: bad input gets a typed error.
+func TestErrors(t *testing.T) {
+	mem := newMem(t, nil)
+	for _, o := range []shard.Options{{Shards: 1}, {Shards: -1}, {Shards: shard.MaxShards + 1}, {Shards: 4, Probes: 4}, {Probes: -1}, {MaxKeys: -1}} {
+		_, err := shard.New(mem, &o)
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%+v", o)
+	}
+	_, err := shard.New(nil, nil)
+	require.ErrorIs(t, err, floodgate.ErrInvalidConfig)
+
+	s := newShard(t, mem, shard.Options{Shards: 16})
+	for _, alg := range []floodgate.Algorithm{
+		floodgate.FixedWindow{Limit: 15, Window: time.Second},
+		floodgate.TokenBucket{Rate: 15, Per: time.Second, Burst: 100},
+		floodgate.TokenBucket{Rate: 100, Per: time.Second, Burst: 15},
+		floodgate.Limits{floodgate.FixedWindow{Limit: 100, Window: time.Second}, floodgate.SlidingLog{Limit: 3, Window: time.Second}},
+	} {
+		_, err := floodgate.New(s, alg, nil)
+		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%v", alg)
+	}
+	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: time.Second}, nil)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = lim.AllowN(ctx, "k", 7) // a shard holds 6 or 7
+	require.ErrorIs(t, err, floodgate.ErrExceedsLimit)
+	d, err := lim.AllowN(ctx, "k", 6)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(100), d.Limit)
+	_, err = lim.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: time.Now()}, nil)
+	require.True(t, errors.Is(err, shard.ErrGiveBack), "%v", err)
+	res, err := lim.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: 2, At: time.Now()}, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(2), res.Granted)
+	long := make([]byte, floodgate.MaxKeyLen)
+	for i := range long {
+		long[i] = 'x'
+	}
+	_, err = lim.Allow(ctx, string(long))
+	require.ErrorIs(t, err, floodgate.ErrKeyTooLong)
+	_, err = lim.Allow(ctx, "")
+	require.ErrorIs(t, err, floodgate.ErrEmptyKey)
+}
