@@ -243,6 +243,7 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		first  error
 		nd     int // denials
 		asked  int
+		hinted = int64(-1) // the soonest instant a skipped shard admits
 	)
 	for j := range k {
 		i := home + j
@@ -253,7 +254,10 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		// A shard known to deny this take is skipped, unless every
 		// shard is: the last is asked, so that the decision has an
 		// answer.
-		if h.until.Load() > now && req.N >= h.units.Load() && (asked > 0 || j < k-1) {
+		if u := h.until.Load(); u > now && req.N >= h.units.Load() && (asked > 0 || j < k-1) {
+			if hinted < 0 || u < hinted {
+				hinted = u
+			}
 			continue
 		}
 		var res floodgate.Result
@@ -294,6 +298,10 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		return floodgate.Result{}, first
 	}
 	copy(each, saved)
+	if hinted >= 0 && time.Duration(hinted-now) < denied.RetryAfter {
+		// A shard skipped admits sooner than those asked.
+		denied.RetryAfter = time.Duration(hinted - now)
+	}
 	return b.fix(denied, each), nil
 }
 

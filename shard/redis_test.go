@@ -1,0 +1,247 @@
+package shard_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/observe"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/shard"
+)
+
+// newClient returns a function making Redis clients with go-redis'
+// default options, closed at the test's end: to the standalone server at
+// REDIS_ADDR, to the Cluster at REDIS_CLUSTER_ADDRS when cluster is set
+// (skipping without it), or else to a miniredis of the test's own.
+func newClient(t *testing.T, cluster bool) func() redis.UniversalClient {
+	t.Helper()
+	if cluster {
+		addrs := os.Getenv("REDIS_CLUSTER_ADDRS")
+		if addrs == "" {
+			t.Skip("set REDIS_CLUSTER_ADDRS (comma-separated seed nodes) to run on a Redis Cluster")
+		}
+		return func() redis.UniversalClient {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
+			t.Cleanup(func() { _ = c.Close() })
+			return c
+		}
+	}
+	addr := os.Getenv("REDIS_ADDR")
+	if addr == "" {
+		addr = miniredis.RunT(t).Addr()
+	}
+	return func() redis.UniversalClient {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+}
+
+// testPrefix returns a key prefix unique to this run of the test and
+// deletes the keys under it at the end.
+func testPrefix(t *testing.T, c redis.UniversalClient) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	p := "fgtest:shard:" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		del := func(ctx context.Context, n *redis.Client) error {
+			it := n.Scan(ctx, 0, p+"*", 1000).Iterator()
+			for it.Next(ctx) {
+				_ = n.Del(ctx, it.Val()).Err()
+			}
+			return it.Err()
+		}
+		switch v := c.(type) {
+		case *redis.ClusterClient:
+			assert.NoError(t, v.ForEachMaster(ctx, del))
+		case *redis.Client:
+			assert.NoError(t, del(ctx, v))
+		}
+	})
+	return p
+}
+
+// scriptCalls returns the EVALSHA and EVAL calls each master has served
+// (one entry on a standalone server), from INFO commandstats.
+func scriptCalls(t *testing.T, c redis.UniversalClient) map[string]int64 {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]int64{}
+	var mu sync.Mutex
+	read := func(ctx context.Context, n *redis.Client) error {
+		info, err := n.Info(ctx, "commandstats").Result()
+		if err != nil {
+			return err
+		}
+		var calls int64
+		for line := range strings.SplitSeq(info, "\n") {
+			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+				continue
+			}
+			_, rest, _ := strings.Cut(line, "calls=")
+			v, _, _ := strings.Cut(rest, ",")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return err
+			}
+			calls += n
+		}
+		mu.Lock()
+		out[n.Options().Addr] = calls
+		mu.Unlock()
+		return nil
+	}
+	switch v := c.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, v.ForEachMaster(ctx, read))
+	case *redis.Client:
+		require.NoError(t, read(ctx, v))
+	}
+	return out
+}
+
+// TestRedisExact: 8 processes (each its own default-options client,
+// redisstore and shard Store) × 64 goroutines on one global limit of
+// 2,000 split over 16 shards, on Redis and on the Cluster. With every
+// shard probed they admit exactly the quota; with 2 probes, never more.
+// On the Cluster each master's decisions are within ±20% of an even split (the shards sit on slots ⌊16384/16⌋ apart: 6, 5 and 5 on 3
+// masters of contiguous ranges).
+func TestRedisExact(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		name := "standalone"
+		if cluster {
+			name = "cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			client := newClient(t, cluster)
+			for _, alg := range []floodgate.Algorithm{
+				// No refill within the test: windows of 30 days (a
+				// boundary crossed with odds of about one in a million)
+				// and a token bucket whose shards refill one token in
+				// 5 hours.
+				floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
+				floodgate.SlidingWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
+				floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 2000},
+			} {
+				for _, probes := range []int{15, 2} {
+					t.Run(fmt.Sprintf("%T/P%d", alg, probes), func(t *testing.T) {
+						runExact(t, client, alg, probes, cluster)
+					})
+				}
+			}
+		})
+	}
+}
+
+func runExact(t *testing.T, client func() redis.UniversalClient, alg floodgate.Algorithm, probes int, cluster bool) {
+	const procs, goroutines, k = 8, 64, 16
+	admin := client()
+	prefix := testPrefix(t, admin)
+	before := scriptCalls(t, admin)
+	quota := alg.Policy().Quota
+	// Decisions whose call failed (a timeout) may have taken a unit that
+	// nobody was told of; a shard Store hides the failures of shards when
+	// another answers.
+	var admitted, denied, failed, lost atomic.Int64
+	var mu sync.Mutex
+	perNode := map[string]int64{} // decisions by node
+	obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
+		if e.Err != nil {
+			lost.Add(int64(e.Decisions))
+		}
+		mu.Lock()
+		perNode[e.Node] += int64(e.Decisions)
+		mu.Unlock()
+	}}
+	var wg sync.WaitGroup
+	for range procs {
+		c := client()
+		warm(t, c)
+		rs, err := redisstore.New(c, &redisstore.Options{Prefix: prefix, Observer: obs})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = rs.Close() })
+		lim, err := floodgate.New(newShard(t, rs, shard.Options{Shards: k, Probes: probes}), alg, &floodgate.Options{Name: "global"})
+		require.NoError(t, err)
+		for range goroutines {
+			wg.Go(func() {
+				// Until this goroutine is denied 8 times: the quota is
+				// spent, or nearly (2 probes).
+				for misses := 0; misses < 8; {
+					d, err := lim.Allow(context.Background(), "quota")
+					switch {
+					case err != nil:
+						failed.Add(1)
+						misses++
+					case d.Allowed:
+						admitted.Add(1)
+					default:
+						denied.Add(1)
+						misses++
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	after := scriptCalls(t, admin)
+	t.Logf("admitted %d of %d, denied %d, failed %d, failed calls' decisions %d; decisions by master %v, script calls %v",
+		admitted.Load(), quota, denied.Load(), failed.Load(), lost.Load(), perNode, diff(after, before))
+	require.LessOrEqual(t, admitted.Load(), quota)
+	if probes == k-1 {
+		require.GreaterOrEqual(t, admitted.Load(), quota-lost.Load())
+	}
+	if cluster {
+		// Decisions, not script calls: a batch is one call.
+		var total int64
+		for _, n := range perNode {
+			total += n
+		}
+		require.Len(t, perNode, 3)
+		for addr, n := range perNode {
+			// A master holds 5 or 6 of the 16 shards: its share is within
+			// ±20% of 5/16 to 6/16.
+			share := float64(n) / float64(total)
+			require.True(t, share >= 0.8*5/16 && share <= 1.2*6/16, "master %s decided %d of %d (%.1f%%)", addr, n, total, 100*share)
+		}
+	}
+}
+
+// warm makes c connect to every master before the run: a default-options
+// client dials on first use, and 64 goroutines' first calls at once on a
+// loaded host can outlast the store's timeout.
+func warm(t *testing.T, c redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
+	switch v := c.(type) {
+	case *redis.ClusterClient:
+		require.NoError(t, v.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.Ping(ctx).Err() }))
+	default:
+		require.NoError(t, c.Ping(ctx).Err())
+	}
+}
+
+// diff returns after - before for each master.
+func diff(after, before map[string]int64) map[string]int64 {
+	d := map[string]int64{}
+	for k, v := range after {
+		d[k] = v - before[k]
+	}
+	return d
+}
