@@ -70,6 +70,8 @@ var scenarios = []scenario{
 		"Live heap after one decision on each of 1,000,000 keys `user:0` to `user:999999` (100,000 with -short), minus the heap before, after a GC; quota 100 per hour. The caller's key strings are not counted; a library's own copies are (memstore copies each key: 16 B for most of these). floodgate's figures are held to bounds by `go test -run '^TestMemoryPerKey$' -v .`."},
 	{"RedisMemoryPerKey", "Memory per key in Redis",
 		"Sum of `MEMORY USAGE key SAMPLES 0` over every Redis key a library wrote for 10,000 limiter keys (1,000 with -short) of about 20 bytes, one decision each, quota 100 per hour, divided by the number of limiter keys."},
+	{"ClusterHotKey", "Redis Cluster, one hot key, unsharded and sharded",
+		"64 goroutines make 30,000 decisions on one key (a token bucket that admits them all) through one default-options ClusterClient on the 3-master Cluster, with the store's defaults: unsharded, and split by package shard over 4 and 16 shards (`shard.New(store, &shard.Options{Shards: K})`). From `INFO commandstats` (EVALSHA and EVAL usec, before and after): the busiest master's share of the script time, and the script time per decision summed over the masters. On one host the masters share its cores, so decisions/s measures the host, not a fleet of machines. No peer shards a key."},
 	{"Accuracy", "Accuracy under concurrency",
 		"4 independent limiter instances (each with its own client, as 4 processes would have) sharing one Redis; each round, 1,000 goroutines released at once (250 per instance) ask for one unit of one fresh key with a quota of 100 per hour. Anything above 100 is over-admission."},
 }
@@ -177,6 +179,7 @@ func (r *report) evaluateBars() {
 
 	r.oneKeyBar()
 	r.redisBars()
+	r.hotKeyBar()
 
 	b := barResult{title: "no floodgate limiter over-admits in the accuracy scenario (quota 100)", correctness: true}
 	measured := false
@@ -349,6 +352,20 @@ func (r *report) scenarioTable(id string, libs []string) string {
 				rk = fmtNum(v)
 			}
 			fmt.Fprintf(&b, "| %s | %.0f | %s | %s |\n", lib, med, pct(spread), rk)
+		}
+	case "ClusterHotKey":
+		fmt.Fprintf(&b, "| library | busiest master's share of script time | (most, any round) | script µs per decision | decisions/s |\n|---|---:|---:|---:|---:|\n")
+		for _, lib := range libs {
+			res, ok := p.get(id, lib, "busiest-%")
+			if !ok {
+				fmt.Fprintf(&b, "| %s | %s | | | |\n", lib, skipReason(p, id, lib))
+				continue
+			}
+			share, _, _, _ := res.median("busiest-%")
+			most, _ := res.max("busiest-%")
+			us, _, _, _ := res.median("script-µs/op")
+			rate, _, _, _ := res.median("decisions/s")
+			fmt.Fprintf(&b, "| %s | %.1f%% | %.1f%% | %.2f | %s |\n", lib, share, most, us, fmtNum(rate))
 		}
 	case "Accuracy":
 		fmt.Fprintf(&b, "| library | admitted (median) | admitted (most, any round) | errors (most) | within the quota |\n|---|---:|---:|---:|---|\n")
@@ -741,6 +758,32 @@ func (r *report) redisBars() {
 	} else {
 		judge(title, false)
 	}
+}
+
+// hotKeyBar judges issue 25's bar on one hot key on the Cluster: split
+// over 16 shards, the busiest master's share of the script time is at
+// most 45% in every round (100% unsharded).
+func (r *report) hotKeyBar() {
+	const id = "ClusterHotKey"
+	b := barResult{title: "one hot key on the 3-master Cluster: the busiest master's share of script time at most 45% at K = 16 (every round)"}
+	res, ok := r.parsed.get(id, "floodgate-shard16", "busiest-%")
+	if !ok {
+		b.details = []string{"not measured (REDIS_CLUSTER_ADDRS unset?)"}
+		r.bars = append(r.bars, b)
+		return
+	}
+	most, _ := res.max("busiest-%")
+	b.status = pass
+	if most > 45 {
+		b.status = fail
+	}
+	line := fmt.Sprintf("K = 16: at most %.1f%% in a round", most)
+	if un, ok := r.parsed.get(id, "floodgate", "busiest-%"); ok {
+		least, _ := un.min("busiest-%")
+		line += fmt.Sprintf("; unsharded: at least %.1f%%", least)
+	}
+	b.details = []string{line}
+	r.bars = append(r.bars, b)
 }
 
 // oneKeyBar judges issue 24's bar on memstore's one-key decision: at most

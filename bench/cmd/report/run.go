@@ -25,7 +25,7 @@ type component struct {
 }
 
 var components = []component{
-	{name: "floodgate/redisstore", pkgs: []string{"github.com/floodgate-go/floodgate/redisstore"}, tag: "nofg_redisstore", files: []string{"fg_redisstore_test.go", "fg_overload_test.go"}, floodgate: true},
+	{name: "floodgate/redisstore", pkgs: []string{"github.com/floodgate-go/floodgate/redisstore"}, tag: "nofg_redisstore", files: []string{"fg_redisstore_test.go", "fg_overload_test.go", "fg_hotkey_test.go"}, floodgate: true},
 	{name: "floodgate/lease", pkgs: []string{"github.com/floodgate-go/floodgate/lease"}, tag: "nofg_lease", files: []string{"fg_lease_test.go"}, floodgate: true},
 	{name: "floodgate/adaptive", pkgs: []string{"github.com/floodgate-go/floodgate/adaptive"}, tag: "nofg_adaptive", files: []string{"fg_adaptive_test.go"}, floodgate: true},
 	{name: "golang.org/x/time/rate", pkgs: []string{"golang.org/x/time/rate"}, tag: "nopeer_xtimerate", files: []string{"peer_xtimerate_test.go"}},
@@ -49,7 +49,7 @@ type componentStatus struct {
 // (-benchtime 1x: memory and accuracy report their own metrics).
 const (
 	timedScenarios    = `^Benchmark(InProcessOneKeyAllowed|InProcessOneKeyDenied|InProcess100kKeysParallel|InProcess100kKeysReclaimed|RedisSerial|Redis64Goroutines|RedisFanIn512|RedisLimits64Goroutines|RedisInflightContention|Lease64GoroutinesOneKey|Lease64Goroutines1000Keys|AdaptiveSerial|AdaptiveParallel)$`
-	measuredScenarios = `^Benchmark(MemoryPerKey|RedisMemoryPerKey|Accuracy)$`
+	measuredScenarios = `^Benchmark(MemoryPerKey|RedisMemoryPerKey|Accuracy|ClusterHotKey)$`
 )
 
 // runBenchmarks probes the components, compiles the benchmarks and runs
