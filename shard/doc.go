@@ -52,10 +52,13 @@
 // denied while the shards together hold n units but none holds n alone.
 //
 // A shard that denies a take of n units with RetryAfter r is skipped by
-// this process's takes of at least n units for r (a hint, kept per key for
-// Options.MaxKeys keys): under sustained saturation a decision costs one
-// store call, and probing costs calls only where units may be. When every
-// shard is hinted empty, one shard is asked all the same.
+// this process's takes of at least n units for r, at most Options.MaxHint
+// (250 ms; a hint, kept per key for Options.MaxKeys keys): under sustained
+// saturation a decision costs one store call, and probing costs calls only
+// where units may be. When every shard is hinted empty, one shard is asked
+// all the same. Units given back to a shard through another process are
+// seen here when the hint ends: until then this process may deny what
+// that shard would admit.
 //
 // # Cost
 //
@@ -78,9 +81,18 @@
 // # Settlements
 //
 // A settlement that charges units (an OpSettle of a positive N) is charged
-// to a random shard. One that gives units back is refused with ErrGiveBack:
-// the store does not know which shard admitted them, and giving them to
-// another would let it admit units the quota does not have.
+// to a random shard. Units given back must go to the shard that admitted
+// them: giving them to another would let it admit units the quota does
+// not have. So each key keeps a ledger of its last Options.Ledger (32)
+// admissions made through Apply (Reserve, Wait, a Limiter's Apply, the
+// lease layer's refills), each with its shard, instant and units; a
+// give-back (an OpSettle of a negative N at instant At) takes its units
+// from the admissions at or before At, newest first, and gives each part
+// back to its shard at its admission's instant. Result.Granted is the
+// units the shards took back; never more than the ledger holds. A
+// give-back the ledger has nothing for (units admitted through another
+// process, through Take, which Allow and AllowN use and which reports no
+// instant to settle at, or older than the ledger) fails with ErrGiveBack.
 //
 // # Placement
 //

@@ -25,6 +25,16 @@ type Options struct {
 	// MaxKeys is the most keys per limiter whose shard keys and hints the
 	// Store keeps; one more evicts one. The default is 4096.
 	MaxKeys int
+	// Ledger is the number of admissions per key (of Apply, the step of
+	// Reserve and of the lease layer's refills) the Store remembers, with
+	// the shard that made each, so that a give-back returns units to the
+	// shards that admitted them. The default is 32.
+	Ledger int
+	// MaxHint bounds how long a shard that denied is skipped: its
+	// RetryAfter, at most MaxHint. Units given back to a shard through
+	// another Store (another process) are seen here when the hint ends.
+	// The default is 250 ms.
+	MaxHint time.Duration
 	// Now is the clock of the hints: the instants until which a shard is
 	// known to deny. The default is time.Now; a test on a virtual clock
 	// gives it the inner store's clock.
@@ -39,6 +49,8 @@ const (
 	DefaultShards  = 16
 	DefaultProbes  = 2
 	DefaultMaxKeys = 4096
+	DefaultLedger  = 32
+	DefaultMaxHint = 250 * time.Millisecond
 )
 
 // ErrGiveBack is the error of a settlement that gives units back (an
@@ -54,6 +66,8 @@ type Store struct {
 	slots  Slotter
 	k, p   int
 	max    int
+	ledger int
+	hint   time.Duration
 	now    func() time.Time
 	origin time.Time
 }
@@ -89,10 +103,22 @@ func New(inner floodgate.Store, opts *Options) (*Store, error) {
 	case o.MaxKeys < 0:
 		return nil, fmt.Errorf("%w: shard: negative MaxKeys %d", floodgate.ErrInvalidConfig, o.MaxKeys)
 	}
+	switch {
+	case o.Ledger == 0:
+		o.Ledger = DefaultLedger
+	case o.Ledger < 0 || o.Ledger > 1<<16:
+		return nil, fmt.Errorf("%w: shard: Ledger %d, want 1 to 65536", floodgate.ErrInvalidConfig, o.Ledger)
+	}
+	switch {
+	case o.MaxHint == 0:
+		o.MaxHint = DefaultMaxHint
+	case o.MaxHint < 0:
+		return nil, fmt.Errorf("%w: shard: negative MaxHint %v", floodgate.ErrInvalidConfig, o.MaxHint)
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &Store{inner: inner, k: o.Shards, p: o.Probes, max: o.MaxKeys, now: o.Now}
+	s := &Store{inner: inner, k: o.Shards, p: o.Probes, max: o.MaxKeys, ledger: o.Ledger, hint: o.MaxHint, now: o.Now}
 	s.slots, _ = inner.(Slotter)
 	s.origin = s.now()
 	return s, nil
@@ -153,16 +179,73 @@ type bound struct {
 	keys map[string]*entry
 }
 
-// entry is what a bound keeps of a key: its shards' keys and hints.
+// entry is what a bound keeps of a key: its shards' keys and hints, and
+// the ledger of its recent admissions.
 type entry struct {
 	keys []string
 	// hints[i] is shard i's: until (ns after the Store's origin) a take of
 	// at least units is denied there.
 	hints []hint
+
+	mu     sync.Mutex
+	ledger []admission // a ring, next the oldest
+	next   int
+}
+
+// admission is an admission of Apply that the ledger remembers: units
+// admitted by shard at the instant at (the Result's At plus Delay), of
+// which left may still be given back.
+type admission struct {
+	at    time.Time
+	shard int
+	left  int64
+}
+
+// record adds an admission to e's ledger, of at most n entries.
+func (e *entry) record(a admission, n int) {
+	e.mu.Lock()
+	if len(e.ledger) < n {
+		e.ledger = append(e.ledger, a)
+	} else {
+		e.ledger[e.next] = a
+		e.next = (e.next + 1) % n
+	}
+	e.mu.Unlock()
+}
+
+// claim takes up to n units from the ledger's admissions at or before
+// at, newest first, and returns them as the admissions to give back to.
+func (e *entry) claim(at time.Time, n int64) []admission {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []admission
+	for range len(e.ledger) {
+		if n == 0 {
+			break
+		}
+		// The newest admission left that is at or before at.
+		best := -1
+		for j := range e.ledger {
+			a := &e.ledger[j]
+			if a.left > 0 && !a.at.After(at) && (best < 0 || a.at.After(e.ledger[best].at)) {
+				best = j
+			}
+		}
+		if best < 0 {
+			break
+		}
+		a := &e.ledger[best]
+		take := min(a.left, n)
+		a.left -= take
+		n -= take
+		out = append(out, admission{at: a.at, shard: a.shard, left: take})
+	}
+	return out
 }
 
 type hint struct {
 	until, units atomic.Int64
+	retry        atomic.Int64 // when the shard admits the units: until, before MaxHint caps it
 }
 
 // entry returns key's entry, placing its shards when it has none.
@@ -203,8 +286,6 @@ func (b *bound) check(key string, req floodgate.Request) error {
 	switch {
 	case req.Op == floodgate.OpTake && req.N > b.shardQuota:
 		return fmt.Errorf("%w: n=%d, a shard's quota %d (the quota %d over %d shards)", floodgate.ErrExceedsLimit, req.N, b.shardQuota, b.quota, b.s.k)
-	case req.Op == floodgate.OpSettle && req.N < 0:
-		return ErrGiveBack
 	}
 	return nil
 }
@@ -232,6 +313,9 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 	k := b.s.k
 	home := int(rand.Uint32N(uint32(k)))
 	if req.Op == floodgate.OpSettle {
+		if req.N < 0 {
+			return b.giveBack(ctx, e, req, each)
+		}
 		// A charge counts on any shard: the home one.
 		res, err := b.bounds[home].Apply(ctx, e.keys[home], req, each)
 		return b.fix(res, each), err
@@ -255,8 +339,8 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		// shard is: the last is asked, so that the decision has an
 		// answer.
 		if u := h.until.Load(); u > now && req.N >= h.units.Load() && (asked > 0 || j < k-1) {
-			if hinted < 0 || u < hinted {
-				hinted = u
+			if r := h.retry.Load(); hinted < 0 || r < hinted {
+				hinted = r
 			}
 			continue
 		}
@@ -278,10 +362,14 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 			}
 		case res.Allowed:
 			h.until.Store(0)
+			if !take && !req.Check && res.Granted > 0 {
+				e.record(admission{at: res.At.Add(res.Delay), shard: i, left: res.Granted}, b.s.ledger)
+			}
 			return b.fix(res, each), nil
 		default:
 			h.units.Store(req.N)
-			h.until.Store(now + int64(res.RetryAfter))
+			h.retry.Store(now + int64(res.RetryAfter))
+			h.until.Store(now + int64(min(res.RetryAfter, b.s.hint)))
 			if nd == 0 || res.RetryAfter < denied.RetryAfter {
 				denied = res
 				if len(each) > 0 {
@@ -303,6 +391,36 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		denied.RetryAfter = time.Duration(hinted - now)
 	}
 	return b.fix(denied, each), nil
+}
+
+// giveBack gives -req.N units back to the shards whose admissions of this
+// Store's ledger, at or before req.At, newest first, hold them: each part
+// to its shard, at its admission's instant. Result.Granted is the units
+// the shards took back; the Result is otherwise the last shard's. With
+// no such admission it returns ErrGiveBack.
+func (b *bound) giveBack(ctx context.Context, e *entry, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	parts := e.claim(req.At, -req.N)
+	if len(parts) == 0 {
+		return floodgate.Result{}, ErrGiveBack
+	}
+	var out floodgate.Result
+	var back int64
+	var errs []error
+	for _, a := range parts {
+		res, err := b.bounds[a.shard].Apply(ctx, e.keys[a.shard], floodgate.Request{Op: floodgate.OpSettle, N: -a.left, At: a.at}, each)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("shard %d: %w", a.shard, err))
+			continue
+		}
+		out = res
+		back += max(res.Granted, 0)
+		e.hints[a.shard].until.Store(0)
+	}
+	if back == 0 && len(errs) > 0 {
+		return floodgate.Result{}, errors.Join(errs...)
+	}
+	out.Granted = back
+	return b.fix(out, each), nil
 }
 
 // fix sets the quotas of res and each to the whole limit's.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -173,12 +174,13 @@ func TestSplitExact(t *testing.T) {
 
 // TestCalls counts the inner store's steps: one when the home shard
 // admits, at most 1+Probes on a denial, and under sustained saturation
-// (a fixed window spent for the rest of its window) at most 1.2 per
+// (a fixed window spent for the rest of its window, 10,000 decisions a
+// millisecond apart, so that the hints end every MaxHint) at most 1.2 per
 // decision on average, thanks to the hints.
 func TestCalls(t *testing.T) {
 	const k, p = 16, 2
-	frozen := time.Unix(1_800_000_000, 0)
-	now := func() time.Time { return frozen }
+	clock := floodgatetest.NewClock(t0)
+	now := clock.Now
 	c := &counting{Store: newMem(t, now)}
 	s := newShard(t, c, shard.Options{Shards: k, Probes: p, Now: now})
 	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: 1600, Window: time.Hour}, &floodgate.Options{Name: "calls"})
@@ -197,6 +199,7 @@ func TestCalls(t *testing.T) {
 	before := c.calls.Load()
 	const more = 10_000
 	for range more {
+		clock.Advance(time.Millisecond)
 		b := c.calls.Load()
 		d, err := lim.Allow(ctx, "k")
 		require.NoError(t, err)
@@ -214,7 +217,7 @@ func TestCalls(t *testing.T) {
 // TestErrors: bad input gets a typed error.
 func TestErrors(t *testing.T) {
 	mem := newMem(t, nil)
-	for _, o := range []shard.Options{{Shards: 1}, {Shards: -1}, {Shards: shard.MaxShards + 1}, {Shards: 4, Probes: 4}, {Probes: -1}, {MaxKeys: -1}} {
+	for _, o := range []shard.Options{{Shards: 1}, {Shards: -1}, {Shards: shard.MaxShards + 1}, {Shards: 4, Probes: 4}, {Probes: -1}, {MaxKeys: -1}, {Ledger: -1}, {Ledger: 1<<16 + 1}, {MaxHint: -1}} {
 		_, err := shard.New(mem, &o)
 		require.ErrorIs(t, err, floodgate.ErrInvalidConfig, "%+v", o)
 	}
@@ -241,7 +244,7 @@ func TestErrors(t *testing.T) {
 	require.True(t, d.Allowed)
 	require.Equal(t, int64(100), d.Limit)
 	_, err = lim.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: time.Now()}, nil)
-	require.True(t, errors.Is(err, shard.ErrGiveBack), "%v", err)
+	require.True(t, errors.Is(err, shard.ErrGiveBack), "units admitted by AllowN are not in the ledger: %v", err)
 	res, err := lim.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: 2, At: time.Now()}, nil)
 	require.NoError(t, err)
 	require.Equal(t, int64(2), res.Granted)
@@ -253,4 +256,112 @@ func TestErrors(t *testing.T) {
 	require.ErrorIs(t, err, floodgate.ErrKeyTooLong)
 	_, err = lim.Allow(ctx, "")
 	require.ErrorIs(t, err, floodgate.ErrEmptyKey)
+}
+
+// TestGiveBack: units admitted through Apply are given back to the
+// shards that admitted them (the ledger), never more than were admitted;
+// 3 Stores over one memstore at random never hold more than the quota
+// net of what they gave back, and a spent limit admits again exactly the
+// units given back.
+func TestGiveBack(t *testing.T) {
+	clock := floodgatetest.NewClock(t0.Add(123 * time.Millisecond))
+	now := clock.Now
+	inner := newMem(t, now)
+	alg := floodgate.FixedWindow{Limit: 40, Window: time.Hour}
+	const k = 8
+	lims := make([]*floodgate.Limiter, 3)
+	for i := range lims {
+		lim, err := floodgate.New(newShard(t, inner, shard.Options{Shards: k, Probes: k - 1, Ledger: 8, Now: now}), alg, &floodgate.Options{Name: "gb"})
+		require.NoError(t, err)
+		lims[i] = lim
+	}
+	ctx := context.Background()
+	type held struct {
+		lim int
+		at  time.Time
+		n   int64
+	}
+	var holds []held
+	var net int64
+	rng := rand.New(rand.NewPCG(5, 6))
+	for step := range 3000 {
+		i := rng.IntN(len(lims))
+		if step%50 == 49 {
+			// Saturate: every shard asked, so what is free is taken,
+			// once the hints of the shards other Stores gave units back
+			// to have ended.
+			clock.Advance(shard.DefaultMaxHint)
+			for {
+				res, err := lims[i].Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
+				require.NoError(t, err)
+				if !res.Allowed {
+					break
+				}
+				net++
+				holds = append(holds, held{i, res.At.Add(res.Delay), 1})
+			}
+			require.Equal(t, alg.Limit, net, "step %d: a saturated limit holds its quota, net of give-backs", step)
+		}
+		if rng.IntN(3) > 0 || len(holds) == 0 {
+			n := 1 + rng.Int64N(5)
+			res, err := lims[i].Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
+			require.NoError(t, err)
+			if res.Allowed {
+				net += res.Granted
+				holds = append(holds, held{i, res.At.Add(res.Delay), res.Granted})
+			}
+		} else {
+			j := rng.IntN(len(holds))
+			h := holds[j]
+			n := 1 + rng.Int64N(h.n+2) // sometimes more than was admitted
+			res, err := lims[h.lim].Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -n, At: h.at}, nil)
+			if err != nil {
+				require.ErrorIs(t, err, shard.ErrGiveBack, "step %d", step)
+				continue
+			}
+			require.LessOrEqual(t, res.Granted, n)
+			net -= res.Granted
+			holds[j].n -= min(res.Granted, h.n)
+			if holds[j].n <= 0 {
+				holds = append(holds[:j], holds[j+1:]...)
+			}
+		}
+		require.LessOrEqual(t, net, alg.Limit, "step %d: held net of give-backs", step)
+		require.GreaterOrEqual(t, net, int64(0), "step %d", step)
+	}
+	// A store's own admissions given back are admitted again.
+	lim := lims[0]
+	for {
+		d, err := lim.Allow(ctx, "spent")
+		require.NoError(t, err)
+		if !d.Allowed {
+			break
+		}
+	}
+	res, err := lim.Apply(ctx, "spent", floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+	_, err = lim.Apply(ctx, "spent", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: clock.Now()}, nil)
+	require.ErrorIs(t, err, shard.ErrGiveBack, "units admitted by Allow (Take) are not in the ledger")
+	lim2 := lims[1]
+	_, err = lim2.Apply(ctx, "fresh", floodgate.Request{Op: floodgate.OpTake, N: 3}, nil)
+	require.NoError(t, err)
+	for {
+		d, err := lim2.Allow(ctx, "fresh")
+		require.NoError(t, err)
+		if !d.Allowed {
+			break
+		}
+	}
+	res, err = lim2.Apply(ctx, "fresh", floodgate.Request{Op: floodgate.OpSettle, N: -3, At: clock.Now()}, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(3), res.Granted)
+	for range 3 {
+		d, err := lim2.AllowN(ctx, "fresh", 1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	d, err := lim2.Allow(ctx, "fresh")
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
 }
