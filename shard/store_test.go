@@ -194,6 +194,10 @@ func TestCalls(t *testing.T) {
 		require.True(t, d.Allowed)
 		require.Equal(t, int64(1), c.calls.Load()-before, "an admission by the home shard")
 		admitted++
+		// Remaining is the admitting shard's: never more than the limit
+		// has left.
+		require.LessOrEqual(t, d.Remaining, 1600-admitted)
+		require.Equal(t, int64(1600), d.Limit)
 	}
 	// Saturate: 10,000 more decisions.
 	before := c.calls.Load()
