@@ -28,6 +28,7 @@ import (
 // whose decisions the failure policy made; and the whole never exceeds
 // the quota.
 func TestShardBlastRadius(t *testing.T) {
+	skipUnderRace(t) // no failed call on the masters still up: a latency bar
 	cl := startCluster(t, 3, 0, "--cluster-require-full-coverage", "no")
 	const procs, goroutines, k, quota = 8, 8, 16, 3200
 	var mu sync.Mutex

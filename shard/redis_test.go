@@ -161,16 +161,14 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 	prefix := testPrefix(t, admin)
 	before := scriptCalls(t, admin, real)
 	quota := alg.Policy().Quota
-	// Decisions whose call failed (a timeout) may have taken a unit that
-	// nobody was told of; a shard Store hides the failures of shards when
-	// another answers.
-	var admitted, denied, failed, lost atomic.Int64
+	// Decisions that failed (a timeout) may have taken a unit that nobody
+	// was told of; a shard Store hides the failures of shards when another
+	// answers, so they are counted below it.
+	var admitted, denied, failed atomic.Int64
+	lost := &atomic.Int64{}
 	var mu sync.Mutex
 	perNode := map[string]int64{} // decisions by node
 	obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
-		if e.Err != nil {
-			lost.Add(int64(e.Decisions))
-		}
 		mu.Lock()
 		perNode[e.Node] += int64(e.Decisions)
 		mu.Unlock()
@@ -182,7 +180,7 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 		rs, err := redisstore.New(c, &redisstore.Options{Prefix: prefix, Observer: obs})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rs.Close() })
-		lim, err := floodgate.New(newShard(t, rs, shard.Options{Shards: k, Probes: probes}), alg, &floodgate.Options{Name: "global"})
+		lim, err := floodgate.New(newShard(t, errCounting{rs, lost}, shard.Options{Shards: k, Probes: probes}), alg, &floodgate.Options{Name: "global"})
 		require.NoError(t, err)
 		for range goroutines {
 			wg.Go(func() {
@@ -206,7 +204,7 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 	}
 	wg.Wait()
 	after := scriptCalls(t, admin, real)
-	t.Logf("admitted %d of %d, denied %d, failed %d, failed calls' decisions %d; decisions by master %v, script calls %v",
+	t.Logf("admitted %d of %d, denied %d, failed %d, failed shard decisions %d; decisions by master %v, script calls %v",
 		admitted.Load(), quota, denied.Load(), failed.Load(), lost.Load(), perNode, diff(after, before))
 	require.LessOrEqual(t, admitted.Load(), quota)
 	if probes == k-1 {
@@ -226,6 +224,42 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 			require.True(t, share >= 0.8*5/16 && share <= 1.2*6/16, "master %s decided %d of %d (%.1f%%)", addr, n, total, 100*share)
 		}
 	}
+}
+
+// errCounting is a redisstore that counts the steps that failed, with its
+// Slot, so that the shards are placed as over the redisstore itself.
+type errCounting struct {
+	*redisstore.Store
+	failed *atomic.Int64
+}
+
+func (e errCounting) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := e.Store.Bind(name, alg)
+	if err != nil {
+		return nil, err
+	}
+	return errCountingBound{b, e.failed}, nil
+}
+
+type errCountingBound struct {
+	floodgate.Bound
+	failed *atomic.Int64
+}
+
+func (b errCountingBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	res, err := b.Bound.Apply(ctx, key, req, each)
+	if err != nil {
+		b.failed.Add(1)
+	}
+	return res, err
+}
+
+func (b errCountingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	d, err := b.Bound.Take(ctx, key, n)
+	if err != nil {
+		b.failed.Add(1)
+	}
+	return d, err
 }
 
 // warm makes c connect to every master before the run: a default-options
