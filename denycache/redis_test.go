@@ -2,10 +2,6 @@ package denycache_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +11,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/denycache"
+	"github.com/floodgate-go/floodgate/internal/testkit"
 	"github.com/floodgate-go/floodgate/redisstore"
 )
 
@@ -27,34 +24,18 @@ import (
 func TestRedisSparesCalls(t *testing.T) {
 	for _, cluster := range []bool{false, true} {
 		t.Run(map[bool]string{false: "standalone", true: "cluster"}[cluster], func(t *testing.T) {
-			var newClient func() redis.UniversalClient
-			if cluster {
-				addrs := os.Getenv("REDIS_CLUSTER_ADDRS")
-				if addrs == "" {
-					t.Skip("set REDIS_CLUSTER_ADDRS to run on a Redis Cluster")
-				}
-				newClient = func() redis.UniversalClient {
-					return redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
-				}
-			} else {
-				addr := os.Getenv("REDIS_ADDR")
-				if addr == "" {
-					t.Skip("set REDIS_ADDR to run on Redis (INFO commandstats counts the calls)")
-				}
-				newClient = func() redis.UniversalClient { return redis.NewClient(&redis.Options{Addr: addr}) }
+			newClient, real := testkit.Clients(t, cluster)
+			if !real {
+				t.Skip("set REDIS_ADDR to run on Redis (INFO commandstats counts the calls; miniredis has none)")
 			}
-			var b [6]byte
-			_, _ = rand.Read(b[:])
-			prefix := "fgtest:denycache:" + hex.EncodeToString(b[:]) + ":"
 			admin := newClient()
-			t.Cleanup(func() { _ = admin.Close() })
+			prefix := testkit.Prefix(t, admin, "denycache")
 			ctx := context.Background()
 			alg := floodgate.FixedWindow{Limit: 5, Window: 30 * 24 * time.Hour}
 			const procs, goroutines, each = 8, 64, 200
 			lims := make([]*floodgate.Limiter, procs)
 			for i := range lims {
 				c := newClient()
-				t.Cleanup(func() { _ = c.Close() })
 				rs, err := redisstore.New(c, &redisstore.Options{Prefix: prefix, Timeout: 5 * time.Second})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = rs.Close() })
@@ -93,19 +74,6 @@ func TestRedisSparesCalls(t *testing.T) {
 			}
 			wg.Wait()
 			require.Equal(t, int64(0), evalCalls(t, admin)-before, "script calls for %d denied decisions", procs*goroutines*each)
-			// Clean up: the prefix's keys.
-			del := func(ctx context.Context, n *redis.Client) error {
-				it := n.Scan(ctx, 0, prefix+"*", 100).Iterator()
-				for it.Next(ctx) {
-					_ = n.Del(ctx, it.Val()).Err()
-				}
-				return it.Err()
-			}
-			if cc, ok := admin.(*redis.ClusterClient); ok {
-				require.NoError(t, cc.ForEachMaster(ctx, del))
-			} else {
-				require.NoError(t, del(ctx, admin.(*redis.Client)))
-			}
 		})
 	}
 }
@@ -113,33 +81,11 @@ func TestRedisSparesCalls(t *testing.T) {
 // evalCalls returns the EVALSHA and EVAL calls of every master, summed.
 func evalCalls(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
-	ctx := context.Background()
-	var mu sync.Mutex
-	var total int64
-	read := func(ctx context.Context, n *redis.Client) error {
-		info, err := n.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		for line := range strings.SplitSeq(info, "\n") {
-			if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
-				_, rest, _ := strings.Cut(line, "calls=")
-				v, _, _ := strings.Cut(rest, ",")
-				var x int64
-				for _, ch := range v {
-					x = x*10 + int64(ch-'0')
-				}
-				mu.Lock()
-				total += x
-				mu.Unlock()
-			}
-		}
-		return nil
+	st, err := testkit.ScriptStats(context.Background(), c)
+	require.NoError(t, err)
+	var n int64
+	for _, s := range st {
+		n += s.Calls
 	}
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		require.NoError(t, cc.ForEachMaster(ctx, read))
-	} else {
-		require.NoError(t, read(ctx, c.(*redis.Client)))
-	}
-	return total
+	return n
 }

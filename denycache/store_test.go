@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/denycache"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/testkit"
 	"github.com/floodgate-go/floodgate/memstore"
 )
 
@@ -34,35 +34,6 @@ func newCache(t testing.TB, inner floodgate.Store, now func() time.Time) *denyca
 	s, err := denycache.New(inner, &denycache.Options{Now: now})
 	require.NoError(t, err)
 	return s
-}
-
-// counting is a Store around a Store that counts its Bounds' steps.
-type counting struct {
-	floodgate.Store
-	calls atomic.Int64
-}
-
-func (c *counting) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := c.Store.Bind(name, alg)
-	if err != nil {
-		return nil, err
-	}
-	return countingBound{b, &c.calls}, nil
-}
-
-type countingBound struct {
-	floodgate.Bound
-	calls *atomic.Int64
-}
-
-func (b countingBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
-	b.calls.Add(1)
-	return b.Bound.Apply(ctx, key, req, each)
-}
-
-func (b countingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	b.calls.Add(1)
-	return b.Bound.Take(ctx, key, n)
 }
 
 // TestConformance runs floodgatetest's conservative tier on deny caches
@@ -107,7 +78,7 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 	for _, alg := range algs {
 		for seed := range uint64(40) {
 			clock := floodgatetest.NewClock(t0)
-			calls := &counting{Store: newMem(t, clock.Now)}
+			calls := &testkit.Counting{Store: newMem(t, clock.Now)}
 			cached, err := floodgate.New(newCache(t, calls, clock.Now), alg, &floodgate.Options{Name: "x"})
 			require.NoError(t, err)
 			plain, err := floodgate.New(newMem(t, clock.Now), alg, &floodgate.Options{Name: "x"})
@@ -141,7 +112,7 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 						}
 					}
 				}
-				before := calls.calls.Load()
+				before := calls.Calls.Load()
 				var ec, ep [2]floodgate.Decision
 				var got, want floodgate.Result
 				var gerr, werr error
@@ -159,7 +130,7 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 				if !got.Allowed && req.Op != floodgate.OpSettle {
 					require.Equal(t, want.RetryAfter, got.RetryAfter, "%s: cached %+v, store %+v", what, got.Decision, want.Decision)
 				}
-				if calls.calls.Load() == before && req.Op != floodgate.OpSettle {
+				if calls.Calls.Load() == before && req.Op != floodgate.OpSettle {
 					answered++
 				}
 				total++
@@ -178,7 +149,7 @@ func TestNeverDeniesWhatTheStoreAdmits(t *testing.T) {
 // passed, one more.
 func TestOneCallPerRetryAfter(t *testing.T) {
 	clock := floodgatetest.NewClock(t0.Add(250 * time.Millisecond))
-	calls := &counting{Store: newMem(t, clock.Now)}
+	calls := &testkit.Counting{Store: newMem(t, clock.Now)}
 	lim, err := floodgate.New(newCache(t, calls, clock.Now), floodgate.FixedWindow{Limit: 3, Window: time.Second}, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -189,7 +160,7 @@ func TestOneCallPerRetryAfter(t *testing.T) {
 	}
 	require.False(t, d.Allowed)
 	require.Equal(t, 750*time.Millisecond, d.RetryAfter)
-	require.Equal(t, int64(4), calls.calls.Load())
+	require.Equal(t, int64(4), calls.Calls.Load())
 	for i := range 10_000 {
 		clock.Advance(50 * time.Microsecond) // 500 ms in all
 		d, err = lim.Allow(ctx, "abuser")
@@ -197,12 +168,12 @@ func TestOneCallPerRetryAfter(t *testing.T) {
 		require.False(t, d.Allowed)
 		require.Equal(t, 750*time.Millisecond-time.Duration(i+1)*50*time.Microsecond, d.RetryAfter)
 	}
-	require.Equal(t, int64(4), calls.calls.Load())
+	require.Equal(t, int64(4), calls.Calls.Load())
 	clock.Advance(250 * time.Millisecond)
 	d, err = lim.Allow(ctx, "abuser")
 	require.NoError(t, err)
 	require.True(t, d.Allowed)
-	require.Equal(t, int64(5), calls.calls.Load())
+	require.Equal(t, int64(5), calls.Calls.Load())
 }
 
 // TestPerLimiter: a denial is never answered for another limiter, nor

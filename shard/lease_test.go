@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/testkit"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/shard"
 )
@@ -39,11 +40,11 @@ func TestShardedLease150Pods(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		mem := newMem(t, nil)
-		calls := make([]*counting, pods)
+		calls := make([]*testkit.Counting, pods)
 		lims := make([]*floodgate.Limiter, pods)
 		leases := make([]*lease.Store, pods)
 		for i := range pods {
-			calls[i] = &counting{Store: mem}
+			calls[i] = &testkit.Counting{Store: mem}
 			sh := newShard(t, calls[i], shard.Options{Shards: k})
 			ls, err := lease.New(sh, &lease.Options{TargetInterval: targetInterval})
 			require.NoError(t, err)
@@ -58,7 +59,7 @@ func TestShardedLease150Pods(t *testing.T) {
 		run := func(perPod int, d time.Duration) (admitted, denied int64, perPodCalls []int64) {
 			before := make([]int64, pods)
 			for i := range pods {
-				before[i] = calls[i].calls.Load()
+				before[i] = calls[i].Calls.Load()
 			}
 			var adm, den atomic.Int64
 			var wg sync.WaitGroup
@@ -89,7 +90,7 @@ func TestShardedLease150Pods(t *testing.T) {
 			wg.Wait()
 			perPodCalls = make([]int64, pods)
 			for i := range pods {
-				perPodCalls[i] = calls[i].calls.Load() - before[i]
+				perPodCalls[i] = calls[i].Calls.Load() - before[i]
 			}
 			return adm.Load(), den.Load(), perPodCalls
 		}

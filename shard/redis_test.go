@@ -2,122 +2,35 @@ package shard_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/testkit"
 	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/shard"
 )
 
-// newClient returns a function making Redis clients with go-redis'
-// default options, closed at the test's end: to the standalone server at
-// REDIS_ADDR, to the Cluster at REDIS_CLUSTER_ADDRS when cluster is set
-// (skipping without it), or else to a miniredis of the test's own. It
-// reports whether the server is real.
-func newClient(t *testing.T, cluster bool) (func() redis.UniversalClient, bool) {
-	t.Helper()
-	if cluster {
-		addrs := os.Getenv("REDIS_CLUSTER_ADDRS")
-		if addrs == "" {
-			t.Skip("set REDIS_CLUSTER_ADDRS (comma-separated seed nodes) to run on a Redis Cluster")
-		}
-		return func() redis.UniversalClient {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(addrs, ",")})
-			t.Cleanup(func() { _ = c.Close() })
-			return c
-		}, true
-	}
-	addr, real := os.Getenv("REDIS_ADDR"), true
-	if addr == "" {
-		addr, real = miniredis.RunT(t).Addr(), false
-	}
-	return func() redis.UniversalClient {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}, real
-}
-
-// testPrefix returns a key prefix unique to this run of the test and
-// deletes the keys under it at the end.
-func testPrefix(t *testing.T, c redis.UniversalClient) string {
-	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	p := "fgtest:shard:" + hex.EncodeToString(b[:]) + ":"
-	t.Cleanup(func() {
-		ctx := context.Background()
-		del := func(ctx context.Context, n *redis.Client) error {
-			it := n.Scan(ctx, 0, p+"*", 1000).Iterator()
-			for it.Next(ctx) {
-				_ = n.Del(ctx, it.Val()).Err()
-			}
-			return it.Err()
-		}
-		switch v := c.(type) {
-		case *redis.ClusterClient:
-			assert.NoError(t, v.ForEachMaster(ctx, del))
-		case *redis.Client:
-			assert.NoError(t, del(ctx, v))
-		}
-	})
-	return p
-}
-
 // scriptCalls returns the EVALSHA and EVAL calls each master has served
-// (one entry on a standalone server), from INFO commandstats; nil on a
-// miniredis, which has no such section.
+// (one entry on a standalone server); nil on a miniredis, which has no
+// INFO commandstats.
 func scriptCalls(t *testing.T, c redis.UniversalClient, real bool) map[string]int64 {
 	t.Helper()
 	if !real {
 		return nil
 	}
-	ctx := context.Background()
+	st, err := testkit.ScriptStats(context.Background(), c)
+	require.NoError(t, err)
 	out := map[string]int64{}
-	var mu sync.Mutex
-	read := func(ctx context.Context, n *redis.Client) error {
-		info, err := n.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		var calls int64
-		for line := range strings.SplitSeq(info, "\n") {
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-				continue
-			}
-			_, rest, _ := strings.Cut(line, "calls=")
-			v, _, _ := strings.Cut(rest, ",")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				return err
-			}
-			calls += n
-		}
-		mu.Lock()
-		out[n.Options().Addr] = calls
-		mu.Unlock()
-		return nil
-	}
-	switch v := c.(type) {
-	case *redis.ClusterClient:
-		require.NoError(t, v.ForEachMaster(ctx, read))
-	case *redis.Client:
-		require.NoError(t, read(ctx, v))
+	for addr, s := range st {
+		out[addr] = s.Calls
 	}
 	return out
 }
@@ -135,7 +48,7 @@ func TestRedisExact(t *testing.T) {
 			name = "cluster"
 		}
 		t.Run(name, func(t *testing.T) {
-			client, real := newClient(t, cluster)
+			client, real := testkit.Clients(t, cluster)
 			for _, alg := range []floodgate.Algorithm{
 				// No refill within the test: windows of 30 days (a
 				// boundary crossed with odds of about one in a million)
@@ -158,14 +71,14 @@ func TestRedisExact(t *testing.T) {
 func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg floodgate.Algorithm, probes int, cluster bool) {
 	const procs, goroutines, k = 8, 64, 16
 	admin := client()
-	prefix := testPrefix(t, admin)
+	prefix := testkit.Prefix(t, admin, "shard")
 	before := scriptCalls(t, admin, real)
 	quota := alg.Policy().Quota
 	// Decisions that failed (a timeout) may have taken a unit that nobody
 	// was told of; a shard Store hides the failures of shards when another
 	// answers, so they are counted below it.
 	var admitted, denied, failed atomic.Int64
-	lost := &atomic.Int64{}
+	var counts []*testkit.Counting
 	var mu sync.Mutex
 	perNode := map[string]int64{} // decisions by node
 	obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
@@ -180,7 +93,9 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 		rs, err := redisstore.New(c, &redisstore.Options{Prefix: prefix, Observer: obs})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rs.Close() })
-		lim, err := floodgate.New(newShard(t, errCounting{rs, lost}, shard.Options{Shards: k, Probes: probes}), alg, &floodgate.Options{Name: "global"})
+		counted := &testkit.Counting{Store: rs}
+		counts = append(counts, counted)
+		lim, err := floodgate.New(newShard(t, countedRedis{counted, rs}, shard.Options{Shards: k, Probes: probes}), alg, &floodgate.Options{Name: "global"})
 		require.NoError(t, err)
 		for range goroutines {
 			wg.Go(func() {
@@ -204,11 +119,15 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 	}
 	wg.Wait()
 	after := scriptCalls(t, admin, real)
+	var lost int64
+	for _, c := range counts {
+		lost += c.Failed.Load()
+	}
 	t.Logf("admitted %d of %d, denied %d, failed %d, failed shard decisions %d; decisions by master %v, script calls %v",
-		admitted.Load(), quota, denied.Load(), failed.Load(), lost.Load(), perNode, diff(after, before))
+		admitted.Load(), quota, denied.Load(), failed.Load(), lost, perNode, diff(after, before))
 	require.LessOrEqual(t, admitted.Load(), quota)
 	if probes == k-1 {
-		require.GreaterOrEqual(t, admitted.Load(), quota-lost.Load())
+		require.GreaterOrEqual(t, admitted.Load(), quota-lost)
 	}
 	if cluster {
 		// Decisions, not script calls: a batch is one call.
@@ -226,41 +145,14 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 	}
 }
 
-// errCounting is a redisstore that counts the steps that failed, with its
-// Slot, so that the shards are placed as over the redisstore itself.
-type errCounting struct {
-	*redisstore.Store
-	failed *atomic.Int64
+// countedRedis is a redisstore below a testkit.Counting, with its Slot,
+// so that the shards are placed as over the redisstore itself.
+type countedRedis struct {
+	*testkit.Counting
+	rs *redisstore.Store
 }
 
-func (e errCounting) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := e.Store.Bind(name, alg)
-	if err != nil {
-		return nil, err
-	}
-	return errCountingBound{b, e.failed}, nil
-}
-
-type errCountingBound struct {
-	floodgate.Bound
-	failed *atomic.Int64
-}
-
-func (b errCountingBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
-	res, err := b.Bound.Apply(ctx, key, req, each)
-	if err != nil {
-		b.failed.Add(1)
-	}
-	return res, err
-}
-
-func (b errCountingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	d, err := b.Bound.Take(ctx, key, n)
-	if err != nil {
-		b.failed.Add(1)
-	}
-	return d, err
-}
+func (c countedRedis) Slot(key string) int { return c.rs.Slot(key) }
 
 // warm makes c connect to every master before the run: a default-options
 // client dials on first use, and 64 goroutines' first calls at once on a

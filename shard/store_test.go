@@ -14,6 +14,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/floodgatetest"
+	"github.com/floodgate-go/floodgate/internal/testkit"
 	"github.com/floodgate-go/floodgate/memstore"
 	"github.com/floodgate-go/floodgate/shard"
 )
@@ -36,35 +37,6 @@ func newShard(t testing.TB, inner floodgate.Store, o shard.Options) *shard.Store
 	s, err := shard.New(inner, &o)
 	require.NoError(t, err)
 	return s
-}
-
-// counting is a Store around a Store that counts the steps of its Bounds.
-type counting struct {
-	floodgate.Store
-	calls atomic.Int64
-}
-
-func (c *counting) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := c.Store.Bind(name, alg)
-	if err != nil {
-		return nil, err
-	}
-	return countingBound{b, &c.calls}, nil
-}
-
-type countingBound struct {
-	floodgate.Bound
-	calls *atomic.Int64
-}
-
-func (b countingBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
-	b.calls.Add(1)
-	return b.Bound.Apply(ctx, key, req, each)
-}
-
-func (b countingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	b.calls.Add(1)
-	return b.Bound.Take(ctx, key, n)
 }
 
 // TestConformance runs floodgatetest's conservative tier on shard Stores
@@ -181,18 +153,18 @@ func TestCalls(t *testing.T) {
 	const k, p = 16, 2
 	clock := floodgatetest.NewClock(t0)
 	now := clock.Now
-	c := &counting{Store: newMem(t, now)}
+	c := &testkit.Counting{Store: newMem(t, now)}
 	s := newShard(t, c, shard.Options{Shards: k, Probes: p, Now: now})
 	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: 1600, Window: time.Hour}, &floodgate.Options{Name: "calls"})
 	require.NoError(t, err)
 	ctx := context.Background()
 	var admitted int64
 	for range 800 {
-		before := c.calls.Load()
+		before := c.Calls.Load()
 		d, err := lim.Allow(ctx, "k")
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
-		require.Equal(t, int64(1), c.calls.Load()-before, "an admission by the home shard")
+		require.Equal(t, int64(1), c.Calls.Load()-before, "an admission by the home shard")
 		admitted++
 		// Remaining is the admitting shard's: never more than the limit
 		// has left.
@@ -200,19 +172,19 @@ func TestCalls(t *testing.T) {
 		require.Equal(t, int64(1600), d.Limit)
 	}
 	// Saturate: 10,000 more decisions.
-	before := c.calls.Load()
+	before := c.Calls.Load()
 	const more = 10_000
 	for range more {
 		clock.Advance(time.Millisecond)
-		b := c.calls.Load()
+		b := c.Calls.Load()
 		d, err := lim.Allow(ctx, "k")
 		require.NoError(t, err)
 		if d.Allowed {
 			admitted++
 		}
-		require.LessOrEqual(t, c.calls.Load()-b, int64(1+p))
+		require.LessOrEqual(t, c.Calls.Load()-b, int64(1+p))
 	}
-	calls := c.calls.Load() - before
+	calls := c.Calls.Load() - before
 	require.LessOrEqual(t, float64(calls)/more, 1.2, "calls per decision under saturation")
 	require.LessOrEqual(t, admitted, int64(1600))
 	t.Logf("admitted %d of 1600; %d calls for %d decisions under saturation", admitted, calls, more)
