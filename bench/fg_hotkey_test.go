@@ -5,7 +5,6 @@ package bench
 import (
 	"context"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/internal/testkit"
 	"github.com/floodgate-go/floodgate/lease"
 	"github.com/floodgate-go/floodgate/redisstore"
 	"github.com/floodgate-go/floodgate/shard"
@@ -126,31 +126,11 @@ func BenchmarkClusterHotKey(b *testing.B) {
 // scriptUsec returns each master's script time so far, in µs: the usec of
 // EVALSHA and EVAL in INFO commandstats.
 func scriptUsec(c *redis.ClusterClient) (map[string]float64, error) {
-	var mu sync.Mutex
+	st, err := testkit.ScriptStats(context.Background(), c)
 	out := map[string]float64{}
-	err := c.ForEachMaster(context.Background(), func(ctx context.Context, n *redis.Client) error {
-		info, err := n.Info(ctx, "commandstats").Result()
-		if err != nil {
-			return err
-		}
-		var usec float64
-		for line := range strings.SplitSeq(info, "\n") {
-			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-				continue
-			}
-			_, rest, _ := strings.Cut(line, ",usec=")
-			v, _, _ := strings.Cut(rest, ",")
-			u, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				return err
-			}
-			usec += u
-		}
-		mu.Lock()
-		out[n.Options().Addr] = usec
-		mu.Unlock()
-		return nil
-	})
+	for addr, s := range st {
+		out[addr] = s.Usec
+	}
 	return out, err
 }
 
@@ -256,27 +236,10 @@ func BenchmarkRedisScriptTime(b *testing.B) {
 // standaloneScript returns the server's EVALSHA and EVAL usec and calls so
 // far, from INFO commandstats.
 func standaloneScript(c *redis.Client) (usec float64, calls int64, err error) {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		return 0, 0, err
+	st, err := testkit.ScriptStats(context.Background(), c)
+	for _, s := range st {
+		usec += s.Usec
+		calls += s.Calls
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, "calls=")
-		n, rest, _ := strings.Cut(rest, ",usec=")
-		u, _, _ := strings.Cut(rest, ",")
-		x, err := strconv.ParseInt(n, 10, 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		y, err := strconv.ParseFloat(u, 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		calls += x
-		usec += y
-	}
-	return usec, calls, nil
+	return usec, calls, err
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/floodgate-go/floodgate/shard"
 )
 
-// TestShardBlastRadius kills one of 3 masters (no replicas, a Cluster
+// TestFaultShardBlastRadius kills one of 3 masters (no replicas, a Cluster
 // that serves the slots it still covers) while 8 processes × 8
 // goroutines spend a global limit of 3,200 split over 16 shards
 // (FailClosed, every shard probed). The shards on the other two masters
@@ -27,7 +27,7 @@ import (
 // (5 or 6 of 16: at most ⌈16/3⌉/16 of the quota) are the only ones
 // whose decisions the failure policy made; and the whole never exceeds
 // the quota.
-func TestShardBlastRadius(t *testing.T) {
+func TestFaultShardBlastRadius(t *testing.T) {
 	skipUnderRace(t) // no failed call on the masters still up: a latency bar
 	cl := startCluster(t, 3, 0, "--cluster-require-full-coverage", "no")
 	const procs, goroutines, k, quota = 8, 8, 16, 3200
