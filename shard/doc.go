@@ -64,8 +64,11 @@
 //
 // One store call when the first shard asked admits, at most 1 + Probes
 // when it denies, and no other work than a map lookup: a key's shard keys
-// are computed once (on a Redis store, about twenty slot computations) and
-// kept with its hints.
+// are computed once (on a Redis store, about twenty slot computations; a
+// search of up to 2^20 with HashKeys) and kept with its hints and ledger,
+// for Options.MaxKeys keys per limiter. A key evicted to make room loses
+// them: its shard keys are computed again, and the units of its earlier
+// admissions can no longer be given back (ErrGiveBack).
 //
 // # Decisions
 //
