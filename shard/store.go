@@ -149,7 +149,7 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	if err := floodgate.CheckName(inner); err != nil {
 		return nil, fmt.Errorf("shard: the inner name of %q: %w", name, err)
 	}
-	b := &bound{s: s, quota: alg.Policy().Quota, limits: quotas(alg), bounds: make([]floodgate.Bound, s.k), keys: make(map[string]*entry)}
+	b := &bound{s: s, quota: alg.Policy().Quota, limits: quotas(alg), bounds: make([]floodgate.Bound, s.k)}
 	b.shardQuota = b.quota
 	for i := range s.k {
 		part, err := split(alg, i, s.k)
@@ -175,8 +175,11 @@ type bound struct {
 	shardQuota int64   // the smallest shard's quota: the largest take every shard can admit
 	bounds     []floodgate.Bound
 
-	mu   sync.RWMutex
-	keys map[string]*entry
+	// keys holds each key's *entry: a sync.Map, read without a lock on
+	// the hot path; mu serializes insertions and n counts the entries.
+	keys sync.Map
+	mu   sync.Mutex
+	n    int
 }
 
 // entry is what a bound keeps of a key: its shards' keys and hints, and
@@ -250,25 +253,24 @@ type hint struct {
 
 // entry returns key's entry, placing its shards when it has none.
 func (b *bound) entry(key string) *entry {
-	b.mu.RLock()
-	e := b.keys[key]
-	b.mu.RUnlock()
-	if e != nil {
-		return e
+	if e, ok := b.keys.Load(key); ok {
+		return e.(*entry)
 	}
-	e = &entry{keys: place(b.s.slots, key, b.s.k), hints: make([]hint, b.s.k)}
+	e := &entry{keys: place(b.s.slots, key, b.s.k), hints: make([]hint, b.s.k)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if old := b.keys[key]; old != nil {
-		return old
+	if old, ok := b.keys.Load(key); ok {
+		return old.(*entry)
 	}
-	if len(b.keys) >= b.s.max {
-		for k := range b.keys {
-			delete(b.keys, k)
-			break
-		}
+	if b.n >= b.s.max {
+		b.keys.Range(func(k, _ any) bool {
+			b.keys.Delete(k)
+			b.n--
+			return false
+		})
 	}
-	b.keys[key] = e
+	b.keys.Store(key, e)
+	b.n++
 	return e
 }
 
