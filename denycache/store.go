@@ -51,6 +51,11 @@
 // denial's RetryAfter. Without give-backs elsewhere, the cache never denies
 // what the store would admit.
 //
+// A denial answered from the cache took 122–132 ns with 0 allocations
+// (go test ./denycache -run '^$' -bench CachedDenial -benchmem -count 3,
+// 2 goroutines on the 2-core development machine); a decision that goes
+// to the store costs two map lookups more than the store's.
+//
 // # Memory
 //
 // At most Options.MaxKeys denials per limiter; a new denial beyond it

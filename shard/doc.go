@@ -68,7 +68,11 @@
 // search of up to 2^20 with HashKeys) and kept with its hints and ledger,
 // for Options.MaxKeys keys per limiter. A key evicted to make room loses
 // them: its shard keys are computed again, and the units of its earlier
-// admissions can no longer be given back (ErrGiveBack).
+// admissions can no longer be given back (ErrGiveBack). On a memstore, a
+// sharded Allow on one hot key took 186–203 ns against 163–181 ns for the
+// memstore alone, with 0 allocations (go test ./shard -run '^$' -bench
+// ShardAllow -benchmem -count 3, 2 goroutines on the 2-core development
+// machine).
 //
 // # Decisions
 //
