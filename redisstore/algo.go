@@ -230,14 +230,23 @@ func (c *argsCache) args(a algo, now string, req floodgate.Request, marginMs int
 // agree.
 func (a algo) decode(reply any, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	if a.members != nil {
-		return a.decodeLimits(reply, req, each)
+		// A copy of its own, moved to the heap on this path only (the
+		// store decodes a Limits on its bound's algo instead).
+		c := a
+		return c.decodeLimits(reply, req, each)
 	}
 	r, err := newReplyReader(reply)
 	if err != nil {
 		return floodgate.Result{}, err
 	}
+	return a.decodeReader(&r, req)
+}
+
+// decodeReader is decode of one of the five algorithms' replies, read by r.
+func (a *algo) decodeReader(r *replyReader, req floodgate.Request) (floodgate.Result, error) {
+	var err error
 	if a.kind == step.KindSlidingLog {
-		return a.decodeLog(&r, req)
+		return a.decodeLog(r, req)
 	}
 	now, old, next := r.now(), r.str(2), r.str(3)
 	allowed, granted := r.int(4) == 1, r.int(5)

@@ -2,6 +2,9 @@ package redisstore
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/floodgate-go/floodgate"
@@ -9,53 +12,101 @@ import (
 )
 
 // decodeLimits builds the Result of a Limits decision from limits.lua's
-// reply: it runs step.Limits, the reference, with the script's steps as
-// the limits' (each checked against its limit's reference transition, as
-// a single script's reply is), and checks that the script took the steps
+// reply, an array, or limits_fast.lua's, the same elements as one string:
+// it runs step.Limits, the reference, with the script's steps as the
+// limits' (each checked against its limit's reference transition, as a
+// single script's reply is), and checks that the script took the steps
 // step.Limits takes, in its order, and wrote exactly when step.Limits
-// keeps the limits' states.
-func (a algo) decodeLimits(reply any, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
-	vals, ok := reply.([]any)
-	if !ok {
-		return floodgate.Result{}, badReply("%T, want an array", reply)
+// keeps the limits' states. A pointer receiver and a pooled replyMembers:
+// no allocation of its own.
+func (a *algo) decodeLimits(reply any, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	m := membersPool.Get().(*replyMembers)
+	defer func() {
+		*m = replyMembers{}
+		membersPool.Put(m)
+	}()
+	m.a = a
+	var (
+		now   int64
+		wrote int64
+	)
+	switch v := reply.(type) {
+	case []any:
+		r := replyReader{vals: v}
+		now, wrote = r.now(), r.int(2)
+		if r.err != nil {
+			return floodgate.Result{}, r.err
+		}
+		m.steps = v[3:]
+	case string:
+		// "s ns wrote", then the steps.
+		var r replyReader
+		rest := v
+		for i := range 3 {
+			f, tail, more := strings.Cut(rest, " ")
+			if f == "" || !more && i < 2 {
+				return floodgate.Result{}, badReply("Limits reply %q, want the instant, written and the steps", v)
+			}
+			r.fields[i] = f
+			rest = tail
+		}
+		r.n = 3
+		now, wrote = r.now(), r.int(2)
+		if r.err != nil {
+			return floodgate.Result{}, r.err
+		}
+		m.str, m.isStr = rest, true
+	default:
+		return floodgate.Result{}, badReply("%T, want an array or a string", reply)
 	}
-	r := replyReader{vals: vals}
-	now, wrote := r.now(), r.int(2)
-	if r.err == nil && wrote != 0 && wrote != 1 {
-		r.err = badReply("written %d, want 0 or 1", wrote)
+	if wrote != 0 && wrote != 1 {
+		return floodgate.Result{}, badReply("written %d, want 0 or 1", wrote)
 	}
-	if r.err != nil {
-		return floodgate.Result{}, r.err
-	}
-	m := replyMembers{a: &a, steps: vals[3:]}
-	res, err := step.Limits(a.ls, &m, time.Unix(0, now), req, each)
+	res, err := step.Limits(a.ls, m, time.Unix(0, now), req, each)
 	switch {
 	case m.err != nil:
 		return floodgate.Result{}, m.err
 	case err != nil:
 		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("redisstore: Limits: the reference fails the script's steps: %w", err))
-	case m.next != len(m.steps):
-		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("redisstore: Limits: the script took %d steps, the reference %d", len(m.steps)/2, m.next/2))
+	case m.left():
+		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("redisstore: Limits: the script took more steps than the reference's %d", m.taken))
 	case m.kept != (wrote == 1):
 		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("redisstore: Limits: the script wrote=%v, the reference kept=%v", wrote == 1, m.kept))
 	}
 	return res, nil
 }
 
+// membersPool holds replyMembers between decisions: step.Limits takes
+// them as an interface, which would move a new one to the heap each time.
+var membersPool = sync.Pool{New: func() any { return new(replyMembers) }}
+
 // replyMembers is step.Members over limits.lua's reply: Step returns the
 // Result of the script's next step, which must be of the limit and at the
 // instant step.Limits asks for, and read the same stored state as the
 // limit's other steps (the script wrote nothing in between).
 type replyMembers struct {
-	a     *algo
-	steps []any // pairs: the limit's index from 1, the step's reply
-	next  int
+	a *algo
+	// The steps not read yet: pairs of the limit's index from 1 and the
+	// step's reply, as array elements (steps) or, for a string reply,
+	// as its remaining elements (str), seven a step.
+	steps []any
+	str   string
+	isStr bool
+	taken int       // the steps read
 	old   [8]string // the stored state each limit's steps read (a sliding log's: none)
 	kept  bool
 	err   error // the first error of a step
 }
 
 var _ step.Members = (*replyMembers)(nil)
+
+// left reports whether steps remain unread.
+func (m *replyMembers) left() bool {
+	if m.isStr {
+		return m.str != ""
+	}
+	return len(m.steps) > 0
+}
 
 func (m *replyMembers) Step(i int, at time.Time, req floodgate.Request) (floodgate.Result, error) {
 	res, err := m.step(i, at, req)
@@ -65,20 +116,57 @@ func (m *replyMembers) Step(i int, at time.Time, req floodgate.Request) (floodga
 	return res, err
 }
 
+// fastFields is the number of elements of a fast path's reply.
+const fastFields = 6
+
 func (m *replyMembers) step(i int, at time.Time, req floodgate.Request) (floodgate.Result, error) {
 	mismatch := func(format string, args ...any) (floodgate.Result, error) {
 		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("redisstore: Limits[%d]: "+format, append([]any{i}, args...)...))
 	}
-	if m.next+1 >= len(m.steps) {
-		return mismatch("the reference takes step %d, which the script did not", m.next/2+1)
+	m.taken++
+	var (
+		idx int64
+		r   replyReader
+	)
+	if m.isStr {
+		if m.str == "" {
+			return mismatch("the reference takes step %d, which the script did not", m.taken)
+		}
+		f, rest, _ := strings.Cut(m.str, " ")
+		var err error
+		if idx, err = strconv.ParseInt(f, 10, 64); err != nil {
+			return floodgate.Result{}, badReply("Limits step %d: limit %q", m.taken, f)
+		}
+		for j := range fastFields {
+			var more bool
+			r.fields[j], rest, more = strings.Cut(rest, " ")
+			if r.fields[j] == "" || !more && j < fastFields-1 {
+				return floodgate.Result{}, badReply("Limits step %d: a reply of %d elements, want %d", m.taken, j+1, fastFields)
+			}
+		}
+		r.n = fastFields
+		m.str = rest
+	} else {
+		if len(m.steps) < 2 {
+			return mismatch("the reference takes step %d, which the script did not", m.taken)
+		}
+		v, reply := m.steps[0], m.steps[1]
+		m.steps = m.steps[2:]
+		n, ok := v.(int64)
+		if !ok {
+			return floodgate.Result{}, badReply("Limits step %d: limit %v, want an integer", m.taken, v)
+		}
+		idx = n
+		var err error
+		if r, err = newReplyReader(reply); err != nil {
+			return floodgate.Result{}, fmt.Errorf("redisstore: Limits[%d]: %w", i, err)
+		}
 	}
-	idx, reply := m.steps[m.next], m.steps[m.next+1]
-	m.next += 2
 	if idx != int64(i+1) {
-		return mismatch("the script's step %d is of limit %v (from 1)", m.next/2, idx)
+		return mismatch("the script's step %d is of limit %v (from 1)", m.taken, idx)
 	}
 	lim := &m.a.members[i]
-	res, err := lim.decode(reply, req, nil)
+	res, err := lim.decodeReader(&r, req)
 	if err != nil {
 		return floodgate.Result{}, fmt.Errorf("redisstore: Limits[%d]: %w", i, err)
 	}
@@ -86,7 +174,6 @@ func (m *replyMembers) step(i int, at time.Time, req floodgate.Request) (floodga
 		return mismatch("the script stepped at %d, the reference at %d", res.At.UnixNano(), at.UnixNano())
 	}
 	if lim.kind != step.KindSlidingLog {
-		r, _ := newReplyReader(reply) // decode read it
 		switch old := r.str(2); {
 		case m.old[i] == "":
 			m.old[i] = old

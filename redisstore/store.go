@@ -595,7 +595,16 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 	}
 	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, req, s.marginMs))
 	if err == nil {
-		res, derr := a.decode(reply, req, each)
+		var (
+			res  floodgate.Result
+			derr error
+		)
+		if a.members != nil {
+			// On the bound's algo: a copy's address would escape.
+			res, derr = b.a.decodeLimits(reply, req, each)
+		} else {
+			res, derr = a.decode(reply, req, each)
+		}
 		if derr == nil {
 			return res, nil
 		}

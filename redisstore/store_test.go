@@ -275,8 +275,12 @@ func TestMismatchIsAnError(t *testing.T) {
 		"limits write denial": {ls, 0, "if admitted and not check then", "if true then", ErrMismatch, false},
 		"limits step order":   {ls, time.Second, "  reply[#reply + 1] = i\n  reply[#reply + 1] = r", "  reply[#reply + 1] = #KEYS + 1 - i\n  reply[#reply + 1] = r", ErrMismatch, false},
 		"limits again at now": {ls, time.Second, "local t = fmt(add(ts, tns, longest))", "local t = fmt(ts, tns)", ErrReply, false},
-		"limits fast order":   {ls, 0, "    reply[#reply + 1] = i\n", "    reply[#reply + 1] = #KEYS + 1 - i\n", ErrMismatch, true},
-		"limits fast written": {ls, 0, "  return reply\nend", "  reply[3] = 1\n  return reply\nend", ErrMismatch, true},
+		"limits fast order":   {ls, 0, "    parts[#parts + 1] = i\n", "    parts[#parts + 1] = #KEYS + 1 - i\n", ErrMismatch, true},
+		"limits fast written": {ls, 0, "  local wrote = ' 0 '", "  local wrote = ' 1 '", ErrMismatch, true},
+		"limits fast short":   {ls, 0, "    parts[#parts + 1] = r\n", "    parts[#parts + 1] = string.sub(r, 1, #r - 2)\n", ErrMismatch, true},
+		"limits fast extra":   {ls, 0, "table.concat(parts, ' ')", "table.concat(parts, ' ') .. ' 3'", ErrMismatch, true},
+		"limits fast cut":     {ls, 0, "table.concat(parts, ' ')", "table.concat(parts, ' ', 1, #parts - 1)", ErrReply, true},
+		"limits fast spaces":  {ls, 0, "table.concat(parts, ' ')", "table.concat(parts, '  ')", ErrReply, true},
 		"log total wrong":     {sl, time.Second - 1, "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B, last or ''}", "return {ts, tns, allowed, granted, fmt(fs, fns), at, before, C - B + 1, last or ''}", ErrMismatch, false},
 	} {
 		t.Run(name, func(t *testing.T) {

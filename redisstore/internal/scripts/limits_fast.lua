@@ -17,10 +17,13 @@
 --          quota, period and tau from ARGV[ARG_LIMITS + LIMIT_ARGS *
 --          (i - 1)]; LimitsSource calls it only for a take (ARGV[ARG_OP]
 --          is OP_TAKE) on Redis TIME (ARGV[ARG_NOW] is "")
--- Reply:   limits.lua's, or nil to fall through
+-- Reply:   limits.lua's elements as one string (see scripts.go): now's
+--          seconds and nanoseconds, written, then each limit's index and
+--          its fast path's reply (itself six elements); or nil to fall
+--          through
 -- Time:    t, the TIME time.lua read (before MAX_UNIX s)
 local function limitsFast(t)
-  local reply, news, ttls = {t[1] + 0, t[2] * 1000, 0}, {}, {}
+  local parts, news, ttls = {}, {}, {}
   -- One argument table serves every limit: a fast path reads its
   -- arguments first.
   local a, all, later = {}, true, false
@@ -38,9 +41,10 @@ local function limitsFast(t)
     end
     all, later = all and px ~= nil, later or (px ~= nil and wait)
     news[i], ttls[i] = new, px
-    reply[#reply + 1] = i
-    reply[#reply + 1] = r
+    parts[#parts + 1] = i
+    parts[#parts + 1] = r
   end
+  local wrote = ' 0 '
   if all then
     if later then
       return nil
@@ -48,7 +52,7 @@ local function limitsFast(t)
     for i = 1, #KEYS do
       redis.call('SET', KEYS[i], news[i], 'PX', ttls[i])
     end
-    reply[3] = 1
+    wrote = ' 1 '
   end
-  return reply
+  return t[1] .. ' ' .. t[2] .. '000' .. wrote .. table.concat(parts, ' ')
 end
