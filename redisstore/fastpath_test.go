@@ -211,3 +211,44 @@ func TestKeysAllocs(t *testing.T) { // not parallel: AllocsPerRun
 	a8 := testing.AllocsPerRun(100, func() { _ = evalCmd(ctx, progLimits, false, false, "", eight, args) })
 	require.Equal(t, a2, a8, "allocations of a call on 2 keys and on 8")
 }
+
+// TestLimitsDecodeAllocs: a Limits' fast reply (one string) is decoded
+// without an allocation, and a reply that differs from the reference in
+// one element is refused.
+func TestLimitsDecodeAllocs(t *testing.T) {
+	a, err := resolve(floodgate.Limits{
+		floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10},
+		floodgate.FixedWindow{Limit: 10, Window: time.Second},
+	})
+	require.NoError(t, err)
+	const now = int64(1_800_000_000_123_456_000)
+	s, ns := now/1e9, now%1e9
+	start := now - now%1e9
+	reply := strconv.FormatInt(s, 10) + " " + strconv.FormatInt(ns, 10) + " 1" +
+		" 1 " + strconv.FormatInt(s, 10) + " " + strconv.FormatInt(ns, 10) + " 0 " + strconv.FormatInt(now+1e8, 10) + " 1 1" +
+		" 2 " + strconv.FormatInt(s, 10) + " " + strconv.FormatInt(ns, 10) + " 0:0 " + strconv.FormatInt(start, 10) + ":1 1 1"
+	req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	each := make([]floodgate.Decision, 2)
+	res, err := a.decodeLimits(reply, req, each)
+	require.NoError(t, err, reply)
+	require.True(t, res.Allowed)
+	require.Equal(t, int64(9), each[0].Remaining)
+	var boxed any = reply // as go-redis hands it over
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := a.decodeLimits(boxed, req, each); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+	for _, bad := range []string{
+		strings.Replace(reply, ":1 1 1", ":2 1 1", 1),   // the fixed window's count
+		strings.Replace(reply, " 1 1 2 ", " 1 1 3 ", 1), // a limit that is not the next
+		strings.Replace(reply, " 0:0 ", " 0:0  ", 1),    // two spaces
+		reply[:len(reply)-4],                            // cut short
+		reply + " 1",                                    // a step too many
+		strings.Replace(reply, strconv.FormatInt(s, 10)+" "+strconv.FormatInt(ns, 10)+" 1", strconv.FormatInt(s, 10)+" "+strconv.FormatInt(ns, 10)+" 0", 1), // not written
+	} {
+		_, err := a.decodeLimits(bad, req, each)
+		require.Error(t, err, bad)
+	}
+}
