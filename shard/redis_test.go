@@ -57,6 +57,9 @@ func TestRedisExact(t *testing.T) {
 				floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
 				floodgate.SlidingWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
 				floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 2000},
+				floodgate.SlidingLog{Limit: 2000, Window: 24 * time.Hour},
+				// The fixed window binds: 2,000 of the bucket's 3,000.
+				floodgate.Limits{floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour}, floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 3000}},
 			} {
 				for _, probes := range []int{15, 2} {
 					t.Run(fmt.Sprintf("%T/P%d", alg, probes), func(t *testing.T) {
