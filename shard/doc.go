@@ -52,7 +52,8 @@
 // denied while the shards together hold n units but none holds n alone.
 //
 // A shard that denies a take of n units with RetryAfter r is skipped by
-// this process's takes of at least n units for r, at most Options.MaxHint
+// this process's takes of at least n units with no longer a MaxDelay
+// (a reservation that may wait longer is asked) for r, at most Options.MaxHint
 // (250 ms; a hint, kept per key for Options.MaxKeys keys): under sustained
 // saturation a decision costs one store call, and probing costs calls only
 // where units may be. When every shard is hinted empty, one shard is asked

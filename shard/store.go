@@ -187,7 +187,7 @@ type bound struct {
 type entry struct {
 	keys []string
 	// hints[i] is shard i's: until (ns after the Store's origin) a take of
-	// at least units is denied there.
+	// at least units, with a MaxDelay of at most maxDelay, is denied there.
 	hints []hint
 
 	mu     sync.Mutex
@@ -248,6 +248,7 @@ func (e *entry) claim(at time.Time, n int64) []admission {
 
 type hint struct {
 	until, units atomic.Int64
+	maxDelay     atomic.Int64 // the denied take's MaxDelay: a longer one may be admitted
 	retry        atomic.Int64 // when the shard admits the units: until, before MaxHint caps it
 }
 
@@ -340,7 +341,7 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		// A shard known to deny this take is skipped, unless every
 		// shard is: the last is asked, so that the decision has an
 		// answer.
-		if u := h.until.Load(); u > now && req.N >= h.units.Load() && (asked > 0 || j < k-1) {
+		if u := h.until.Load(); u > now && req.N >= h.units.Load() && int64(req.MaxDelay) <= h.maxDelay.Load() && (asked > 0 || j < k-1) {
 			if r := h.retry.Load(); hinted < 0 || r < hinted {
 				hinted = r
 			}
@@ -370,6 +371,7 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 			return b.fix(res, each), nil
 		default:
 			h.units.Store(req.N)
+			h.maxDelay.Store(int64(req.MaxDelay))
 			h.retry.Store(now + int64(res.RetryAfter))
 			h.until.Store(now + int64(min(res.RetryAfter, b.s.hint)))
 			if nd == 0 || res.RetryAfter < denied.RetryAfter {
