@@ -238,7 +238,7 @@ func (b *bound) keep(key string, req floodgate.Request, now int64, gen uint64, r
 
 // evict removes an ended denial, or else any one. b.mu is held.
 func (b *bound) evict(now int64) {
-	var any string
+	var victim string
 	n := 0
 	for k, d := range b.denials {
 		if now >= d.until {
@@ -246,14 +246,14 @@ func (b *bound) evict(now int64) {
 			return
 		}
 		if n == 0 {
-			any = k
+			victim = k
 		}
 		// Look at a few entries only: the map's order is random.
 		if n++; n == 8 {
 			break
 		}
 	}
-	delete(b.denials, any)
+	delete(b.denials, victim)
 }
 
 // forget drops key's denial before a give-back, and makes the denials in
