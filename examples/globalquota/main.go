@@ -115,6 +115,14 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]int64, error) {
 			return nil, err
 		}
 		defer rs.Close()
+		// Connect and load the scripts before the first decision: a fresh
+		// client's first calls can time out, each perhaps taking a unit.
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = rs.Ping(pctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
 		sh, err := shard.New(rs, &shard.Options{Shards: cfg.shards})
 		if err != nil {
 			return nil, err
