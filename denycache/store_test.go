@@ -18,16 +18,7 @@ import (
 
 var t0 = time.Unix(1_800_000_000, 0)
 
-func newMem(t testing.TB, now func() time.Time) *memstore.Store {
-	t.Helper()
-	var o *memstore.Options
-	if now != nil {
-		o = &memstore.Options{Now: now}
-	}
-	s, err := memstore.New(o)
-	require.NoError(t, err)
-	return s
-}
+func newMem(t testing.TB, now func() time.Time) *memstore.Store { return testkit.Mem(t, now) }
 
 func newCache(t testing.TB, inner floodgate.Store, now func() time.Time) *denycache.Store {
 	t.Helper()

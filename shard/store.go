@@ -126,7 +126,9 @@ func New(inner floodgate.Store, opts *Options) (*Store, error) {
 
 // InnerName returns the name under which a Store of k shards binds a
 // limiter named name on its inner store: name + ":shard" + k. Its keys
-// there are each shard's suffix, ':' and the limiter's key.
+// there are each shard's suffix, ':' and the limiter's key. Another
+// limiter bound to that store directly under this name would share the
+// shards' state: do not name one so.
 func InnerName(name string, k int) string {
 	return fmt.Sprintf("%s:shard%d", name, k)
 }

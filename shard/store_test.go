@@ -20,16 +20,7 @@ import (
 )
 
 // newMem returns a memstore on now (its own clock when nil).
-func newMem(t testing.TB, now func() time.Time) *memstore.Store {
-	t.Helper()
-	var o *memstore.Options
-	if now != nil {
-		o = &memstore.Options{Now: now}
-	}
-	s, err := memstore.New(o)
-	require.NoError(t, err)
-	return s
-}
+func newMem(t testing.TB, now func() time.Time) *memstore.Store { return testkit.Mem(t, now) }
 
 // newShard returns a shard Store over inner.
 func newShard(t testing.TB, inner floodgate.Store, o shard.Options) *shard.Store {

@@ -14,11 +14,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
 )
 
 // Clients returns a function making Redis clients with go-redis' default
@@ -165,4 +167,18 @@ func (b countingBound) Take(ctx context.Context, key string, n int64) (floodgate
 		b.c.Failed.Add(1)
 	}
 	return d, err
+}
+
+// Mem returns a memstore on now, or on its own clock when now is nil.
+func Mem(t testing.TB, now func() time.Time) *memstore.Store {
+	t.Helper()
+	var o *memstore.Options
+	if now != nil {
+		o = &memstore.Options{Now: now}
+	}
+	s, err := memstore.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
