@@ -1,0 +1,747 @@
+package rls
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/headers"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout        = 10 * time.Millisecond
+	DefaultNearLimitRatio = 0.8
+	DefaultMaxStatKeys    = 10000
+	maxOverrides          = 1024
+)
+
+// StoreErrorPolicy says what a descriptor whose store call failed counts as.
+type StoreErrorPolicy uint8
+
+const (
+	// FailOpen counts the descriptor as within its limit (status OK), as
+	// Envoy does when the service fails and failure_mode_deny is false.
+	FailOpen StoreErrorPolicy = iota
+	// FailClosed counts the descriptor as over its limit.
+	FailClosed
+	// FailError answers the call with a gRPC UNAVAILABLE error, leaving
+	// the decision to Envoy's failure_mode_deny.
+	FailError
+)
+
+// Options configures a Service. A nil *Options means the defaults; so does
+// the zero value of each field.
+type Options struct {
+	// Now is the clock the durations of fixed windows without a store
+	// call (requests_per_unit 0) are measured on; the store's own clock
+	// (memstore.Options.Now, Redis TIME) measures the others. The default
+	// is time.Now. Set it with the store's for deterministic tests.
+	Now func() time.Time
+
+	// Timeout bounds the store calls of one ShouldRateLimit, all its
+	// descriptors and their refunds together, so that the reply comes
+	// within Envoy's 20ms default timeout whatever the store does; what is
+	// left undecided when it ends goes to OnStoreError. The default is
+	// 10ms.
+	Timeout time.Duration
+
+	// OnStoreError says how a descriptor whose store call failed or timed
+	// out counts. The default is FailOpen.
+	OnStoreError StoreErrorPolicy
+
+	// Headers are the rate-limit fields added to Envoy's response
+	// (response_headers_to_add) for the binding descriptor: the IETF
+	// RateLimit and RateLimit-Policy fields by default; headers.StyleDraft
+	// adds the RateLimit-Limit/-Remaining/-Reset trio and headers.StyleX the
+	// X-RateLimit-* one. Retry-After is added to every OVER_LIMIT answer.
+	// NoHeaders sends none of them.
+	Headers   headers.Style
+	NoHeaders bool
+
+	// NearLimitRatio is the share of a limit above which units count as
+	// near_limit in the stats, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
+	// The default is 0.8.
+	NearLimitRatio float64
+
+	// MaxStatKeys bounds the stat keys kept (detailed_metric makes one
+	// per descriptor value); the hits of keys beyond it are counted under
+	// the limit's own key. The default is 10,000.
+	MaxStatKeys int
+
+	// Logger receives configuration changes and store failures. The
+	// default is slog.Default().
+	Logger *slog.Logger
+}
+
+// Service is Envoy's rate limit service (envoy.service.ratelimit.v3) on a
+// floodgate Store. It is safe for concurrent use. Create one with New; the
+// zero value is not usable.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+
+	store floodgate.Store
+	opts  Options
+	state atomic.Pointer[state]
+	mu    sync.Mutex // serialises SetConfig
+
+	overrides sync.Map // overrideKey -> *floodgate.Limiter
+	nOverride atomic.Int64
+	stats     *Stats
+
+	refunds sync.WaitGroup
+	closed  atomic.Bool
+}
+
+var _ pb.RateLimitServiceServer = (*Service)(nil)
+
+// state is a configuration with the limiters of its limits.
+type state struct {
+	cfg      *Config
+	limiters map[*Limit]*floodgate.Limiter
+}
+
+// New returns a Service deciding on store under cfg (nil: no configuration
+// yet; every call fails with UNAVAILABLE until SetConfig). It returns an
+// error matching ErrConfig when cfg's limits cannot run on store.
+func New(store floodgate.Store, cfg *Config, opts *Options) (*Service, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrConfig)
+	}
+	s := &Service{store: store}
+	if opts != nil {
+		s.opts = *opts
+	}
+	if s.opts.Now == nil {
+		s.opts.Now = time.Now
+	}
+	if s.opts.Timeout <= 0 {
+		s.opts.Timeout = DefaultTimeout
+	}
+	if s.opts.NearLimitRatio <= 0 {
+		s.opts.NearLimitRatio = DefaultNearLimitRatio
+	}
+	if s.opts.MaxStatKeys <= 0 {
+		s.opts.MaxStatKeys = DefaultMaxStatKeys
+	}
+	if s.opts.Headers == 0 {
+		s.opts.Headers = headers.StyleIETF
+	}
+	if s.opts.Logger == nil {
+		s.opts.Logger = slog.Default()
+	}
+	s.stats = newStats(s.opts.MaxStatKeys)
+	if cfg != nil {
+		if err := s.SetConfig(cfg); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Stats returns the service's counters, under envoyproxy/ratelimit's names.
+func (s *Service) Stats() *Stats { return s.stats }
+
+// Config returns the configuration in force, nil before the first.
+func (s *Service) Config() *Config {
+	if st := s.state.Load(); st != nil {
+		return st.cfg
+	}
+	return nil
+}
+
+// SetConfig puts cfg in force for the calls that start after it returns.
+// Counters carry over: a limit's state belongs to its descriptor path
+// (the limiter is named after the stat key), so a reload that changes a
+// requests_per_unit continues from what was counted. It returns an error
+// matching ErrConfig, and changes nothing, when a limit cannot run on the
+// store.
+func (s *Service) SetConfig(cfg *Config) error {
+	if cfg == nil {
+		return fmt.Errorf("%w: nil configuration", ErrConfig)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &state{cfg: cfg, limiters: map[*Limit]*floodgate.Limiter{}}
+	for _, d := range cfg.domains {
+		if err := s.build(st, d); err != nil {
+			return err
+		}
+	}
+	s.state.Store(st)
+	s.stats.configLoadSuccess.Add(1)
+	s.opts.Logger.Info("rls: configuration loaded", "domains", cfg.Domains())
+	return nil
+}
+
+func (s *Service) build(st *state, n *node) error {
+	if l := n.limit; l != nil && l.alg != nil {
+		lim, err := floodgate.New(s.store, l.alg, &floodgate.Options{Name: limiterName("rls:" + l.FullKey)})
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrConfig, l.FullKey, err)
+		}
+		st.limiters[l] = lim
+	}
+	for _, c := range n.children {
+		if err := s.build(st, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// limiterName makes a valid floodgate name of s: braces escaped, and a
+// hash when it is too long.
+func limiterName(s string) string {
+	s = strings.NewReplacer("{", "%7B", "}", "%7D").Replace(s)
+	if len(s) > floodgate.MaxNameLen {
+		sum := sha256.Sum256([]byte(s))
+		s = s[:64] + "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	return s
+}
+
+// Close waits for the refunds still in flight. It does not close the store.
+func (s *Service) Close() error {
+	s.closed.Store(true)
+	s.refunds.Wait()
+	return nil
+}
+
+// item is one descriptor of a call being decided.
+type item struct {
+	limit   *Limit
+	lim     *floodgate.Limiter
+	key     string
+	statKey string
+	hits    uint64
+
+	decided   bool
+	failed    bool
+	taken     bool // units were taken and must be refunded on a denial
+	res       floodgate.Result
+	allowed   bool
+	remaining int64
+	reset     time.Duration
+}
+
+// ShouldRateLimit decides a request's descriptors as one: it is admitted
+// (overall_code OK) only if every descriptor is within its limit, and a
+// denied request spends nothing. See the package doc.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		s.stats.serviceError.Add(1)
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		s.stats.serviceError.Add(1)
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	st := s.state.Load()
+	if st == nil {
+		s.stats.serviceError.Add(1)
+		return nil, status.Error(codes.Unavailable, "no rate limit configuration loaded")
+	}
+	descs := req.GetDescriptors()
+	items := make([]item, len(descs))
+	unlimited := make([]bool, len(descs))
+	var replacing map[string]bool
+	for i, d := range descs {
+		it := &items[i]
+		entries := make([]Entry, len(d.GetEntries()))
+		for j, e := range d.GetEntries() {
+			entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		if o := d.GetLimit(); o != nil {
+			lim, l, err := s.override(req.GetDomain(), entries, o)
+			if err != nil {
+				s.stats.serviceError.Add(1)
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+			it.limit, it.lim = l, lim
+			it.key = req.GetDomain() + "|" + entryKey(entries, nil)
+		} else {
+			m := st.cfg.lookup(req.GetDomain(), entries)
+			if m.limit == nil {
+				continue
+			}
+			it.limit, it.lim = m.limit, st.limiters[m.limit]
+			it.key = entryKey(entries, m.patterns)
+			it.statKey = m.statKey
+		}
+		for _, r := range it.limit.Replaces {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
+			replacing[r] = true
+		}
+		if it.limit.Unlimited {
+			unlimited[i] = true
+			it.limit = nil
+		}
+		if hv := d.GetHitsAddend(); hv != nil {
+			it.hits = hv.GetValue()
+		} else {
+			it.hits = max(1, uint64(req.GetHitsAddend()))
+		}
+	}
+	for i := range items {
+		if l := items[i].limit; l != nil && l.Name != "" && replacing[l.Name] {
+			items[i].limit = nil
+		}
+	}
+
+	bctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+
+	// Take each descriptor in order; stop at the first denial.
+	denied := -1
+	for i := range items {
+		it := &items[i]
+		if it.limit == nil {
+			continue
+		}
+		s.decide(bctx, it, false)
+		if it.failed && s.opts.OnStoreError == FailError {
+			s.refund(bctx, items)
+			return nil, status.Errorf(codes.Unavailable, "rate limit store failed for %s", it.limit.FullKey)
+		}
+		if !it.allowed && !it.limit.ShadowMode && !it.limit.QuotaMode {
+			denied = i
+			break
+		}
+	}
+	if denied >= 0 {
+		// Report the descriptors after the denied one as they stand,
+		// without taking: a check of the same units.
+		for i := denied + 1; i < len(items); i++ {
+			if items[i].limit != nil {
+				s.decide(bctx, &items[i], true)
+			}
+		}
+		s.refund(bctx, items)
+	}
+
+	resp := &pb.RateLimitResponse{
+		OverallCode: pb.RateLimitResponse_OK,
+		Statuses:    make([]*pb.RateLimitResponse_DescriptorStatus, len(items)),
+	}
+	binding := -1
+	for i := range items {
+		it := &items[i]
+		switch {
+		case unlimited[i]:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		case it.limit == nil:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+			continue
+		}
+		ds := &pb.RateLimitResponse_DescriptorStatus{
+			Code: pb.RateLimitResponse_OK,
+			CurrentLimit: &pb.RateLimitResponse_RateLimit{
+				Name:            it.limit.Name,
+				RequestsPerUnit: it.limit.RequestsPerUnit,
+				Unit:            it.limit.Unit,
+			},
+			LimitRemaining:     uint32(min(max(it.remaining, 0), math.MaxUint32)),
+			DurationUntilReset: durationpb.New(ceilSecond(it.reset)),
+		}
+		over := !it.allowed
+		switch {
+		case over && it.limit.QuotaMode:
+			ds.DurationUntilReset = nil
+		case over && !it.limit.ShadowMode:
+			ds.Code = pb.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses[i] = ds
+		if binding < 0 || s.binds(it, &items[binding], resp.Statuses[binding]) {
+			binding = i
+		}
+	}
+	if binding >= 0 {
+		resp.ResponseHeadersToAdd = s.headers(&items[binding], resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
+	}
+	return resp, nil
+}
+
+// binds reports whether it binds rather than b: an OVER_LIMIT descriptor
+// before an OK one, the longest wait among those over, the fewest units
+// left among those within (the first on a tie, as envoyproxy/ratelimit
+// picks the descriptor of its headers).
+func (s *Service) binds(it, b *item, bs *pb.RateLimitResponse_DescriptorStatus) bool {
+	itOver := !it.allowed && !it.limit.ShadowMode && !it.limit.QuotaMode
+	bOver := bs.Code == pb.RateLimitResponse_OVER_LIMIT
+	switch {
+	case itOver != bOver:
+		return itOver
+	case itOver:
+		return it.reset > b.reset
+	}
+	return it.remaining < b.remaining
+}
+
+// decide takes (or, with check, checks) the item's units and records what
+// it reports.
+func (s *Service) decide(ctx context.Context, it *item, check bool) {
+	it.decided = true
+	if it.lim == nil {
+		// requests_per_unit 0: a fixed window that admits nothing.
+		it.allowed, it.remaining = false, 0
+		it.reset = untilWindowEnd(s.opts.Now(), it.limit.Window)
+		s.countDecision(it)
+		return
+	}
+	hits := int64(min(it.hits, math.MaxInt64))
+	req := floodgate.Request{Op: floodgate.OpTake, N: hits, Check: check}
+	if hits == 0 {
+		req.N, req.Check = 1, true
+	}
+	res, err := it.lim.Apply(ctx, it.key, req, nil)
+	if errors.Is(err, floodgate.ErrExceedsLimit) {
+		// More units than the limit can ever admit: over the limit, and
+		// the remaining count is what a check of one unit reports.
+		res, err = it.lim.Apply(ctx, it.key, floodgate.Request{Op: floodgate.OpTake, N: 1, Check: true}, nil)
+		if err == nil {
+			if res.Allowed {
+				res.Remaining++
+			}
+			res.Allowed = false
+			if res.RetryAfter == 0 {
+				res.RetryAfter = res.ResetAfter
+			}
+		}
+	}
+	if err != nil {
+		s.fail(it, err)
+		return
+	}
+	it.res = res
+	it.allowed = res.Allowed
+	it.remaining = res.Remaining
+	if hits == 0 && res.Allowed {
+		// The check asked about one unit; nothing is spent.
+		it.remaining++
+	}
+	if hits == 0 {
+		// hits_addend 0 never spends, so it is never over a limit it has
+		// not passed (envoyproxy/ratelimit: the count after adding 0 is
+		// at most the limit).
+		it.allowed = true
+	}
+	it.taken = res.Allowed && !check && hits > 0
+	switch a := it.limit.alg.(type) {
+	case floodgate.FixedWindow:
+		at := res.At
+		if at.IsZero() {
+			at = s.opts.Now()
+		}
+		it.reset = untilWindowEnd(at, a.Window)
+	default:
+		if it.allowed {
+			it.reset = res.ResetAfter
+		} else {
+			it.reset = res.RetryAfter
+		}
+	}
+	s.countDecision(it)
+}
+
+// fail applies OnStoreError to an item whose store call failed.
+func (s *Service) fail(it *item, err error) {
+	it.failed = true
+	s.stats.storeError.Add(1)
+	s.opts.Logger.Warn("rls: store call failed", "key", it.limit.FullKey, "err", err)
+	it.remaining = 0
+	it.reset = it.limit.Window
+	it.allowed = s.opts.OnStoreError != FailClosed
+	limit := limitOf(it.limit)
+	if it.allowed {
+		s.count(it, 0, 0)
+	} else {
+		s.count(it, limit, limit+it.hits)
+	}
+}
+
+// limitOf is the quota of l in units: the burst of a token bucket,
+// requests_per_unit otherwise.
+func limitOf(l *Limit) uint64 {
+	if tb, ok := l.alg.(floodgate.TokenBucket); ok {
+		return uint64(tb.Burst)
+	}
+	return uint64(l.RequestsPerUnit)
+}
+
+// refund gives back the units of every item taken, after a denial: the
+// request is refused, so it spends nothing. Refunds that the budget of the
+// call cannot carry finish in the background (Close waits for them).
+func (s *Service) refund(ctx context.Context, items []item) {
+	for i := range items {
+		it := &items[i]
+		if !it.taken {
+			continue
+		}
+		it.taken = false
+		req := floodgate.Request{Op: floodgate.OpSettle, N: -int64(it.hits), At: it.res.At.Add(it.res.Delay)}
+		if _, err := it.lim.Apply(ctx, it.key, req, nil); err != nil {
+			if ctx.Err() == nil || s.closed.Load() {
+				s.stats.storeError.Add(1)
+				s.opts.Logger.Warn("rls: refund failed", "key", it.limit.FullKey, "err", err)
+				continue
+			}
+			// The call's budget ran out: finish on a context of its own.
+			lim, key := it.lim, it.key
+			s.refunds.Add(1)
+			go func() {
+				defer s.refunds.Done()
+				rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				if _, err := lim.Apply(rctx, key, req, nil); err != nil {
+					s.stats.storeError.Add(1)
+					s.opts.Logger.Warn("rls: refund failed", "key", key, "err", err)
+				}
+			}()
+		}
+		// The descriptor is reported as it stands after the refund.
+		it.remaining = min(it.remaining+int64(it.hits), int64(it.limit.RequestsPerUnit))
+		if tb, ok := it.limit.alg.(floodgate.TokenBucket); ok {
+			it.remaining = min(it.remaining, tb.Burst)
+		}
+	}
+}
+
+// count adds the item's hits to its stats as envoyproxy/ratelimit counts
+// them: total_hits, and within_limit, near_limit, over_limit and
+// shadow_mode from the units used before and after the hits (after is more
+// than the limit for a denial, which floodgate does not count: it spends
+// nothing).
+func (s *Service) count(it *item, before, after uint64) {
+	c := s.stats.counters(it.limit, it.statKey)
+	hits := it.hits
+	c.totalHits.Add(hits)
+	limit := limitOf(it.limit)
+	near := uint64(math.Floor(float64(float32(limit) * float32(s.opts.NearLimitRatio))))
+	if after <= limit {
+		if after > near {
+			if before >= near {
+				c.nearLimit.Add(hits)
+			} else {
+				c.nearLimit.Add(after - near)
+			}
+		}
+		c.withinLimit.Add(hits)
+		return
+	}
+	if before >= limit {
+		c.overLimit.Add(hits)
+	} else {
+		c.overLimit.Add(after - limit)
+		c.nearLimit.Add(limit - max(near, before))
+	}
+	if it.limit.ShadowMode {
+		if before >= limit {
+			c.shadowMode.Add(hits)
+		} else {
+			c.shadowMode.Add(after - limit)
+		}
+	}
+}
+
+// countDecision counts a decided item: used is the limit less the units
+// left after the decision (before it, for a denial or a check).
+func (s *Service) countDecision(it *item) {
+	limit := limitOf(it.limit)
+	used := limit - min(uint64(max(it.remaining, 0)), limit)
+	switch {
+	case it.allowed && it.taken:
+		s.count(it, used-min(it.hits, used), used)
+	case it.allowed:
+		// A check, or a failure counted open: nothing was added.
+		s.count(it, used, used)
+	default:
+		s.count(it, used, used+it.hits)
+	}
+}
+
+// headers formats the response fields of the binding descriptor.
+func (s *Service) headers(it *item, over bool) []*core.HeaderValue {
+	if s.opts.NoHeaders && !over {
+		return nil
+	}
+	name := it.limit.Name
+	if name == "" {
+		name = it.limit.FullKey
+	}
+	quota := int64(it.limit.RequestsPerUnit)
+	window := it.limit.Window
+	if it.lim != nil {
+		p := it.lim.Policy()
+		quota, window = p.Quota, p.Window
+	}
+	rep := headers.Report{
+		Policy:     headers.Policy{Name: printable(name), Quota: quota, Window: window},
+		Remaining:  max(it.remaining, 0),
+		ResetAfter: it.reset,
+		Denied:     over,
+		RetryAfter: max(it.reset, time.Second),
+	}
+	style := s.opts.Headers
+	if s.opts.NoHeaders {
+		style = 0
+	}
+	h := http.Header{}
+	if err := headers.Write(h, style, rep, nil); err != nil {
+		s.opts.Logger.Warn("rls: cannot write rate-limit fields", "key", it.limit.FullKey, "err", err)
+		if over {
+			return []*core.HeaderValue{{Key: "Retry-After", Value: strconv.FormatInt(headers.Seconds(rep.RetryAfter), 10)}}
+		}
+		return nil
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]*core.HeaderValue, 0, len(keys))
+	for _, k := range keys {
+		for _, v := range h[k] {
+			out = append(out, &core.HeaderValue{Key: k, Value: v})
+		}
+	}
+	return out
+}
+
+// printable replaces what a structured-field string cannot hold.
+func printable(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+type overrideKey struct {
+	rpu  uint32
+	unit pb.RateLimitResponse_RateLimit_Unit
+}
+
+// override returns the limiter of a limit a request carries (the
+// descriptor's limit field), which is a fixed window of its unit, as in
+// envoyproxy/ratelimit. Its state belongs to the descriptor and the unit,
+// not to the count: a request that raises the override continues from what
+// was counted.
+func (s *Service) override(domain string, entries []Entry, o *rlpb.RateLimitDescriptor_RateLimitOverride) (*floodgate.Limiter, *Limit, error) {
+	unit := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	w := unitWindow(unit)
+	if w == 0 {
+		return nil, nil, fmt.Errorf("invalid rate limit override unit %v", unit)
+	}
+	if w > floodgate.MaxWindow {
+		return nil, nil, fmt.Errorf("a limit override of unit %v (%v) is longer than floodgate's longest window, %v", unit, w, floodgate.MaxWindow)
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	b.WriteString(".")
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteString(".")
+		}
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteString("_" + e.Value)
+		}
+	}
+	l := &Limit{FullKey: b.String(), Domain: domain, RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, Window: w}
+	if l.RequestsPerUnit == 0 {
+		return nil, l, nil
+	}
+	l.alg = floodgate.FixedWindow{Limit: int64(l.RequestsPerUnit), Window: w}
+	k := overrideKey{l.RequestsPerUnit, l.Unit}
+	if v, ok := s.overrides.Load(k); ok {
+		return v.(*floodgate.Limiter), l, nil
+	}
+	lim, err := floodgate.New(s.store, l.alg, &floodgate.Options{Name: "rls-override:" + l.Unit.String()})
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.nOverride.Load() < maxOverrides {
+		if v, loaded := s.overrides.LoadOrStore(k, lim); loaded {
+			lim = v.(*floodgate.Limiter)
+		} else {
+			s.nOverride.Add(1)
+		}
+	}
+	return lim, l, nil
+}
+
+// entryKey is the key of a descriptor's counter: its entries, each value
+// length-prefixed so that no two descriptors share a key, with the
+// share_threshold wildcard standing for the value where it applies, and
+// hashed when longer than floodgate.MaxKeyLen.
+func entryKey(entries []Entry, patterns map[int]string) string {
+	var b strings.Builder
+	for i, e := range entries {
+		v := e.Value
+		if p, ok := patterns[i]; ok {
+			v = p
+		}
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		b.WriteString(e.Key)
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(len(v)))
+		b.WriteByte(':')
+		b.WriteString(v)
+	}
+	k := b.String()
+	if len(k) > floodgate.MaxKeyLen {
+		sum := sha256.Sum256([]byte(k))
+		k = k[:64] + "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+	}
+	if k == "" {
+		k = "="
+	}
+	return k
+}
+
+// untilWindowEnd is the time from at to the end of its epoch-aligned
+// window of length w.
+func untilWindowEnd(at time.Time, w time.Duration) time.Duration {
+	if w <= 0 {
+		return 0
+	}
+	ns := at.UnixNano()
+	return w - time.Duration(ns%int64(w))
+}
+
+// ceilSecond rounds d up to whole seconds, as envoyproxy/ratelimit reports
+// duration_until_reset.
+func ceilSecond(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return (d + time.Second - 1) / time.Second * time.Second
+}
