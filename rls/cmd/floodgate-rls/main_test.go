@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+const cfg427 = `
+domain: shop
+descriptors:
+  - key: route_group
+    value: api
+    rate_limit: {unit: minute, requests_per_unit: 10}
+  - key: route
+    value: special
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs the command with args and env, and returns a client
+// connected to it. The server stops when the test ends.
+func start(t *testing.T, args []string, env map[string]string) pb.RateLimitServiceClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	logs := &syncBuffer{}
+	go func() {
+		errc <- run(ctx, args, func(k string) string { return env[k] }, logs, func(a string) { addrc <- a })
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		cancel()
+		t.Fatalf("run: %v\n%s", err, logs)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_ = conn.Close()
+		cancel()
+		require.NoError(t, <-errc)
+	})
+	hc := healthpb.NewHealthClient(conn)
+	h, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: pb.RateLimitService_ServiceDesc.ServiceName})
+	require.NoError(t, err)
+	require.Equal(t, healthpb.HealthCheckResponse_SERVING, h.Status)
+	return pb.NewRateLimitServiceClient(conn)
+}
+
+func writeConfig(t *testing.T, dir, name, yml string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(yml), 0o644))
+}
+
+func desc(k, v string) *rlpb.RateLimitDescriptor {
+	return &rlpb.RateLimitDescriptor{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+}
+
+// TestServeMemory runs the #427 scenario over gRPC on loopback, with the
+// configuration found through envoyproxy/ratelimit's RUNTIME_* variables.
+func TestServeMemory(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "rl", "config")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	writeConfig(t, dir, "shop.yaml", cfg427)
+	c := start(t, []string{"-grpc-addr", "127.0.0.1:0"}, map[string]string{"RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "rl"})
+	req := &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlpb.RateLimitDescriptor{desc("route_group", "api"), desc("route", "special")}}
+	var codes []pb.RateLimitResponse_Code
+	for range 5 {
+		r, err := c.ShouldRateLimit(context.Background(), req)
+		require.NoError(t, err)
+		codes = append(codes, r.OverallCode)
+	}
+	ok, over := pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT
+	require.Equal(t, []pb.RateLimitResponse_Code{ok, ok, ok, over, over}, codes)
+	r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlpb.RateLimitDescriptor{desc("route_group", "api")}})
+	require.NoError(t, err)
+	require.Equal(t, uint32(6), r.Statuses[0].LimitRemaining, "the group's count after 3 admitted and one more")
+}
+
+// TestUnknownKeyRefused: a configuration with a key the format does not
+// know keeps the service from starting, and says which.
+func TestUnknownKeyRefused(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "bad.yaml")
+	writeConfig(t, filepath.Dir(f), "bad.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limits: {unit: second, requests_per_unit: 1}\n")
+	err := run(context.Background(), []string{"-config", f, "-grpc-addr", "127.0.0.1:0"}, func(string) string { return "" }, &syncBuffer{}, nil)
+	require.ErrorContains(t, err, "rate_limits")
+}
+
+// TestFailOpenRedisKilled starts a redis-server of its own, serves on it,
+// kills it, and checks that every reply after the kill comes within 15ms,
+// admitting (fail-open), while the store's calls fail.
+func TestFailOpenRedisKilled(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not found")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := lis.Addr().(*net.TCPAddr).Port
+	require.NoError(t, lis.Close())
+	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	require.NoError(t, cmd.Start())
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "redis-server did not start")
+		time.Sleep(10 * time.Millisecond)
+	}
+	dir := t.TempDir()
+	writeConfig(t, dir, "shop.yaml", cfg427)
+	c := start(t, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-backend", "redis", "-redis-url", addr}, nil)
+	req := &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlpb.RateLimitDescriptor{desc("route_group", "api"), desc("route", "special")}}
+	// Warm the connections, then kill Redis.
+	for range 3 {
+		_, err := c.ShouldRateLimit(context.Background(), req)
+		require.NoError(t, err)
+	}
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	killed = true
+
+	const bound = 15 * time.Millisecond
+	var mu sync.Mutex
+	var slow []string
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 100 {
+				begin := time.Now()
+				r, err := c.ShouldRateLimit(context.Background(), req)
+				took := time.Since(begin)
+				mu.Lock()
+				if err != nil || r.OverallCode != pb.RateLimitResponse_OK || took > bound {
+					slow = append(slow, fmt.Sprintf("goroutine %d call %d: %v in %v (err %v)", g, i, r.GetOverallCode(), took, err))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Empty(t, slow, "replies after the kill, over %v or not admitted:\n%s", bound, strings.Join(slow, "\n"))
+}
