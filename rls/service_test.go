@@ -123,7 +123,8 @@ descriptors:
 			require.Equal(t, "OK [OK] remaining=[0] reset=[3590]", answerOf(call(t, svc2, r)).String())
 			// More hits than the limit holds: over, and nothing spent.
 			r = request("d", withHits(desc("k=x"), 5))
-			require.Equal(t, "OVER_LIMIT [OVER_LIMIT] remaining=[2] reset=[3590]", answerOf(call(t, svc2, r)).String())
+			require.Equal(t, "OVER_LIMIT [OVER_LIMIT] remaining=[0] reset=[3590]", answerOf(call(t, svc2, r)).String())
+			require.Equal(t, "OK [OK] remaining=[1] reset=[3590]", answerOf(call(t, svc2, request("d", desc("k=x")))).String())
 		})
 	}
 }
