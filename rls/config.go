@@ -481,3 +481,19 @@ func (c *Config) lookup(domain string, entries []Entry) match {
 	}
 	return m
 }
+
+// Lookup returns the limit a descriptor of domain with entries gets (nil
+// when none applies) and the stat key its hits count under: the limit's
+// FullKey, or with detailed_metric, value_to_metric or share_threshold, the
+// key those make from the descriptor's values. Limit overrides that a
+// request carries are not looked up here.
+func (c *Config) Lookup(domain string, entries ...Entry) (*Limit, string) {
+	m := c.lookup(domain, entries)
+	if m.limit == nil {
+		return nil, ""
+	}
+	if m.statKey != "" {
+		return m.limit, m.statKey
+	}
+	return m.limit, m.limit.FullKey
+}
