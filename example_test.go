@@ -101,3 +101,36 @@ func ExampleLimiter_wait() {
 	// <nil>
 	// true true
 }
+
+// A monthly token budget that resets at 08:00 Tokyo time on the 1st,
+// beside a per-second rate, with the cost settled once the work is done
+// (an LLM completion whose tokens are known only at its end).
+func ExampleCalendarWindow() {
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		panic(err)
+	}
+	now := time.Date(2026, 12, 31, 23, 0, 0, 0, time.UTC) // 08:00 on 1 January in Tokyo
+	store, _ := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
+	month := floodgate.CalendarWindow{Limit: 1_000_000, Unit: floodgate.Month, Location: tokyo, Offset: 8 * time.Hour}
+	limiter, _ := floodgate.New(store, floodgate.Limits{
+		floodgate.TokenBucket{Rate: 10_000, Per: time.Second, Burst: 20_000}, // tokens per second
+		month, // tokens per calendar month
+	}, nil)
+	ctx := context.Background()
+
+	start, end := month.Window(now)
+	fmt.Println("window:", start.In(tokyo).Format(time.DateTime), "to", end.In(tokyo).Format(time.DateTime))
+
+	// Admit the request on an estimate of 1,000 tokens...
+	each := make([]floodgate.Decision, 2)
+	res, _ := limiter.Apply(ctx, "tenant:7", floodgate.Request{Op: floodgate.OpTake, N: 1000}, each)
+	fmt.Println("admitted:", res.Allowed, "month remaining:", each[1].Remaining)
+	// ...and settle the 4,200 it cost, for the instant it was admitted for.
+	_, _ = limiter.Apply(ctx, "tenant:7", floodgate.Request{Op: floodgate.OpSettle, N: 3200, At: res.At.Add(res.Delay)}, each)
+	fmt.Println("month remaining:", each[1].Remaining, "resets in:", each[1].ResetAfter)
+	// Output:
+	// window: 2027-01-01 08:00:00 to 2027-02-01 08:00:00
+	// admitted: true month remaining: 999000
+	// month remaining: 995800 resets in: 744h0m0s
+}

@@ -93,12 +93,15 @@ type Policy struct {
 	Quota int64
 	// Window is the time in which a spent quota is fully restored: the window
 	// of the window algorithms, Burst/Rate·Per for the token bucket and
-	// Capacity/Rate·Per for the leaky bucket.
+	// Capacity/Rate·Per for the leaky bucket. A CalendarWindow's is its
+	// unit's longest length without clock shifts (31 days for a month),
+	// which may exceed MaxWindow.
 	Window time.Duration
 }
 
 // Algorithm is an algorithm configuration: TokenBucket, LeakyBucket,
-// FixedWindow, SlidingWindow, SlidingLog, or a Limits of them, and no
+// FixedWindow (or its calendar form, CalendarWindow), SlidingWindow,
+// SlidingLog, or a Limits of them, and no
 // other type (the interface has an unexported method), because every
 // store implements exactly these. A pointer to one of them is accepted by
 // New as the value it points to.
@@ -194,6 +197,10 @@ func derefAlgorithm(alg Algorithm) (Algorithm, error) {
 			return *a, nil
 		}
 	case *FixedWindow:
+		if isNil = a == nil; !isNil {
+			return *a, nil
+		}
+	case *CalendarWindow:
 		if isNil = a == nil; !isNil {
 			return *a, nil
 		}

@@ -42,8 +42,9 @@ import (
 // state. Under derived names (Options.Name empty) two different Limits
 // share nothing.
 //
-// A Limits holds 1 to 8 limits, each one of the five configurations (not
-// another Limits). The zero value is not usable.
+// A Limits holds 1 to 8 limits, each one of the five algorithms'
+// configurations (a CalendarWindow is of FixedWindow's kind), not another
+// Limits. The zero value is not usable.
 type Limits []Algorithm
 
 // maxLimits is the most limits a Limits may hold: enough for every policy
@@ -93,7 +94,7 @@ func (ls Limits) Policy() Policy {
 	var p Policy
 	for i, a := range ls {
 		switch a.(type) {
-		case TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog:
+		case TokenBucket, LeakyBucket, FixedWindow, CalendarWindow, SlidingWindow, SlidingLog:
 		default:
 			// nil, a pointer (nil or not) or a nested Limits: Validate
 			// says which.

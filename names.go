@@ -19,6 +19,8 @@ func nameOf(alg Algorithm) string {
 		return fmt.Sprintf("lb:%d/%v:c%d", a.Rate, a.Per, a.Capacity)
 	case FixedWindow:
 		return fmt.Sprintf("fw:%d/%v", a.Limit, a.Window)
+	case CalendarWindow:
+		return fmt.Sprintf("cw:%d/%v:%s:%v:%v", a.Limit, a.Unit, a.location(), a.WeekStart, a.Offset)
 	case SlidingWindow:
 		return fmt.Sprintf("sw:%d/%v", a.Limit, a.Window)
 	case SlidingLog:

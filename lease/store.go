@@ -112,6 +112,9 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	if err := alg.Validate(); err != nil {
 		return nil, fmt.Errorf("lease: %w", err)
 	}
+	if hasCalendar(alg) {
+		return nil, fmt.Errorf("%w: lease: %v has a CalendarWindow, whose civil windows the pools do not follow yet; bind it to the remote store", floodgate.ErrInvalidConfig, alg)
+	}
 	policy := alg.Policy()
 	cfg, err := s.cfg.forQuota(policy.Quota)
 	if err != nil {
@@ -246,3 +249,17 @@ func (s *Store) bound() []*binding {
 
 // ErrInvalidOptions reports unusable Options.
 var ErrInvalidOptions = errors.New("lease: invalid options")
+
+// hasCalendar reports whether alg is, or holds, a CalendarWindow.
+func hasCalendar(alg floodgate.Algorithm) bool {
+	if ls, ok := alg.(floodgate.Limits); ok {
+		for _, l := range ls {
+			if hasCalendar(l) {
+				return true
+			}
+		}
+		return false
+	}
+	_, ok := alg.(floodgate.CalendarWindow)
+	return ok
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/internal/keytable"
 	"github.com/floodgate-go/floodgate/internal/take"
+	"github.com/floodgate-go/floodgate/internal/timemath"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -60,6 +61,9 @@ type limitsBound struct {
 	tb  [8]floodgate.TokenBucket
 	tau [8]int64 // the token buckets' tolerance, Burst intervals
 	fw  [8]floodgate.FixedWindow
+	// cal has bit i set when limit i is a CalendarWindow (of the fixed
+	// window's kind, decided by its own step).
+	cal uint8
 	// quota is the smallest quota: a take of more is ErrExceedsLimit.
 	quota int64
 }
@@ -85,6 +89,10 @@ func (s *Store) bindLimits(sc keytable.Scope, ls floodgate.Limits) (*limitsBound
 			b.tb[i], b.tau[i] = a, int64(tau)
 		case floodgate.FixedWindow:
 			b.fw[i] = a
+		case floodgate.CalendarWindow:
+			b.cal |= 1 << i
+			raise(&t.maxW, timemath.MaxCalendarWindow)
+			continue
 		}
 		raise(&t.maxW, int64(a.Policy().Window))
 	}
@@ -149,6 +157,15 @@ func (b *limitsBound) take(st *limitsState, t, n int64) (floodgate.Decision, err
 				d.RetryAfter = time.Duration(wait)
 			}
 		case step.KindFixedWindow:
+			if b.cal&(1<<i) != 0 {
+				res, err := st.Step(i, time.Unix(0, t), floodgate.Request{Op: floodgate.OpTake, N: n})
+				if err != nil {
+					st.run = nil
+					return floodgate.Decision{}, err
+				}
+				d = res.Decision
+				break
+			}
 			a := &b.fw[i]
 			start, count, remaining, wait, reset, ok := take.Window(sl.s[0], sl.s[1], t, n, a.Limit, int64(a.Window), 0)
 			sl.p[0], sl.p[1] = start, count
@@ -219,7 +236,11 @@ func (st *limitsState) Step(i int, at time.Time, req floodgate.Request) (floodga
 		sl.p[0], res, err = step.LeakyBucket(b.ls[i].(floodgate.LeakyBucket), sl.s[0], at, req)
 	case step.KindFixedWindow:
 		var next step.FixedWindowState
-		next, res, err = step.FixedWindow(b.fw[i], step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
+		if b.cal&(1<<i) != 0 {
+			next, res, err = step.CalendarWindow(b.ls[i].(floodgate.CalendarWindow), step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
+		} else {
+			next, res, err = step.FixedWindow(b.fw[i], step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
+		}
 		sl.p[0], sl.p[1] = next.Start, next.Count
 	case step.KindSlidingWindow:
 		var next step.SlidingWindowState

@@ -207,6 +207,8 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	case floodgate.FixedWindow:
 		b := s.bindFW(sc, a)
 		return &b, nil
+	case floodgate.CalendarWindow:
+		return s.bindCW(sc, a), nil
 	case floodgate.SlidingWindow:
 		b := s.bindSW(sc, a)
 		return &b, nil

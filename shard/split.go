@@ -26,7 +26,7 @@ func part(q int64, i, k int) int64 {
 func split(alg floodgate.Algorithm, i, k int) (floodgate.Algorithm, error) {
 	var out floodgate.Algorithm
 	switch a := alg.(type) {
-	case *floodgate.TokenBucket, *floodgate.LeakyBucket, *floodgate.FixedWindow, *floodgate.SlidingWindow, *floodgate.SlidingLog, *floodgate.Limits:
+	case *floodgate.TokenBucket, *floodgate.LeakyBucket, *floodgate.FixedWindow, *floodgate.CalendarWindow, *floodgate.SlidingWindow, *floodgate.SlidingLog, *floodgate.Limits:
 		v, err := deref(a)
 		if err != nil {
 			return nil, err
@@ -47,6 +47,12 @@ func split(alg floodgate.Algorithm, i, k int) (floodgate.Algorithm, error) {
 			return nil, fmt.Errorf("%w: shard: %v over %d shards: Limit must be at least %d", floodgate.ErrInvalidConfig, a, k, k)
 		}
 		out = floodgate.FixedWindow{Limit: part(a.Limit, i, k), Window: a.Window}
+	case floodgate.CalendarWindow:
+		if a.Limit < int64(k) {
+			return nil, fmt.Errorf("%w: shard: %v over %d shards: Limit must be at least %d", floodgate.ErrInvalidConfig, a, k, k)
+		}
+		a.Limit = part(a.Limit, i, k)
+		out = a
 	case floodgate.SlidingWindow:
 		if a.Limit < int64(k) {
 			return nil, fmt.Errorf("%w: shard: %v over %d shards: Limit must be at least %d", floodgate.ErrInvalidConfig, a, k, k)
@@ -104,6 +110,10 @@ func deref(alg floodgate.Algorithm) (floodgate.Algorithm, error) {
 			v = *a
 		}
 	case *floodgate.FixedWindow:
+		if a != nil {
+			v = *a
+		}
+	case *floodgate.CalendarWindow:
 		if a != nil {
 			v = *a
 		}

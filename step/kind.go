@@ -39,7 +39,8 @@ func (k Kind) String() string {
 }
 
 // KindOf returns the Kind of alg, one of the five configurations as a
-// value (floodgate.New dereferences pointers before it binds a store). Any
+// value (a CalendarWindow is of KindFixedWindow: a fixed window with civil
+// boundaries, whose state is a FixedWindowState) (floodgate.New dereferences pointers before it binds a store). Any
 // other value, a pointer or nil, is an error matching
 // floodgate.ErrInvalidConfig. KindOf does not validate alg.
 func KindOf(alg floodgate.Algorithm) (Kind, error) {
@@ -48,7 +49,7 @@ func KindOf(alg floodgate.Algorithm) (Kind, error) {
 		return KindTokenBucket, nil
 	case floodgate.LeakyBucket:
 		return KindLeakyBucket, nil
-	case floodgate.FixedWindow:
+	case floodgate.FixedWindow, floodgate.CalendarWindow:
 		return KindFixedWindow, nil
 	case floodgate.SlidingWindow:
 		return KindSlidingWindow, nil

@@ -14,6 +14,11 @@ import (
 // exact in the doubles of Redis' Lua).
 const MaxWindow = 1 << 52
 
+// MaxCalendarWindow bounds the length of a floodgate.CalendarWindow's
+// window, in ns, for stores that reclaim state: a leap year and a day for
+// clock shifts.
+const MaxCalendarWindow = 367 * 24 * 3600 * 1e9
+
 // MaxUnix bounds a store's clock: steps are decided only at instants
 // before MaxUnix seconds since the Unix epoch (in 2255). Their nanoseconds
 // fit an int64, and Redis' scripts compute window starts from the instant
