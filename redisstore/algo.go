@@ -23,6 +23,8 @@ type algo struct {
 	tb    floodgate.TokenBucket
 	lb    floodgate.LeakyBucket
 	fw    floodgate.FixedWindow
+	cw    floodgate.CalendarWindow // with cal set: of the fixed window's kind
+	cal   bool
 	sw    floodgate.SlidingWindow
 	sl    floodgate.SlidingLog
 
@@ -32,6 +34,7 @@ type algo struct {
 	ls      floodgate.Limits
 	members []algo          // ls's limits, resolved
 	limits  []scripts.Limit // their numbers, as limits.lua takes them
+	hasCal  bool            // a member is a calendar window
 }
 
 // resolve validates alg, one of the five configurations or a Limits of
@@ -57,6 +60,9 @@ func resolveLimits(ls floodgate.Limits) (algo, error) {
 		}
 		a.members[i] = m
 		a.limits[i] = scripts.Limit{Kind: m.kind, Quota: m.quota, Period: m.period, Tau: m.tau}
+		if m.cal {
+			a.limits[i].Kind, a.hasCal = scripts.KindCalendar, true
+		}
 	}
 	return a, nil
 }
@@ -103,6 +109,8 @@ func resolveOne(alg floodgate.Algorithm) (algo, error) {
 		a.lb = v
 	case floodgate.FixedWindow:
 		a.fw = v
+	case floodgate.CalendarWindow:
+		a.cw, a.cal = v, true
 	case floodgate.SlidingWindow:
 		a.sw = v
 	case floodgate.SlidingLog:
@@ -156,6 +164,11 @@ func (a algo) scale(share float64) floodgate.Algorithm {
 		}
 		return floodgate.LeakyBucket{Rate: a.lb.Rate, Per: per(a.lb.Per), Capacity: part(a.lb.Capacity)}
 	case step.KindFixedWindow:
+		if a.cal {
+			cw := a.cw
+			cw.Limit = part(cw.Limit)
+			return cw
+		}
 		return floodgate.FixedWindow{Limit: part(a.fw.Limit), Window: a.fw.Window}
 	case step.KindSlidingWindow:
 		return floodgate.SlidingWindow{Limit: part(a.sw.Limit), Window: a.sw.Window}
@@ -165,8 +178,9 @@ func (a algo) scale(share float64) floodgate.Algorithm {
 }
 
 // args returns ARGV for the script: now is the client's clock in decimal
-// nanoseconds, or "" for Redis TIME.
-func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
+// nanoseconds, or "" for Redis TIME; clock is the client's clock, around
+// which a calendar window's boundaries are given.
+func (a algo) args(now string, clock time.Time, req floodgate.Request, marginMs int64) []any {
 	args := scripts.Args{
 		Op:       req.Op,
 		Check:    req.Check,
@@ -181,16 +195,58 @@ func (a algo) args(now string, req floodgate.Request, marginMs int64) []any {
 	if req.Op == floodgate.OpSettle {
 		args.At = strconv.FormatInt(req.At.UnixNano(), 10)
 	}
+	if a.cal {
+		args.Bounds = calendarBounds(a.cw, clock, args.MaxDelay)
+	}
 	if a.members != nil {
-		return args.LimitsARGV(a.limits)
+		limits := a.limits
+		if a.hasCal {
+			limits = append([]scripts.Limit(nil), a.limits...)
+			for i, m := range a.members {
+				if m.cal {
+					limits[i].Bounds = calendarBounds(m.cw, clock, args.MaxDelay)
+				}
+			}
+		}
+		return args.LimitsARGV(limits)
 	}
 	return args.ARGV()
+}
+
+// calendarBounds returns the boundaries of a's windows that
+// calendarwindow.lua takes, in decimal seconds separated by spaces: from
+// the start of the window before the one holding the client's clock c to
+// the third boundary after c + maxDelay, so that the script finds the
+// window holding the server's clock, off c by less than a window, and the
+// two after it, for a take at up to maxDelay later (a Limits' shifted
+// take). Calendar boundaries are whole seconds: time zones' offsets and
+// transitions are, and so is Offset.
+func calendarBounds(a floodgate.CalendarWindow, c time.Time, maxDelay int64) string {
+	start, end := a.Window(c)
+	prev, _ := a.Window(start.Add(-time.Nanosecond))
+	b := make([]byte, 0, 72)
+	b = strconv.AppendInt(b, prev.Unix(), 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, start.Unix(), 10)
+	horizon := c.Add(time.Duration(maxDelay))
+	for n, beyond := 2, 0; n < 6 || beyond < 3; n++ {
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, end.Unix(), 10)
+		if end.After(horizon) {
+			beyond++
+		}
+		_, end = a.Window(end)
+	}
+	return string(b)
 }
 
 // prog returns the script of a's decisions.
 func (a algo) prog() prog {
 	if a.members != nil {
 		return progLimits
+	}
+	if a.cal {
+		return prog(scripts.KindCalendar)
 	}
 	return prog(a.kind)
 }
@@ -211,16 +267,18 @@ type cachedArgs struct {
 	args        []any
 }
 
-// args is algo.args through the cache; a nil c builds them.
-func (c *argsCache) args(a algo, now string, req floodgate.Request, marginMs int64) []any {
-	if c == nil || now != "" || req.Op == floodgate.OpSettle {
-		return a.args(now, req, marginMs)
+// args is algo.args through the cache; a nil c builds them. A calendar
+// window's boundaries change with the clock: its arguments are built for
+// each call.
+func (c *argsCache) args(a algo, now string, clock func() time.Time, req floodgate.Request, marginMs int64) []any {
+	if c == nil || now != "" || req.Op == floodgate.OpSettle || a.cal || a.hasCal {
+		return a.args(now, clock(), req, marginMs)
 	}
 	maxDelay := int64(min(req.MaxDelay, floodgate.MaxDelay))
 	if l := c.last.Load(); l != nil && l.op == req.Op && l.check == req.Check && l.n == req.N && l.maxDelay == maxDelay {
 		return l.args
 	}
-	args := a.args(now, req, marginMs)
+	args := a.args(now, time.Time{}, req, marginMs)
 	c.last.Store(&cachedArgs{op: req.Op, check: req.Check, n: req.N, maxDelay: maxDelay, args: args})
 	return args
 }
@@ -280,7 +338,11 @@ func (a *algo) decodeReader(r *replyReader, req floodgate.Request) (floodgate.Re
 			return res, badReply("fixed window state %q", old)
 		}
 		var n step.FixedWindowState
-		n, res, err = step.FixedWindow(a.fw, st, t, req)
+		if a.cal {
+			n, res, err = step.CalendarWindow(a.cw, st, t, req)
+		} else {
+			n, res, err = step.FixedWindow(a.fw, st, t, req)
+		}
 		got, ok := parseFixed(next)
 		same = ok && got == n
 		want = func() string { return strconv.FormatInt(n.Start, 10) + ":" + strconv.FormatInt(n.Count, 10) }

@@ -92,7 +92,7 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 		a, err := resolve(st.alg)
 		require.NoError(t, err)
 		algos[i] = a
-		batch[i] = &pending{ctx: ctx, prog: a.prog(), args: a.args(now, st.req, batched.marginMs), done: make(chan struct{}, 1)}
+		batch[i] = &pending{ctx: ctx, prog: a.prog(), args: a.args(now, time.Now(), st.req, batched.marginMs), done: make(chan struct{}, 1)}
 		if ls, ok := st.alg.(floodgate.Limits); ok {
 			batch[i].keys = limitKeys(batched, st.key, ls)
 			batch[i].key[0] = batch[i].keys[0]
@@ -175,7 +175,7 @@ func TestBatchReplyOfWrongForm(t *testing.T) {
 		batchPrograms[a.prog()] = newProgram(reply)
 		batch := make([]*pending, 2)
 		for i := range batch {
-			batch[i] = &pending{ctx: ctx, prog: a.prog(), key: [1]string{s.Key(testName, "k", a.kind)}, args: a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
+			batch[i] = &pending{ctx: ctx, prog: a.prog(), key: [1]string{s.Key(testName, "k", a.kind)}, args: a.args("", time.Now(), floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs), done: make(chan struct{}, 1)}
 		}
 		s.single.batch.exec(batch)
 		for _, p := range batch {

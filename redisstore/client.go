@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/floodgate-go/floodgate/step"
+	"github.com/floodgate-go/floodgate/redisstore/internal/scripts"
 )
 
 // derive returns the client the store calls Redis through, made from the
@@ -94,12 +94,13 @@ type program struct {
 }
 
 // prog names a script of the store: that of one of the five algorithms,
-// as its step.Kind, or progLimits.
+// as its step.Kind, the calendar window's (scripts.KindCalendar), or
+// progLimits.
 type prog uint8
 
 // progLimits is the script of a floodgate.Limits decision
 // (scripts.LimitsSource).
-const progLimits = prog(step.KindSlidingLog + 1)
+const progLimits = prog(scripts.KindCalendar + 1)
 
 func newProgram(src string) program {
 	sum := sha1.Sum([]byte(src))

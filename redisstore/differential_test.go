@@ -348,7 +348,7 @@ func TestSlidingWindowFlatEstimate(t *testing.T) {
 		key := fmt.Sprintf("%s{flat%d}:sw", prefix, tc.allowed)
 		require.NoError(t, c.Set(ctx, key, fmt.Sprintf("%d:1:0", ws), time.Hour).Err())
 		req := floodgate.Request{Op: floodgate.OpTake, N: limit, MaxDelay: time.Duration(tc.maxDelay)}
-		args := a.args(strconv.FormatInt(ws, 10), req, 1000)
+		args := a.args(strconv.FormatInt(ws, 10), time.Unix(0, ws), req, 1000)
 		call, cancel := context.WithTimeout(ctx, 10*time.Second)
 		reply, err := run(call, c, prog(step.KindSlidingWindow), false, key, nil, args, trip{})
 		cancel()

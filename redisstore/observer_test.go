@@ -526,7 +526,7 @@ func TestObserverRedirect(t *testing.T) {
 	}
 	a, err := resolve(observedBucket)
 	require.NoError(t, err)
-	args := a.args("", floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs)
+	args := a.args("", time.Now(), floodgate.Request{Op: floodgate.OpTake, N: 1}, s.marginMs)
 	_, err = s.runAt(ctx, wrong, prog(kind), rkey, nil, args, s.trip(ctx, wrong, 1))
 	require.NoError(t, err)
 	cs := rec.takeCalls()

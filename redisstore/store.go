@@ -70,6 +70,14 @@ type Options struct {
 	// difference.
 	Now func() time.Time
 
+	// CalendarClock is the client's clock around which the store gives a
+	// floodgate.CalendarWindow's script the window boundaries (the script
+	// picks the window holding the decision's instant: Redis TIME, or
+	// Now). The default (nil) is Now when it is set, else time.Now. A
+	// client clock off the server's by less than a window decides as an
+	// exact one; set it to test that.
+	CalendarClock func() time.Time
+
 	// Timeout bounds each decision's time in the store, from its wait
 	// for a batch (or for one of its node's MaxInFlight slots, unbatched)
 	// to Redis' reply, the store's first decisions included. A decision
@@ -186,6 +194,7 @@ type Store struct {
 	prefix      string
 	hashKeys    bool
 	now         func() time.Time
+	calClock    func() time.Time // Options.CalendarClock, or Now, or time.Now
 	timeout     time.Duration
 	marginMs    int64
 	policy      FailurePolicy
@@ -226,7 +235,7 @@ var (
 )
 
 func programsOf(source func(step.Kind) string, limits, inflight string) (p [progInflight + 1]program) {
-	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
+	for k := step.KindTokenBucket; k <= scripts.KindCalendar; k++ {
 		p[k] = newProgram(source(k))
 	}
 	if limits != "" {
@@ -304,6 +313,12 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 	if o.LocalShare == 0 {
 		o.LocalShare = 1
 	}
+	if o.CalendarClock == nil {
+		o.CalendarClock = o.Now
+	}
+	if o.CalendarClock == nil {
+		o.CalendarClock = time.Now
+	}
 	if o.BreakerThreshold == 0 {
 		o.BreakerThreshold = DefaultBreakerThreshold
 	}
@@ -323,6 +338,7 @@ func New(client redis.UniversalClient, opts *Options) (*Store, error) {
 		prefix:      o.Prefix,
 		hashKeys:    o.HashKeys,
 		now:         o.Now,
+		calClock:    o.CalendarClock,
 		timeout:     o.Timeout,
 		marginMs:    int64((o.ExpiryMargin + time.Millisecond - 1) / time.Millisecond),
 		policy:      o.OnFailure,
@@ -593,7 +609,7 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 		keys = s.limitKeys(key, b.suffixes)
 		rkey = keys[0]
 	}
-	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, req, s.marginMs))
+	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, s.calClock, req, s.marginMs))
 	if err == nil {
 		var (
 			res  floodgate.Result

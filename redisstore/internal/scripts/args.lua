@@ -14,7 +14,8 @@
 -- ARGV[ARG_MARGIN]    margin, the TTL margin, in ms
 -- ARGV[ARG_QUOTA]     quota, the burst, capacity or limit (at most
 --                     MAX_QUOTA)
--- ARGV[ARG_PERIOD]    period, the emission interval or the window, in ns
+-- ARGV[ARG_PERIOD]    period, the emission interval or the window, in ns;
+--                     for a calendar window, its boundaries (a string)
 -- ARGV[ARG_TAU]       tau, the time to restore the full quota, in ns, or 0
 -- ARGV[ARG_NOW]       the instant (ts, tns): the client's clock in decimal
 --                     ns since the Unix epoch; absent or "" for Redis TIME
@@ -30,6 +31,7 @@ dry = op + 0 >= CHECK_CODE
 if dry then
   op, pend = tostring(op - CHECK_CODE), {}
 end
-local quota, period, tau = ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] + 0, ARGV[ARG_TAU] + 0
+local quota, period, tau = ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD], ARGV[ARG_TAU] + 0
+period = tonumber(period) or period
 local ts, tns = clock(ARGV[ARG_NOW])
 local admitted = ARGV[ARG_AT]

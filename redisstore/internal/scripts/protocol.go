@@ -40,6 +40,10 @@ type Args struct {
 	// Tau is the time to restore the full quota (buckets), in nanoseconds,
 	// at most floodgate.MaxWindow; 0 for the windows.
 	Tau int64
+	// Bounds, for a calendar window, replaces Period in ARGV: the window
+	// boundaries calendarwindow.lua reads, in decimal seconds separated by
+	// spaces.
+	Bounds string
 	// Now is the decision's instant in decimal nanoseconds since the Unix
 	// epoch (the client's clock), or "" for the Redis server's TIME.
 	Now string
@@ -52,11 +56,17 @@ type Args struct {
 // algorithm's kind and the numbers Args gives a decision of that kind
 // alone.
 type Limit struct {
-	Kind   step.Kind
+	Kind   step.Kind // KindCalendar for a calendar window
 	Quota  int64
 	Period int64
 	Tau    int64
+	Bounds string // as Args.Bounds
 }
+
+// KindCalendar is the code of a calendar window's script among the
+// algorithms' (Source, and a limit's kind in a Limits): a calendar window
+// is of step.KindFixedWindow, decided by a script of its own.
+const KindCalendar = step.KindSlidingLog + 1
 
 // arg is the position of an argument in ARGV, counted from 0 (Lua's
 // ARGV[arg+1]). The optional arguments come last, so that a take on Redis
@@ -137,6 +147,9 @@ func (a Args) fill(argv []any) {
 	argv[argMargin] = a.MarginMs
 	argv[argQuota] = a.Quota
 	argv[argPeriod] = a.Period
+	if a.Bounds != "" {
+		argv[argPeriod] = a.Bounds
+	}
 	argv[argTau] = a.Tau
 }
 
@@ -154,6 +167,9 @@ func (a Args) LimitsARGV(limits []Limit) []any {
 		part[limitKind] = int64(l.Kind)
 		part[limitQuota] = l.Quota
 		part[limitPeriod] = l.Period
+		if l.Bounds != "" {
+			part[limitPeriod] = l.Bounds
+		}
 		part[limitTau] = l.Tau
 	}
 	return argv

@@ -109,7 +109,7 @@ func luaFiles(t *testing.T) map[string]string {
 		require.NoError(t, err)
 		files[n] = string(b)
 	}
-	require.Len(t, files, 15)
+	require.Len(t, files, 16)
 	return files
 }
 

@@ -116,6 +116,8 @@ var (
 	fixedWindowFast string
 	//go:embed fixedwindow.lua
 	fixedWindow string
+	//go:embed calendarwindow.lua
+	calendarWindow string
 	//go:embed slidingwindow_fast.lua
 	slidingWindowFast string
 	//go:embed slidingwindow.lua
@@ -138,6 +140,7 @@ var fastPaths = [...]string{
 	step.KindFixedWindow:   fixedWindowFast,
 	step.KindSlidingWindow: slidingWindowFast,
 	step.KindSlidingLog:    "",
+	KindCalendar:           "",
 }
 
 // bodies are the algorithms' files, indexed by step.Kind.
@@ -147,6 +150,7 @@ var bodies = [...]string{
 	step.KindFixedWindow:   fixedWindow,
 	step.KindSlidingWindow: slidingWindow,
 	step.KindSlidingLog:    slidingLog,
+	KindCalendar:           calendarWindow,
 }
 
 // callFast is a single decision's call of its fast path, between the fast

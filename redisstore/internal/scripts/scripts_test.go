@@ -18,7 +18,7 @@ import (
 
 func TestSource(t *testing.T) {
 	head, helpers, args := expand(timeLua), expand(lib), expand(argsLua)
-	for _, k := range []step.Kind{step.KindTokenBucket, step.KindLeakyBucket, step.KindFixedWindow, step.KindSlidingWindow, step.KindSlidingLog} {
+	for _, k := range []step.Kind{step.KindTokenBucket, step.KindLeakyBucket, step.KindFixedWindow, step.KindSlidingWindow, step.KindSlidingLog, KindCalendar} {
 		src := Source(k)
 		require.True(t, strings.HasPrefix(src, head), "%v starts with time.lua", k)
 		i := strings.Index(src, helpers)
@@ -26,7 +26,7 @@ func TestSource(t *testing.T) {
 		body := args + "\n" + expand(bodies[k])
 		require.True(t, strings.HasSuffix(src, "\n"+body), "%v ends with args.lua and its file", k)
 		between := src[len(head):i]
-		fast := k != step.KindSlidingLog
+		fast := k != step.KindSlidingLog && k != KindCalendar
 		require.Equal(t, fast, strings.Contains(between, expand(callFast)), "%v: all but the sliding log call a fast path before lib.lua", k)
 		if fast {
 			require.True(t, strings.HasPrefix(between, "\n"+expand(fastPaths[k])), "%v's fast path follows time.lua", k)
@@ -59,7 +59,7 @@ func TestSource(t *testing.T) {
 	require.True(t, strings.HasPrefix(lsrc, head), "the Limits script starts with time.lua")
 	i := strings.Index(lsrc, helpers)
 	require.Positive(t, i, "the Limits script holds lib.lua")
-	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
+	for k := step.KindTokenBucket; k <= KindCalendar; k++ {
 		if fast := fastPaths[k]; fast != "" {
 			require.Contains(t, lsrc[:i], "do\n"+expand(fast)+"\nfasts['"+strconv.Itoa(int(k))+"'] = fast\nend\n", "%v's fast path before lib.lua", k)
 		}
@@ -69,8 +69,8 @@ func TestSource(t *testing.T) {
 	require.True(t, strings.HasSuffix(lsrc, expand(limits)), "the Limits script ends with limits.lua")
 
 	require.Empty(t, Source(0))
-	require.Empty(t, Source(step.KindSlidingLog+1))
-	require.Empty(t, BatchSource(step.KindSlidingLog+1))
+	require.Empty(t, Source(KindCalendar+1))
+	require.Empty(t, BatchSource(KindCalendar+1))
 }
 
 // harness runs lib.lua's helpers on the instants given, as a script.
