@@ -125,16 +125,18 @@ func TestUnknownKeyRefused(t *testing.T) {
 // TestFailOpenRedisKilled starts a redis-server of its own, serves on it,
 // kills it, and checks that every reply after the kill comes within 15ms,
 // admitting (fail-open), while the store's calls fail. The machine is
-// shared: a round whose slow replies come from the host (another process
-// holding both cores) is run again, up to three rounds; a service that
-// waits for a dead Redis is slow in every round.
+// shared: a round whose slow replies come from the host (other test
+// binaries holding both cores) is run again, up to five rounds; a service
+// that waits for a dead Redis is slow in every round. Under the race
+// detector, whose instrumentation slows every call several times, the
+// bound is 45ms.
 func TestFailOpenRedisKilled(t *testing.T) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Skip("redis-server not found")
 	}
 	var rounds []string
-	for round := range 3 {
+	for round := range 5 {
 		slow, worst := failOpenRound(t, bin)
 		t.Logf("round %d: 400 calls after the kill, the slowest took %v", round, worst)
 		if len(slow) == 0 {
@@ -142,7 +144,7 @@ func TestFailOpenRedisKilled(t *testing.T) {
 		}
 		rounds = append(rounds, fmt.Sprintf("round %d:\n%s", round, strings.Join(slow, "\n")))
 	}
-	t.Fatalf("replies after the kill over 15ms or not admitted, in every round:\n%s", strings.Join(rounds, "\n"))
+	t.Fatalf("replies after the kill over the bound or not admitted, in every round:\n%s", strings.Join(rounds, "\n"))
 }
 
 func failOpenRound(t *testing.T, bin string) (slow []string, worst time.Duration) {
@@ -183,12 +185,15 @@ func failOpenRound(t *testing.T, bin string) (slow []string, worst time.Duration
 	_ = cmd.Wait()
 	killed = true
 
-	const bound = 15 * time.Millisecond
+	bound := 15 * time.Millisecond
+	if raceEnabled {
+		bound *= 3
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for g := range 4 {
+	for g := range 2 {
 		wg.Go(func() {
-			for i := range 100 {
+			for i := range 200 {
 				begin := time.Now()
 				r, err := c.ShouldRateLimit(context.Background(), req)
 				took := time.Since(begin)
