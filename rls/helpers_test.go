@@ -74,8 +74,19 @@ func stores(t *testing.T) []storeKind {
 			return newRedisStore(t, rdb, now)
 		}})
 	}
+	// Each store again with Options.Parallel.
+	for _, k := range kinds[:len(kinds):len(kinds)] {
+		mk := k.make
+		kinds = append(kinds, storeKind{k.name + "/parallel", func(t *testing.T, now func() time.Time) floodgate.Store {
+			return parallelStore{mk(t, now)}
+		}})
+	}
 	return kinds
 }
+
+// parallelStore marks a store whose service newService builds with
+// Options.Parallel.
+type parallelStore struct{ floodgate.Store }
 
 var prefixSeq struct {
 	sync.Mutex
@@ -113,6 +124,9 @@ func newService(t *testing.T, store floodgate.Store, now func() time.Time, yml s
 	if opts != nil {
 		o = *opts
 		o.Now = now
+	}
+	if p, ok := store.(parallelStore); ok {
+		store, o.Parallel = p.Store, true
 	}
 	svc, err := New(store, cfg, &o)
 	if err != nil {

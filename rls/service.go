@@ -80,6 +80,13 @@ type Options struct {
 	Headers   headers.Style
 	NoHeaders bool
 
+	// Parallel decides a call's descriptors at once, each on a goroutine
+	// of its own, and refunds the ones taken when any is denied: one store
+	// round trip of latency instead of one per descriptor, for a remote
+	// store (floodgate-rls sets it on Redis). The default decides them in
+	// order, stopping at the first denial, which suits memstore.
+	Parallel bool
+
 	// NearLimitRatio is the share of a limit above which units count as
 	// near_limit in the stats, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
 	// The default is 0.8.
@@ -315,32 +322,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	bctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 
-	// Take each descriptor in order; stop at the first denial.
-	denied := -1
-	for i := range items {
-		it := &items[i]
-		if it.limit == nil {
-			continue
+	if s.opts.Parallel {
+		if err := s.decideParallel(bctx, items); err != nil {
+			return nil, err
 		}
-		s.decide(bctx, it, false)
-		if it.failed && s.opts.OnStoreError == FailError {
-			s.refund(bctx, items)
-			return nil, status.Errorf(codes.Unavailable, "rate limit store failed for %s", it.limit.FullKey)
-		}
-		if !it.allowed && !it.limit.ShadowMode && !it.limit.QuotaMode {
-			denied = i
-			break
-		}
-	}
-	if denied >= 0 {
-		// Report the descriptors after the denied one as they stand,
-		// without taking: a check of the same units.
-		for i := denied + 1; i < len(items); i++ {
-			if items[i].limit != nil {
-				s.decide(bctx, &items[i], true)
-			}
-		}
-		s.refund(bctx, items)
+	} else if err := s.decideInOrder(bctx, items); err != nil {
+		return nil, err
 	}
 
 	resp := &pb.RateLimitResponse{
@@ -390,6 +377,83 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		resp.ResponseHeadersToAdd = s.headers(&items[binding], resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT)
 	}
 	return resp, nil
+}
+
+// decideInOrder takes each descriptor in order and stops at the first
+// denial; the descriptors after it are checked (reported as they stand,
+// spending nothing) and the ones taken are refunded.
+func (s *Service) decideInOrder(ctx context.Context, items []item) error {
+	denied := -1
+	for i := range items {
+		it := &items[i]
+		if it.limit == nil {
+			continue
+		}
+		s.decide(ctx, it, false)
+		if it.failed && s.opts.OnStoreError == FailError {
+			s.refund(ctx, items)
+			return status.Errorf(codes.Unavailable, "rate limit store failed for %s", it.limit.FullKey)
+		}
+		if blocks(it) {
+			denied = i
+			break
+		}
+	}
+	if denied >= 0 {
+		for i := denied + 1; i < len(items); i++ {
+			if items[i].limit != nil {
+				s.decide(ctx, &items[i], true)
+			}
+		}
+		s.refund(ctx, items)
+	}
+	return nil
+}
+
+// decideParallel takes every descriptor at once, the first on the
+// caller's goroutine, and refunds the ones taken when any is denied: one
+// store round trip of latency instead of one per descriptor.
+func (s *Service) decideParallel(ctx context.Context, items []item) error {
+	first := -1
+	var wg sync.WaitGroup
+	for i := range items {
+		if items[i].limit == nil {
+			continue
+		}
+		if first < 0 {
+			first = i
+			continue
+		}
+		wg.Go(func() { s.decide(ctx, &items[i], false) })
+	}
+	if first >= 0 {
+		s.decide(ctx, &items[first], false)
+	}
+	wg.Wait()
+	denied, failed := false, ""
+	for i := range items {
+		it := &items[i]
+		if it.limit == nil {
+			continue
+		}
+		if it.failed && s.opts.OnStoreError == FailError && failed == "" {
+			failed = it.limit.FullKey
+		}
+		denied = denied || blocks(it)
+	}
+	if denied || failed != "" {
+		s.refund(ctx, items)
+	}
+	if failed != "" {
+		return status.Errorf(codes.Unavailable, "rate limit store failed for %s", failed)
+	}
+	return nil
+}
+
+// blocks reports whether a decided item denies the request: over its limit
+// and in neither shadow nor quota mode.
+func blocks(it *item) bool {
+	return !it.allowed && !it.limit.ShadowMode && !it.limit.QuotaMode
 }
 
 // binds reports whether it binds rather than b: an OVER_LIMIT descriptor

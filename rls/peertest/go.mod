@@ -9,6 +9,7 @@ require (
 	github.com/floodgate-go/floodgate/rls v0.0.0
 	github.com/lyft/gostats v0.4.14
 	github.com/redis/go-redis/v9 v9.22.0
+	github.com/sirupsen/logrus v1.9.3
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
@@ -38,7 +39,6 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/tilinna/clock v1.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.53.0 // indirect

@@ -1,0 +1,199 @@
+package peertest
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/envoyproxy/ratelimit/src/config"
+	"github.com/envoyproxy/ratelimit/src/provider"
+	peerredis "github.com/envoyproxy/ratelimit/src/redis"
+	"github.com/envoyproxy/ratelimit/src/server"
+	peersvc "github.com/envoyproxy/ratelimit/src/service"
+	"github.com/envoyproxy/ratelimit/src/settings"
+	"github.com/envoyproxy/ratelimit/src/stats"
+	gostats "github.com/lyft/gostats"
+	"github.com/redis/go-redis/v9"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+
+	"github.com/floodgate-go/floodgate/memstore"
+	"github.com/floodgate-go/floodgate/redisstore"
+	"github.com/floodgate-go/floodgate/rls"
+)
+
+type wallClock struct{}
+
+func (wallClock) UnixNow() int64 { return time.Now().Unix() }
+
+const benchConfig = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000}
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 1000000}
+`
+
+// serve runs svc on a loopback gRPC server and returns a client of it.
+func serve(t *testing.T, svc pb.RateLimitServiceServer) pb.RateLimitServiceClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	pb.RegisterRateLimitServiceServer(srv, svc)
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(); srv.Stop() })
+	return pb.NewRateLimitServiceClient(conn)
+}
+
+// load sends requests of two descriptors over 1,000 users from workers
+// goroutines for d, and returns calls per second and the latencies' p50
+// and p99.
+func load(t *testing.T, c pb.RateLimitServiceClient, workers int, d time.Duration) (perSec float64, p50, p99 time.Duration) {
+	t.Helper()
+	var mu sync.Mutex
+	var all []time.Duration
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	begin := time.Now()
+	for w := range workers {
+		wg.Go(func() {
+			lat := make([]time.Duration, 0, 1<<16)
+			for i := 0; time.Now().Before(end); i++ {
+				user := strconv.Itoa((w*7919 + i) % 1000)
+				req := &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlpb.RateLimitDescriptor{
+					{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "user", Value: user}}},
+					{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "route", Value: "/api"}}},
+				}}
+				s := time.Now()
+				r, err := c.ShouldRateLimit(context.Background(), req)
+				lat = append(lat, time.Since(s))
+				if err != nil || r.OverallCode != pb.RateLimitResponse_OK {
+					t.Errorf("call: %v %v", r.GetOverallCode(), err)
+					return
+				}
+			}
+			mu.Lock()
+			all = append(all, lat...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(begin)
+	slices.Sort(all)
+	if len(all) == 0 {
+		t.Fatal("no calls")
+	}
+	return float64(len(all)) / elapsed.Seconds(), all[len(all)/2], all[len(all)*99/100]
+}
+
+// TestSideBySide measures ShouldRateLimit calls per second and their
+// latency over gRPC on loopback, for floodgate's service on memstore and
+// on Redis and for envoyproxy/ratelimit on the same Redis, in one run.
+// It runs only with FLOODGATE_RLS_BENCH=1 (and REDIS_ADDR for the Redis
+// rows):
+//
+//	FLOODGATE_RLS_BENCH=1 REDIS_ADDR=127.0.0.1:6379 go test -run SideBySide -v .
+func TestSideBySide(t *testing.T) {
+	if os.Getenv("FLOODGATE_RLS_BENCH") == "" {
+		t.Skip("set FLOODGATE_RLS_BENCH=1 to run the side-by-side benchmark")
+	}
+	logrus.SetLevel(logrus.ErrorLevel)
+	dur := 3 * time.Second
+	if v, err := time.ParseDuration(os.Getenv("FLOODGATE_RLS_BENCH_TIME")); err == nil {
+		dur = v
+	}
+	workers := 32
+	cfg, err := rls.ParseConfig(rls.File{Name: "bench.yaml", Data: []byte(benchConfig)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		name string
+		svc  func() pb.RateLimitServiceServer
+	}
+	rows := []row{{"floodgate memstore", func() pb.RateLimitServiceServer {
+		ms, err := memstore.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := rls.New(ms, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}}}
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		prefix := fmt.Sprintf("bench%d:", time.Now().UnixNano())
+		rows = append(rows, row{"floodgate redis", func() pb.RateLimitServiceServer {
+			rdb := redis.NewClient(&redis.Options{Addr: addr})
+			t.Cleanup(func() { _ = rdb.Close() })
+			rs, err := redisstore.New(rdb, &redisstore.Options{Prefix: "fg" + prefix, Timeout: 10 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = rs.Close() })
+			svc, err := rls.New(rs, cfg, &rls.Options{Parallel: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return svc
+		}}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
+			s := settings.NewSettings()
+			store := gostats.NewStore(gostats.NewNullSink(), false)
+			sm := stats.NewStatManager(store, s)
+			client := peerredis.NewClientImpl(store.Scope("redis"), false, "", "tcp", "single", addr, s.RedisPoolSize, 0, 0, nil, false, nil, time.Second, "WAIT", "")
+			t.Cleanup(func() { _ = client.Close() })
+			cache := peerredis.NewFixedRateLimitCacheImpl(client, nil, wallClock{}, rand.New(rand.NewSource(1)), 0, nil, 0.8, "peer"+prefix, sm, false)
+			root := config.ConfigFileContentToYaml("bench.yaml", benchConfig)
+			pc := config.NewRateLimitConfigImpl([]config.RateLimitConfigToLoad{{Name: "bench.yaml", ConfigYaml: root}}, sm, false)
+			p := &staticProvider{ch: make(chan provider.ConfigUpdateEvent, 1)}
+			p.ch <- event{pc}
+			return peersvc.NewService(cache, p, sm, server.NewHealthChecker(health.NewServer(), "ratelimit", false), wallClock{}, false, false, false)
+		}})
+	}
+	// The rows take turns, rounds times, so that the noise of a shared host
+	// falls on all of them alike; each reports its median round.
+	const rounds = 3
+	clients := make([]pb.RateLimitServiceClient, len(rows))
+	for i, r := range rows {
+		clients[i] = serve(t, r.svc())
+		load(t, clients[i], workers, 500*time.Millisecond) // warm-up
+	}
+	type result struct {
+		perSec   float64
+		p50, p99 time.Duration
+	}
+	results := make([][]result, len(rows))
+	for range rounds {
+		for i := range rows {
+			perSec, p50, p99 := load(t, clients[i], workers, dur)
+			results[i] = append(results[i], result{perSec, p50, p99})
+		}
+	}
+	for i, r := range rows {
+		rs := results[i]
+		slices.SortFunc(rs, func(a, b result) int { return int(a.perSec - b.perSec) })
+		m := rs[len(rs)/2]
+		t.Logf("%-28s %8.0f calls/s  p50 %v  p99 %v  (median of %d rounds of %v; rounds: %.0f..%.0f calls/s; %d goroutines, two descriptors a call)",
+			r.name, m.perSec, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), rounds, dur, rs[0].perSec, rs[len(rs)-1].perSec, workers)
+	}
+}
