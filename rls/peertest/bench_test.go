@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,20 +144,23 @@ func TestSideBySide(t *testing.T) {
 	}}}
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		prefix := fmt.Sprintf("bench%d:", time.Now().UnixNano())
-		rows = append(rows, row{"floodgate redis", func() pb.RateLimitServiceServer {
-			rdb := redis.NewClient(&redis.Options{Addr: addr})
-			t.Cleanup(func() { _ = rdb.Close() })
-			rs, err := redisstore.New(rdb, &redisstore.Options{Prefix: "fg" + prefix, Timeout: 10 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
+		ours := func(parallel bool) func() pb.RateLimitServiceServer {
+			return func() pb.RateLimitServiceServer {
+				rdb := redis.NewClient(&redis.Options{Addr: addr})
+				t.Cleanup(func() { _ = rdb.Close() })
+				rs, err := redisstore.New(rdb, &redisstore.Options{Prefix: "fg" + prefix, Timeout: 10 * time.Millisecond})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = rs.Close() })
+				svc, err := rls.New(rs, cfg, &rls.Options{Parallel: parallel})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return svc
 			}
-			t.Cleanup(func() { _ = rs.Close() })
-			svc, err := rls.New(rs, cfg, &rls.Options{Parallel: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return svc
-		}}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
+		}
+		rows = append(rows, row{"floodgate redis parallel", ours(true)}, row{"floodgate redis in order", ours(false)}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
 			s := settings.NewSettings()
 			store := gostats.NewStore(gostats.NewNullSink(), false)
 			sm := stats.NewStatManager(store, s)
@@ -169,6 +173,9 @@ func TestSideBySide(t *testing.T) {
 			p.ch <- event{pc}
 			return peersvc.NewService(cache, p, sm, server.NewHealthChecker(health.NewServer(), "ratelimit", false), wallClock{}, false, false, false)
 		}})
+	}
+	if only := os.Getenv("FLOODGATE_RLS_BENCH_ROWS"); only != "" {
+		rows = slices.DeleteFunc(rows, func(r row) bool { return !strings.Contains(r.name, only) })
 	}
 	// The rows take turns, rounds times, so that the noise of a shared host
 	// falls on all of them alike; each reports its median round.
