@@ -110,6 +110,16 @@ type windowModel struct {
 	limit, window int64
 	counts        map[int64]int64
 	sliding       bool
+	cal           *floodgate.CalendarWindow // civil windows, keyed by their start, in place of window
+}
+
+// index returns the key of the window holding now.
+func (m *windowModel) index(now int64) int64 {
+	if m.cal != nil {
+		start, _ := m.cal.Window(time.Unix(0, now))
+		return start.UnixNano()
+	}
+	return now / m.window
 }
 
 func (m *windowModel) fits(now, n int64) bool {
@@ -118,7 +128,7 @@ func (m *windowModel) fits(now, n int64) bool {
 
 // avail returns Limit minus the count (or the estimate) at now.
 func (m *windowModel) avail(now int64) float64 {
-	k := now / m.window
+	k := m.index(now)
 	curr := m.counts[k]
 	if m.sliding {
 		e := now - k*m.window
@@ -128,7 +138,7 @@ func (m *windowModel) avail(now int64) float64 {
 }
 
 func (m *windowModel) allow(now, n int64) (bool, int64) {
-	k := now / m.window
+	k := m.index(now)
 	curr := m.counts[k]
 	avail := float64(m.limit - curr)
 	if m.sliding {
@@ -266,6 +276,8 @@ func newModel(alg floodgate.Algorithm) model {
 		return &queueModel{interval: window / a.Capacity, capacity: a.Capacity}
 	case floodgate.FixedWindow:
 		return &windowModel{limit: a.Limit, window: window, counts: map[int64]int64{}}
+	case floodgate.CalendarWindow:
+		return &windowModel{limit: a.Limit, window: window, counts: map[int64]int64{}, cal: &a}
 	case floodgate.SlidingWindow:
 		return &windowModel{limit: a.Limit, window: window, counts: map[int64]int64{}, sliding: true}
 	case floodgate.SlidingLog:

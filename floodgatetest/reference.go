@@ -102,6 +102,8 @@ func (r *Reference) step(s slot, alg floodgate.Algorithm, now time.Time, req flo
 		next.word, res, err = step.LeakyBucket(a, r.words[s], now, req)
 	case floodgate.FixedWindow:
 		next.fw, res, err = step.FixedWindow(a, r.fw[s], now, req)
+	case floodgate.CalendarWindow:
+		next.fw, res, err = step.CalendarWindow(a, r.fw[s], now, req)
 	case floodgate.SlidingWindow:
 		next.sw, res, err = step.SlidingWindow(a, r.sw[s], now, req)
 	case floodgate.SlidingLog:
