@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,36 +131,41 @@ func TestUnknownKeyRefused(t *testing.T) {
 // that waits for a dead Redis is slow in every round. Under the race
 // detector, whose instrumentation slows every call several times, the
 // bound is 45ms.
-func TestFailOpenRedisKilled(t *testing.T) {
+func TestFailOpenRedisKilled(t *testing.T) { testFailOpen(t, syscall.SIGKILL) }
+
+// TestFailOpenRedisStopped is TestFailOpenRedisKilled with the server
+// stopped (SIGSTOP) instead: its connections stay open and nothing
+// answers, so the calls end at the store budget of the call.
+func TestFailOpenRedisStopped(t *testing.T) { testFailOpen(t, syscall.SIGSTOP) }
+
+func testFailOpen(t *testing.T, sig syscall.Signal) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Skip("redis-server not found")
 	}
 	var rounds []string
 	for round := range 5 {
-		slow, worst := failOpenRound(t, bin)
-		t.Logf("round %d: 400 calls after the kill, the slowest took %v", round, worst)
+		slow, worst := failOpenRound(t, bin, sig)
+		t.Logf("round %d: 400 calls after %v, the slowest took %v", round, sig, worst)
 		if len(slow) == 0 {
 			return
 		}
 		rounds = append(rounds, fmt.Sprintf("round %d:\n%s", round, strings.Join(slow, "\n")))
 	}
-	t.Fatalf("replies after the kill over the bound or not admitted, in every round:\n%s", strings.Join(rounds, "\n"))
+	t.Fatalf("replies after %v over the bound or not admitted, in every round:\n%s", sig, strings.Join(rounds, "\n"))
 }
 
-func failOpenRound(t *testing.T, bin string) (slow []string, worst time.Duration) {
+func failOpenRound(t *testing.T, bin string, sig syscall.Signal) (slow []string, worst time.Duration) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := lis.Addr().(*net.TCPAddr).Port
 	require.NoError(t, lis.Close())
 	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	require.NoError(t, cmd.Start())
-	killed := false
 	defer func() {
-		if !killed {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 	}()
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	deadline := time.Now().Add(5 * time.Second)
@@ -181,9 +187,7 @@ func failOpenRound(t *testing.T, bin string) (slow []string, worst time.Duration
 		_, err := c.ShouldRateLimit(context.Background(), req)
 		require.NoError(t, err)
 	}
-	require.NoError(t, cmd.Process.Kill())
-	_ = cmd.Wait()
-	killed = true
+	require.NoError(t, cmd.Process.Signal(sig))
 
 	bound := 15 * time.Millisecond
 	if raceEnabled {
