@@ -510,9 +510,14 @@ func (s *Service) decide(ctx context.Context, it *item, check bool) {
 	it.res = res
 	it.allowed = res.Allowed
 	it.remaining = res.Remaining
-	if hits == 0 && res.Allowed {
+	switch {
+	case hits == 0 && res.Allowed:
 		// The check asked about one unit; nothing is spent.
 		it.remaining++
+	case check && res.Allowed:
+		// A descriptor checked after another's denial reports what is
+		// left, as the refunded ones do: the request spends nothing.
+		it.remaining += hits
 	}
 	if hits == 0 {
 		// hits_addend 0 never spends, so it is never over a limit it has

@@ -52,6 +52,10 @@ func TestIssue427(t *testing.T) {
 			// The group's own count: a check of it alone.
 			r := call(t, svc, request("shop", withHits(desc("route_group=api"), 0)))
 			require.Equal(t, uint32(7), r.Statuses[0].LimitRemaining, "group remaining after 5 calls")
+			// The denied descriptor first: the group, checked (in order) or
+			// taken and refunded (Parallel), reports what it has left.
+			r = call(t, svc, request("shop", desc("route=special"), desc("route_group=api")))
+			require.Equal(t, "OVER_LIMIT [OVER_LIMIT OK] remaining=[0 7] reset=[50 50]", answerOf(r).String())
 		})
 	}
 }
