@@ -82,9 +82,12 @@ type Options struct {
 
 	// Parallel decides a call's descriptors at once, each on a goroutine
 	// of its own, and refunds the ones taken when any is denied: one store
-	// round trip of latency instead of one per descriptor, for a remote
-	// store (floodgate-rls sets it on Redis). The default decides them in
-	// order, stopping at the first denial, which suits memstore.
+	// round trip of latency instead of one per descriptor on an idle
+	// Redis. The default decides them in order, stopping at the first
+	// denial: under load it served as many calls or more on Redis
+	// (peertest's TestSideBySide: 17,825 calls/s in order against 16,580
+	// at once, two descriptors a call, on the 2-core build machine), and
+	// memstore gains nothing from goroutines.
 	Parallel bool
 
 	// NearLimitRatio is the share of a limit above which units count as

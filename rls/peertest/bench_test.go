@@ -144,11 +144,11 @@ func TestSideBySide(t *testing.T) {
 	}}}
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		prefix := fmt.Sprintf("bench%d:", time.Now().UnixNano())
-		ours := func(parallel bool) func() pb.RateLimitServiceServer {
+		ours := func(parallel bool, batch int) func() pb.RateLimitServiceServer {
 			return func() pb.RateLimitServiceServer {
 				rdb := redis.NewClient(&redis.Options{Addr: addr})
 				t.Cleanup(func() { _ = rdb.Close() })
-				rs, err := redisstore.New(rdb, &redisstore.Options{Prefix: "fg" + prefix, Timeout: 10 * time.Millisecond})
+				rs, err := redisstore.New(rdb, &redisstore.Options{Prefix: "fg" + prefix, Timeout: 10 * time.Millisecond, BatchSize: batch})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -160,7 +160,7 @@ func TestSideBySide(t *testing.T) {
 				return svc
 			}
 		}
-		rows = append(rows, row{"floodgate redis parallel", ours(true)}, row{"floodgate redis in order", ours(false)}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
+		rows = append(rows, row{"floodgate redis parallel", ours(true, 0)}, row{"floodgate redis in order", ours(false, 0)}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
 			s := settings.NewSettings()
 			store := gostats.NewStore(gostats.NewNullSink(), false)
 			sm := stats.NewStatManager(store, s)

@@ -181,7 +181,6 @@ func run(ctx context.Context, args []string, env func(string) string, stderr io.
 		}
 		defer closeFn()
 		store = rs
-		opts.Parallel = true
 	default:
 		return fmt.Errorf("-backend %q: want memory or redis", s.backend)
 	}
