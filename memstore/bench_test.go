@@ -204,3 +204,36 @@ func BenchmarkClock(b *testing.B) {
 	})
 	_ = sink
 }
+
+// BenchmarkCalendarWindow measures Allow on a CalendarWindow (a month in
+// Asia/Tokyo) beside a FixedWindow of one day: the calendar's step
+// computes its window with Go's time package on every decision, under the
+// key's lock.
+func BenchmarkCalendarWindow(b *testing.B) {
+	tokyo, err := time.LoadLocation("Asia/Tokyo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := memstore.New(nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		alg  floodgate.Algorithm
+	}{
+		{"FixedWindow", floodgate.FixedWindow{Limit: 1 << 40, Window: 24 * time.Hour}},
+		{"CalendarWindow", floodgate.CalendarWindow{Limit: 1 << 40, Unit: floodgate.Month, Location: tokyo}},
+	} {
+		l, err := floodgate.New(s, c.alg, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := l.Allow(ctx, "k"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -24,14 +24,19 @@ func CalendarWindow(a floodgate.CalendarWindow, st FixedWindowState, now time.Ti
 		return st, floodgate.Result{}, err
 	}
 	t := now.UnixNano()
-	start, _ := a.Window(now)
+	start, stop := a.Window(now)
+	ws, we := start.UnixNano(), stop.UnixNano()
 	res := floodgate.Result{At: now, Decision: floodgate.Decision{Limit: a.Limit}}
 	cur := st
-	if ws := start.UnixNano(); cur.Start < ws {
+	if cur.Start < ws {
 		cur = FixedWindowState{Start: ws}
 	}
-	// end returns the end of the window holding the instant s (ns).
+	// end returns the end of the window holding the instant s (ns): the
+	// current window's without computing it again.
 	end := func(s int64) int64 {
+		if ws <= s && s < we {
+			return we
+		}
 		_, e := a.Window(time.Unix(0, s))
 		return e.UnixNano()
 	}
