@@ -28,6 +28,12 @@ const (
 	AlgorithmTokenBucket   = "token_bucket"
 	AlgorithmSlidingWindow = "sliding_window"
 	AlgorithmSlidingLog    = "sliding_log"
+	// AlgorithmCalendar counts per civil day, week, month or year
+	// (floodgate.CalendarWindow), in the time zone of time_zone (default
+	// UTC), from the reset time of reset ("08:00", default midnight), weeks
+	// from week_start (default monday): the unit must be day, week, month
+	// or year.
+	AlgorithmCalendar = "calendar"
 )
 
 // Config is a loaded set of domains: the rate limits the service applies.
@@ -124,6 +130,9 @@ type yamlRateLimit struct {
 	Algorithm string `yaml:"algorithm"`
 	Burst     uint32 `yaml:"burst"`
 	Window    string `yaml:"window"`
+	TimeZone  string `yaml:"time_zone"`
+	Reset     string `yaml:"reset"`
+	WeekStart string `yaml:"week_start"`
 }
 
 type yamlReplaces struct {
@@ -311,6 +320,12 @@ func newLimit(file, domain, full string, d yamlDescriptor) (*Limit, error) {
 		}
 		return lim, nil
 	}
+	if y.Algorithm == AlgorithmCalendar {
+		return calendarLimit(lim, y, validUnit, bad)
+	}
+	if y.TimeZone != "" || y.Reset != "" || y.WeekStart != "" {
+		return nil, bad("time_zone, reset and week_start apply to algorithm calendar only")
+	}
 	switch {
 	case y.Window != "":
 		w, err := time.ParseDuration(y.Window)
@@ -357,11 +372,77 @@ func newLimit(file, domain, full string, d yamlDescriptor) (*Limit, error) {
 		}
 		lim.alg = floodgate.TokenBucket{Rate: rpu, Per: lim.Window, Burst: burst}
 	default:
-		return nil, bad("unknown algorithm '%s' (want fixed_window, token_bucket, sliding_window or sliding_log)", y.Algorithm)
+		return nil, bad("unknown algorithm '%s' (want fixed_window, token_bucket, sliding_window, sliding_log or calendar)", y.Algorithm)
 	}
 	if err := lim.alg.Validate(); err != nil {
 		return nil, bad("%v", err)
 	}
+	return lim, nil
+}
+
+// calendarLimit completes lim, a rate_limit of algorithm calendar: a
+// floodgate.CalendarWindow of the unit (day, week, month or year) in
+// time_zone, from reset, weeks from week_start. Its Window is the
+// CalendarWindow's Policy window (31 days for a month).
+func calendarLimit(lim *Limit, y *yamlRateLimit, validUnit bool, bad func(string, ...any) error) (*Limit, error) {
+	if y.Window != "" || y.Burst != 0 {
+		return nil, bad("algorithm calendar takes a unit, not a window or a burst")
+	}
+	a := floodgate.CalendarWindow{Limit: int64(lim.RequestsPerUnit)}
+	switch lim.Unit {
+	case pb.RateLimitResponse_RateLimit_DAY:
+		a.Unit = floodgate.Day
+	case pb.RateLimitResponse_RateLimit_WEEK:
+		a.Unit, a.WeekStart = floodgate.Week, time.Monday
+	case pb.RateLimitResponse_RateLimit_MONTH:
+		a.Unit = floodgate.Month
+	case pb.RateLimitResponse_RateLimit_YEAR:
+		a.Unit = floodgate.Year
+	default:
+		if !validUnit {
+			return nil, bad("invalid rate limit unit '%s'", y.Unit)
+		}
+		return nil, bad("algorithm calendar needs unit day, week, month or year, got %s", strings.ToLower(lim.Unit.String()))
+	}
+	if y.TimeZone != "" {
+		loc, err := time.LoadLocation(y.TimeZone)
+		if err != nil {
+			return nil, bad("time_zone '%s': %v", y.TimeZone, err)
+		}
+		a.Location = loc
+	}
+	if y.Reset != "" {
+		t, err := time.Parse("15:04:05", y.Reset)
+		if err != nil {
+			t, err = time.Parse("15:04", y.Reset)
+		}
+		if err != nil {
+			return nil, bad("reset '%s': want a time of day such as 08:00 or 08:00:30", y.Reset)
+		}
+		a.Offset = time.Duration(t.Hour())*time.Hour + time.Duration(t.Minute())*time.Minute + time.Duration(t.Second())*time.Second
+	}
+	if y.WeekStart != "" {
+		if a.Unit != floodgate.Week {
+			return nil, bad("week_start applies to unit week only")
+		}
+		found := false
+		for d := time.Sunday; d <= time.Saturday; d++ {
+			if strings.EqualFold(d.String(), y.WeekStart) {
+				a.WeekStart, found = d, true
+			}
+		}
+		if !found {
+			return nil, bad("week_start '%s': want a day such as monday", y.WeekStart)
+		}
+	}
+	lim.Window = a.Policy().Window
+	if lim.RequestsPerUnit == 0 {
+		return nil, bad("algorithm calendar needs requests_per_unit of at least 1")
+	}
+	if err := a.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	lim.alg = a
 	return lim, nil
 }
 

@@ -397,3 +397,50 @@ descriptors:
 	// Deeper than the configuration: no limit.
 	require.Equal(t, "OK [OK] remaining=[0] reset=[0]", answerOf(call(t, svc, request("w", desc("tenant=t1", "user=u", "x=y")))).String())
 }
+
+// TestCalendarDescriptor: algorithm calendar counts per civil month in a
+// time zone from a reset time, and duration_until_reset is the time to the
+// next reset exactly (here 08:00 on 1 April in Tokyo, 23:00 UTC the day
+// before); a year works too.
+func TestCalendarDescriptor(t *testing.T) {
+	const yml = `
+domain: d
+descriptors:
+  - key: month
+    rate_limit: {unit: month, requests_per_unit: 2, algorithm: calendar, time_zone: Asia/Tokyo, reset: "08:00"}
+  - key: year
+    rate_limit: {unit: year, requests_per_unit: 1, algorithm: calendar}
+`
+	start := time.Date(2026, 3, 31, 22, 59, 0, 0, time.UTC) // 07:59 on 1 April in Tokyo
+	for _, sk := range stores(t) {
+		t.Run(sk.name, func(t *testing.T) {
+			clk := newClock(start)
+			svc := newService(t, sk.make(t, clk.Now), clk.Now, yml, nil)
+			req := request("d", desc("month=x"))
+			for _, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
+				r := call(t, svc, req)
+				require.Equal(t, want, r.OverallCode)
+				require.Equal(t, time.Minute, r.Statuses[0].DurationUntilReset.AsDuration())
+			}
+			clk.Add(time.Minute) // 08:00 in Tokyo: a new month
+			r := call(t, svc, req)
+			require.Equal(t, pb.RateLimitResponse_OK, r.OverallCode)
+			require.Equal(t, 30*24*time.Hour, r.Statuses[0].DurationUntilReset.AsDuration()) // to 08:00 on 1 May
+			y := request("d", desc("year=x"))
+			require.Equal(t, pb.RateLimitResponse_OK, call(t, svc, y).OverallCode)
+			require.Equal(t, pb.RateLimitResponse_OVER_LIMIT, call(t, svc, y).OverallCode)
+		})
+	}
+	for _, bad := range []string{
+		`{unit: hour, requests_per_unit: 1, algorithm: calendar}`,
+		`{unit: month, requests_per_unit: 1, algorithm: calendar, time_zone: Mars/Olympus}`,
+		`{unit: month, requests_per_unit: 1, algorithm: calendar, reset: "25:00"}`,
+		`{unit: month, requests_per_unit: 1, algorithm: calendar, week_start: monday}`,
+		`{unit: week, requests_per_unit: 1, algorithm: calendar, week_start: someday}`,
+		`{unit: month, requests_per_unit: 1, time_zone: UTC}`,
+		`{unit: month, requests_per_unit: 0, algorithm: calendar}`,
+	} {
+		_, err := ParseConfig(File{Name: "bad.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: " + bad + "\n")})
+		require.ErrorIs(t, err, ErrConfig, bad)
+	}
+}
