@@ -106,17 +106,7 @@ func CalendarWindow(a floodgate.CalendarWindow, st FixedWindowState, now time.Ti
 	default: // floodgate.OpSettle: only in the window the units were counted in.
 		next := cur
 		if as, _ := a.Window(req.At); as.UnixNano() <= cur.Start && cur.Start < end(as.UnixNano()) {
-			if req.N > 0 {
-				// Up to 2·Limit units in the window, compared without
-				// overflow.
-				m := min(req.N, max(a.Limit-(cur.Count-a.Limit), 0))
-				next.Count += m
-				res.Granted = m
-			} else {
-				back := min(settleBack(req.N), cur.Count)
-				next.Count -= back
-				res.Granted = back
-			}
+			res.Granted, next.Count = settleCount(a.Limit, cur.Count, req.N)
 			res.Allowed = res.Granted > 0
 		}
 		res.Remaining = remaining(next)

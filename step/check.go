@@ -32,3 +32,17 @@ func settleBack(n int64) int64 {
 	}
 	return -n
 }
+
+// settleCount settles n units (a charge for n > 0, a give-back for n < 0)
+// into a window's count of a window of limit units: a charge of up to
+// 2·limit units in the window, compared without overflow, a give-back of
+// at most the units counted. It returns the units settled and the new
+// count.
+func settleCount(limit, count, n int64) (granted, next int64) {
+	if n > 0 {
+		granted = min(n, max(limit-(count-limit), 0))
+		return granted, count + granted
+	}
+	granted = min(settleBack(n), count)
+	return granted, count - granted
+}
