@@ -51,37 +51,12 @@ func genKind(g *gen, k step.Kind) floodgate.Algorithm {
 	case step.KindLeakyBucket:
 		return floodgate.LeakyBucket{Rate: g.int64s(1, 7), Per: window, Capacity: quota}
 	case step.KindFixedWindow:
-		if g.ints(0, 2) == 0 {
-			return genCalendar(g, quota)
-		}
 		return floodgate.FixedWindow{Limit: quota, Window: window}
 	case step.KindSlidingWindow:
 		return floodgate.SlidingWindow{Limit: quota, Window: window}
 	default:
 		return floodgate.SlidingLog{Limit: quota, Window: window}
 	}
-}
-
-// calendarZones are the zones of the calendar windows the traces draw:
-// whole-hour, quarter-hour and DST offsets.
-var calendarZones = func() []*time.Location {
-	var locs []*time.Location
-	for _, name := range []string{"UTC", "Asia/Kathmandu", "America/New_York"} {
-		if loc, err := time.LoadLocation(name); err == nil {
-			locs = append(locs, loc)
-		}
-	}
-	return locs
-}()
-
-// genCalendar draws a calendar day whose reset falls within the first
-// half minute of the traces (t0 plus 0 to 30 s), so that they cross it.
-func genCalendar(g *gen, quota int64) floodgate.CalendarWindow {
-	loc := calendarZones[g.ints(0, len(calendarZones)-1)]
-	l := t0.In(loc)
-	tod := time.Duration(l.Hour())*time.Hour + time.Duration(l.Minute())*time.Minute + time.Duration(l.Second())*time.Second
-	return floodgate.CalendarWindow{Limit: quota, Unit: floodgate.Day, Location: loc,
-		Offset: (tod + time.Duration(g.int64s(0, 30))*time.Second) % (24 * time.Hour)}
 }
 
 // kindOf returns the kind of one of the five configurations.
