@@ -1,6 +1,8 @@
 package grpclimit_test
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -89,4 +91,216 @@ func TestRetryDelayRoundsUp(t *testing.T) {
 	} {
 		assert.Equal(t, tt.want, grpclimit.RetryDelay(tt.in), "RetryDelay(%d)", tt.in)
 	}
+}
+
+func TestUnaryLimitsFields(t *testing.T) {
+	// Two limits decided as one: the fields list both, the binding one
+	// first, as httplimit writes them.
+	lim := fixedLimiter(t, floodgate.Limits{
+		floodgate.TokenBucket{Rate: 5, Per: time.Second, Burst: 5},
+		floodgate.FixedWindow{Limit: 3, Window: time.Minute},
+	}, nil)
+	icpt, err := grpclimit.New(lim, nil)
+	require.NoError(t, err)
+	c := serve(t, &service{}, []grpc.ServerOption{grpc.UnaryInterceptor(icpt.Unary)})
+	ctx := t.Context()
+	var hdr metadata.MD
+	_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Header(&hdr))
+	require.NoError(t, err)
+	pol := hdr.Get("ratelimit-policy")
+	require.Len(t, pol, 1)
+	assert.Equal(t, `"3-per-1m";q=3;w=60, "5-per-1s";q=5;w=1`, pol[0])
+	require.Len(t, hdr.Get("ratelimit"), 1)
+	assert.Contains(t, hdr.Get("ratelimit")[0], `"3-per-1m";r=2;`)
+	assert.Contains(t, hdr.Get("ratelimit")[0], `"5-per-1s";r=4;`)
+
+	for range 2 {
+		_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+		require.NoError(t, err)
+	}
+	_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+	st := status.Convert(err)
+	require.Equal(t, codes.ResourceExhausted, st.Code())
+	_, qf := details(t, st)
+	assert.Equal(t, "3-per-1m", qf.GetViolations()[0].GetSubject(), "the binding limit")
+}
+
+func TestUnaryNoKeyAndBadCost(t *testing.T) {
+	lim := fixedLimiter(t, floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 10}, nil)
+	var errs []error
+	icpt, err := grpclimit.New(lim, &grpclimit.Options{
+		Key: grpclimit.KeyByMetadata("x-api-key"),
+		Cost: func(_ context.Context, _ string, msg any) int64 {
+			return int64(msg.(*testgrpc.SimpleRequest).GetResponseSize())
+		},
+		OnError: func(_ context.Context, method, _ string, err error) {
+			assert.Equal(t, "/grpc.testing.TestService/UnaryCall", method)
+			errs = append(errs, err) // the calls below are sequential
+		},
+	})
+	require.NoError(t, err)
+	svc := &service{}
+	c := serve(t, svc, []grpc.ServerOption{grpc.UnaryInterceptor(icpt.Unary)})
+	ctx := t.Context()
+
+	_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 1})
+	assert.Equal(t, codes.Unauthenticated, status.Code(err), "no API key: %v", err)
+
+	keyed := metadata.AppendToOutgoingContext(ctx, "x-api-key", "secret")
+	_, err = c.UnaryCall(keyed, &testgrpc.SimpleRequest{ResponseSize: 0})
+	assert.Equal(t, codes.Internal, status.Code(err), "cost 0: %v", err)
+	_, err = c.UnaryCall(keyed, &testgrpc.SimpleRequest{ResponseSize: 11})
+	assert.Equal(t, codes.Internal, status.Code(err), "cost above the quota: %v", err)
+	_, err = c.UnaryCall(keyed, &testgrpc.SimpleRequest{ResponseSize: 10})
+	assert.NoError(t, err, "cost of the whole quota")
+	_, err = c.UnaryCall(keyed, &testgrpc.SimpleRequest{ResponseSize: 1})
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+
+	require.Len(t, errs, 3)
+	assert.ErrorIs(t, errs[0], grpclimit.ErrNoKey)
+	assert.ErrorIs(t, errs[1], floodgate.ErrInvalidN)
+	assert.ErrorIs(t, errs[2], floodgate.ErrExceedsLimit)
+	assert.EqualValues(t, 1, svc.unary.Load())
+}
+
+func TestUnarySkipAndOmitFields(t *testing.T) {
+	lim := fixedLimiter(t, floodgate.FixedWindow{Limit: 1, Window: time.Second}, nil)
+	icpt, err := grpclimit.New(lim, &grpclimit.Options{
+		OmitFields: true,
+		Skip:       func(_ context.Context, m string) bool { return m == "/grpc.testing.TestService/EmptyCall" },
+	})
+	require.NoError(t, err)
+	svc := &service{}
+	c := serve(t, svc, []grpc.ServerOption{grpc.UnaryInterceptor(icpt.Unary)})
+	var hdr metadata.MD
+	_, err = c.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}, grpc.Header(&hdr))
+	require.NoError(t, err)
+	assert.Empty(t, hdr.Get("ratelimit"))
+	assert.Empty(t, hdr.Get("ratelimit-policy"))
+	var trl metadata.MD
+	_, err = c.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}, grpc.Trailer(&trl))
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.NotEmpty(t, trl.Get("grpc-retry-pushback-ms"), "a denial keeps its pushback without fields")
+
+	// EmptyCall is skipped: it reaches the handler whatever the quota.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = c.EmptyCall(ctx, &testgrpc.Empty{})
+	assert.Equal(t, codes.Canceled, status.Code(err))
+}
+
+// failingStore is a floodgate.Store whose every step fails, as a store
+// that lost its backend does under floodgate.FailError.
+type failingStore struct{}
+
+func (failingStore) Bind(string, floodgate.Algorithm) (floodgate.Bound, error) {
+	return failingStore{}, nil
+}
+
+func (failingStore) Apply(context.Context, string, floodgate.Request, []floodgate.Decision) (floodgate.Result, error) {
+	return floodgate.Result{}, fmt.Errorf("%w: backend down", floodgate.ErrUnavailable)
+}
+
+func (failingStore) Take(context.Context, string, int64) (floodgate.Decision, error) {
+	return floodgate.Decision{}, fmt.Errorf("%w: backend down", floodgate.ErrUnavailable)
+}
+
+func TestUnaryStoreUnavailable(t *testing.T) {
+	lim, err := floodgate.New(failingStore{}, floodgate.TokenBucket{Rate: 1, Per: time.Second, Burst: 1}, nil)
+	require.NoError(t, err)
+	icpt, err := grpclimit.New(lim, &grpclimit.Options{UnavailableRetryAfter: 1500*time.Millisecond + 1})
+	require.NoError(t, err)
+	c := serve(t, &service{}, []grpc.ServerOption{grpc.UnaryInterceptor(icpt.Unary)})
+	var trl metadata.MD
+	_, err = c.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}, grpc.Trailer(&trl))
+	st := status.Convert(err)
+	require.Equal(t, codes.Unavailable, st.Code())
+	assert.NotContains(t, st.Message(), "backend down", "the store's error stays on the server")
+	var ri *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		if d, ok := d.(*errdetails.RetryInfo); ok {
+			ri = d
+		}
+	}
+	require.NotNil(t, ri)
+	assert.Equal(t, 1501*time.Millisecond, ri.GetRetryDelay().AsDuration())
+	assert.Equal(t, []string{"1501"}, trl.Get("grpc-retry-pushback-ms"))
+}
+
+func TestStreamOpenAndMessages(t *testing.T) {
+	// 4 units: the open of a stream costs 1, each message its payload's
+	// length.
+	lim := fixedLimiter(t, floodgate.FixedWindow{Limit: 4, Window: time.Minute}, nil)
+	icpt, err := grpclimit.New(lim, &grpclimit.Options{
+		Cost: func(_ context.Context, _ string, msg any) int64 {
+			return int64(len(msg.(*testgrpc.StreamingInputCallRequest).GetPayload().GetBody()))
+		},
+	})
+	require.NoError(t, err)
+	svc := &service{}
+	c := serve(t, svc, []grpc.ServerOption{grpc.StreamInterceptor(icpt.Stream)})
+	ctx := t.Context()
+	msg := func(n int) *testgrpc.StreamingInputCallRequest {
+		return &testgrpc.StreamingInputCallRequest{Payload: &testgrpc.Payload{Body: make([]byte, n)}}
+	}
+
+	stream, err := c.StreamingInputCall(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(msg(1)))
+	require.NoError(t, stream.Send(msg(1)))
+	require.NoError(t, stream.Send(msg(2))) // 1 + 1 + 1 + 2 > 4: denied on receipt
+	_, err = stream.CloseAndRecv()
+	st := status.Convert(err)
+	require.Equal(t, codes.ResourceExhausted, st.Code(), "third message: %v", err)
+	details(t, st)
+	trl := stream.Trailer()
+	assert.NotEmpty(t, trl.Get("grpc-retry-pushback-ms"))
+	hdr, err := stream.Header()
+	require.NoError(t, err)
+	assert.Equal(t, []string{`"default";q=4;w=60`}, hdr.Get("ratelimit-policy"), "the open's fields")
+	assert.EqualValues(t, 2, svc.messages.Load(), "messages the handler got")
+
+	// One unit is left: a stream opens with it, and its first message of
+	// cost 1 is denied.
+	stream, err = c.StreamingInputCall(ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(msg(1)))
+	_, err = stream.CloseAndRecv()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.EqualValues(t, 2, svc.messages.Load())
+
+	// Nothing is left: the next stream is denied at its open, with the
+	// RetryInfo of the limiter's decision.
+	stream, err = c.StreamingInputCall(ctx)
+	require.NoError(t, err)
+	_, err = stream.CloseAndRecv()
+	st = status.Convert(err)
+	require.Equal(t, codes.ResourceExhausted, st.Code())
+	d, err := lim.Allow(ctx, "addr:bufconn")
+	require.NoError(t, err)
+	ri, _ := details(t, st)
+	assert.Equal(t, grpclimit.RetryDelay(d.RetryAfter), ri.GetRetryDelay().AsDuration())
+	hdr, err = stream.Header()
+	require.NoError(t, err)
+	assert.Equal(t, []string{`"default";r=0;t=60`}, hdr.Get("ratelimit"))
+}
+
+func TestStreamWithoutCostIsLimitedAtOpenOnly(t *testing.T) {
+	lim := fixedLimiter(t, floodgate.FixedWindow{Limit: 1, Window: time.Minute}, nil)
+	icpt, err := grpclimit.New(lim, nil)
+	require.NoError(t, err)
+	svc := &service{}
+	c := serve(t, svc, []grpc.ServerOption{grpc.StreamInterceptor(icpt.Stream)})
+	stream, err := c.StreamingInputCall(t.Context())
+	require.NoError(t, err)
+	for range 10 {
+		require.NoError(t, stream.Send(&testgrpc.StreamingInputCallRequest{}))
+	}
+	_, err = stream.CloseAndRecv()
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, svc.messages.Load())
+	stream, err = c.StreamingInputCall(t.Context())
+	require.NoError(t, err)
+	_, err = stream.CloseAndRecv()
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
 }
