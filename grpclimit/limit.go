@@ -2,8 +2,6 @@ package grpclimit
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -123,14 +121,10 @@ func New(lim *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 	if o.Key == nil {
 		o.Key = KeyByPeer
 	}
-	switch {
-	case o.UnavailableRetryAfter < 0:
-		return nil, fmt.Errorf("%w: negative UnavailableRetryAfter %v", floodgate.ErrInvalidConfig, o.UnavailableRetryAfter)
-	case o.UnavailableRetryAfter == 0:
-		o.UnavailableRetryAfter = defaultUnavailableRetryAfter
-	}
-	o.UnavailableRetryAfter = RetryDelay(o.UnavailableRetryAfter)
 	var err error
+	if o.UnavailableRetryAfter, err = unavailableRetryAfter(o.UnavailableRetryAfter); err != nil {
+		return nil, err
+	}
 	if i.pols, err = newPolicies(lim, o.PolicyNames); err != nil {
 		return nil, err
 	}
@@ -266,7 +260,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, n int64) (md me
 		if buf != nil {
 			i.each.Put(buf)
 		}
-		return nil, i.unavailableWait(err), i.fail(ctx, method, key, err)
+		return nil, unavailableWait(err, o.UnavailableRetryAfter), i.fail(ctx, method, key, err)
 	}
 	if o.OnDecision != nil {
 		o.OnDecision(ctx, method, key, d)
@@ -286,16 +280,6 @@ func (i *Interceptor) decide(ctx context.Context, method string, n int64) (md me
 	pol := reps[0].Policy
 	msg := "grpclimit: rate limit exceeded (policy " + pol.Name + "); retry after " + wait.String()
 	return md, wait, denial(codes.ResourceExhausted, msg, wait, pol.Name, i.lim.Name(), d.Limit).Err()
-}
-
-// unavailableWait returns the wait of the status errorStatus gives err:
-// UnavailableRetryAfter for a failed store, 0 for the others, which carry
-// no RetryInfo.
-func (i *Interceptor) unavailableWait(err error) time.Duration {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, floodgate.ErrUnavailable) {
-		return 0
-	}
-	return i.o.UnavailableRetryAfter
 }
 
 // fail reports err to OnError and returns the status error that refuses

@@ -3,6 +3,7 @@ package grpclimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -90,4 +91,40 @@ func errorStatus(err error, unavailableWait time.Duration) *status.Status {
 	default:
 		return status.New(codes.Internal, "grpclimit: the rate limit could not be applied")
 	}
+}
+
+// rejectCode returns the code of a rejection configured as c: def for the
+// zero value (codes.OK), c for codes.ResourceExhausted and
+// codes.Unavailable, and an error matching floodgate.ErrInvalidConfig for
+// any other code.
+func rejectCode(c, def codes.Code) (codes.Code, error) {
+	switch c {
+	case codes.OK:
+		return def, nil
+	case codes.ResourceExhausted, codes.Unavailable:
+		return c, nil
+	}
+	return 0, fmt.Errorf("%w: rejection code %v, want ResourceExhausted or Unavailable", floodgate.ErrInvalidConfig, c)
+}
+
+// unavailableRetryAfter validates an UnavailableRetryAfter option and
+// returns it with its default, rounded up as RetryInfo carries it.
+func unavailableRetryAfter(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("%w: negative UnavailableRetryAfter %v", floodgate.ErrInvalidConfig, d)
+	case d == 0:
+		d = defaultUnavailableRetryAfter
+	}
+	return RetryDelay(d), nil
+}
+
+// unavailableWait returns the wait of the RetryInfo of the status
+// errorStatus gives err: d for a failed store, 0 for the others, which
+// carry none.
+func unavailableWait(err error, d time.Duration) time.Duration {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, floodgate.ErrUnavailable) {
+		return 0
+	}
+	return d
 }
