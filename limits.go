@@ -70,9 +70,20 @@ func (ls Limits) Validate() error {
 			if err := validate(a); err != nil {
 				return fmt.Errorf("floodgate: limit %d of the Limits: %w", i, err)
 			}
+			if d, _ := derefAlgorithm(a); isSubWindowed(d) {
+				// Not built yet: neither store's Limits steps keep a
+				// sub-window state.
+				return fmt.Errorf("%w: Limits[%d] is a SlidingWindow with sub-windows, which a Limits cannot hold yet", ErrInvalidConfig, i)
+			}
 		}
 	}
 	return nil
+}
+
+// isSubWindowed reports whether a is a SlidingWindow with sub-windows.
+func isSubWindowed(a Algorithm) bool {
+	sw, ok := a.(SlidingWindow)
+	return ok && sw.SubWindows >= 2
 }
 
 // validate calls a.Validate, which panics for a nil pointer to a

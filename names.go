@@ -22,6 +22,9 @@ func nameOf(alg Algorithm) string {
 	case CalendarWindow:
 		return fmt.Sprintf("cw:%d/%v:%s:%v:%v", a.Limit, a.Unit, a.location(), a.WeekStart, a.Offset)
 	case SlidingWindow:
+		if a.SubWindows >= 2 {
+			return fmt.Sprintf("sw:%d/%v:s%d", a.Limit, a.Window, a.SubWindows)
+		}
 		return fmt.Sprintf("sw:%d/%v", a.Limit, a.Window)
 	case SlidingLog:
 		return fmt.Sprintf("sl:%d/%v", a.Limit, a.Window)

@@ -59,6 +59,16 @@ func checkWindow(limit int64, window time.Duration) error {
 	return nil
 }
 
+// checkLongWindow is checkWindow for a window that may be longer than
+// MaxWindow (a sliding window with sub-windows, up to a year), checked by
+// its caller.
+func checkLongWindow(limit int64, window time.Duration) error {
+	if window > MaxWindow {
+		return checkWindow(limit, time.Second) // the limit's checks
+	}
+	return checkWindow(limit, window)
+}
+
 // windowPolicy returns the Policy of a window algorithm: Limit units per
 // Window, or the zero Policy for an invalid configuration.
 func windowPolicy(limit int64, window time.Duration) Policy {

@@ -20,6 +20,7 @@ type Reference struct {
 	fw    map[slot]step.FixedWindowState
 	sw    map[slot]step.SlidingWindowState
 	sl    map[slot]*step.SlidingLogState
+	sub   map[slot]*step.SubWindowState // sliding windows with sub-windows
 }
 
 // slot names one state: a step's state belongs to the limiter's name, the
@@ -46,6 +47,7 @@ func (r *Reference) Apply(name, key string, alg floodgate.Algorithm, now time.Ti
 		r.fw = map[slot]step.FixedWindowState{}
 		r.sw = map[slot]step.SlidingWindowState{}
 		r.sl = map[slot]*step.SlidingLogState{}
+		r.sub = map[slot]*step.SubWindowState{}
 	}
 	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
@@ -71,6 +73,17 @@ func (r *Reference) Apply(name, key string, alg floodgate.Algorithm, now time.Ti
 		return floodgate.Result{}, err
 	}
 	s := slot{name, key, kind, -1}
+	if sw, ok := alg.(floodgate.SlidingWindow); ok && sw.SubWindows >= 2 {
+		// A state of its own (stores keep the two kinds of sliding window
+		// counter apart), changed in place.
+		s.ord = -2
+		st := r.sub[s]
+		if st == nil {
+			st = new(step.SubWindowState)
+			r.sub[s] = st
+		}
+		return step.SubWindow(sw, st, now, req)
+	}
 	res, next, err := r.step(s, alg, now, req)
 	if err == nil && !req.Check {
 		r.keep(s, next)

@@ -82,6 +82,27 @@ func (h *harness) runReference(t *testing.T) {
 		keys := []string{fmt.Sprintf("ref/%d/a", i), fmt.Sprintf("ref/%d/b", i)}
 		h.trace(t, g, clock, i, []pair{p}, keys, g.count(1, 40))
 	}
+	// Sliding windows with sub-windows, whose state is of a kind of its
+	// own: traces of their own, so that the identity checks' draws (two
+	// configurations of one kind share state) never mix the two counters.
+	for i := range traces / 2 {
+		g := h.rng(t, traces+i)
+		alg := genSubWindowed(g)
+		if !h.supported(t, s, alg) {
+			return
+		}
+		p := s.pair(t, alg)
+		keys := []string{fmt.Sprintf("sub/%d/a", i), fmt.Sprintf("sub/%d/b", i)}
+		h.trace(t, g, clock, i, []pair{p}, keys, g.count(1, 60))
+	}
+}
+
+// genSubWindowed draws a SlidingWindow with 2 to 60 sub-windows of 100 ms
+// to 3 s.
+func genSubWindowed(g *gen) floodgate.SlidingWindow {
+	subs := []int{2, 3, 4, 5, 10, 60}[g.ints(0, 5)]
+	sub := time.Duration(g.int64s(100, 3_000)) * time.Millisecond
+	return floodgate.SlidingWindow{Limit: g.int64s(1, 12), Window: time.Duration(subs) * sub, SubWindows: subs}
 }
 
 // trace runs steps random steps of the limiters ps on keys, on the virtual

@@ -259,10 +259,17 @@ type slEntry struct {
 	st          step.SlidingLogState
 }
 
-// sw, sl and limits return the state of e, which heads an entry of that
+// subEntry is the state of a sliding window key with sub-windows.
+type subEntry struct {
+	lockedEntry // first: see asWord
+	st          step.SubWindowState
+}
+
+// sw, sub, sl and limits return the state of e, which heads an entry of that
 // kind (see asWord).
 func (e *lockedEntry) sw() *step.SlidingWindowState { return &(*swEntry)(unsafe.Pointer(e)).st }
 func (e *lockedEntry) sl() *step.SlidingLogState    { return &(*slEntry)(unsafe.Pointer(e)).st }
+func (e *lockedEntry) sub() *step.SubWindowState    { return &(*subEntry)(unsafe.Pointer(e)).st }
 func (e *lockedEntry) limits() *limitsState         { return &(*limitsEntry)(unsafe.Pointer(e)).st }
 
 // lockedTable holds the entries of one kind whose state needs more than a
@@ -398,6 +405,34 @@ func swHeld(st *step.SlidingWindowState, w int64) (held, restoreAt int64) {
 	// An empty window reserved ahead keeps the windows before it closed:
 	// forgetting it early would reopen them.
 	return 0, st.Start
+}
+
+// subBound runs one sliding window configuration with sub-windows.
+type subBound struct {
+	t  *lockedTable
+	sc keytable.Scope
+	a  floodgate.SlidingWindow
+}
+
+// Apply executes one step on key; see floodgate.Bound.
+func (b *subBound) Apply(_ context.Context, key string, req floodgate.Request, _ []floodgate.Decision) (floodgate.Result, error) {
+	return b.t.apply(&b.sc, key, func(e *lockedEntry, now time.Time) (floodgate.Result, error) {
+		return step.SubWindow(b.a, e.sub(), now, req)
+	})
+}
+
+// Take is Apply of a plain take.
+func (b *subBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	res, err := b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
+	return res.Decision, err
+}
+
+// subHeld: the units counted, until the newest counted sub-window has left.
+func subHeld(st *step.SubWindowState) (held, restoreAt int64) {
+	if j, ok := st.LastCounted(); ok {
+		return st.Total, (j + int64(len(st.Counts))) * st.Sub
+	}
+	return 0, math.MinInt64
 }
 
 // slBound runs one sliding log configuration.

@@ -134,6 +134,7 @@ type Store struct {
 	tb, lb atomic.Pointer[wordTable]
 	fw     atomic.Pointer[fwTable]
 	sw, sl atomic.Pointer[lockedTable]
+	sub    atomic.Pointer[lockedTable] // sliding windows with sub-windows
 	lim    atomic.Pointer[lockedTable] // every Limits
 }
 
@@ -210,6 +211,9 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	case floodgate.CalendarWindow:
 		return s.bindCW(sc, a), nil
 	case floodgate.SlidingWindow:
+		if a.SubWindows >= 2 {
+			return s.bindSub(sc, a), nil
+		}
 		b := s.bindSW(sc, a)
 		return &b, nil
 	default:
@@ -286,6 +290,16 @@ func (s *Store) bindSW(sc keytable.Scope, a floodgate.SlidingWindow) swBound {
 	return swBound{t: t, sc: sc, a: a}
 }
 
+// bindSub binds a sliding window with sub-windows, whose states keep their
+// own sub-window length (held needs no window).
+func (s *Store) bindSub(sc keytable.Scope, a floodgate.SlidingWindow) *subBound {
+	t := lazy(s, &s.sub, func() *lockedTable {
+		return newLockedTable(s, func() *keytable.Entry { return &new(subEntry).Entry },
+			func(e *lockedEntry, _ int64) (int64, int64) { return subHeld(e.sub()) })
+	})
+	return &subBound{t: t, sc: sc, a: a}
+}
+
 func (s *Store) bindSL(sc keytable.Scope, a floodgate.SlidingLog) slBound {
 	t := lazy(s, &s.sl, func() *lockedTable {
 		return newLockedTable(s, func() *keytable.Entry { return &new(slEntry).Entry },
@@ -323,6 +337,9 @@ func (s *Store) tables() []sweeper {
 		ts = append(ts, t)
 	}
 	if t := s.sl.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.sub.Load(); t != nil {
 		ts = append(ts, t)
 	}
 	if t := s.lim.Load(); t != nil {

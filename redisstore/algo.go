@@ -119,6 +119,9 @@ func resolveOne(alg floodgate.Algorithm) (algo, error) {
 	if err := alg.Validate(); err != nil {
 		return a, err
 	}
+	if a.sw.SubWindows >= 2 {
+		return a, fmt.Errorf("%w: redisstore does not run a SlidingWindow with sub-windows yet", floodgate.ErrInvalidConfig)
+	}
 	a.kind = kind
 	p := alg.Policy()
 	a.quota = p.Quota

@@ -57,7 +57,7 @@ func split(alg floodgate.Algorithm, i, k int) (floodgate.Algorithm, error) {
 		if a.Limit < int64(k) {
 			return nil, fmt.Errorf("%w: shard: %v over %d shards: Limit must be at least %d", floodgate.ErrInvalidConfig, a, k, k)
 		}
-		out = floodgate.SlidingWindow{Limit: part(a.Limit, i, k), Window: a.Window}
+		out = floodgate.SlidingWindow{Limit: part(a.Limit, i, k), Window: a.Window, SubWindows: a.SubWindows}
 	case floodgate.SlidingLog:
 		if a.Limit < int64(k) {
 			return nil, fmt.Errorf("%w: shard: %v over %d shards: Limit must be at least %d", floodgate.ErrInvalidConfig, a, k, k)
