@@ -57,7 +57,7 @@ func (r *Reference) Apply(name, key string, alg floodgate.Algorithm, now time.Ti
 			return floodgate.Result{}, err
 		}
 		m := &refMembers{r: r, key: key, ls: ls}
-		var n [step.KindSlidingLog + 1]int
+		var n [step.KindSubWindows + 1]int
 		for i, a := range ls {
 			k, err := step.KindOf(a)
 			if err != nil {
@@ -74,9 +74,7 @@ func (r *Reference) Apply(name, key string, alg floodgate.Algorithm, now time.Ti
 	}
 	s := slot{name, key, kind, -1}
 	if sw, ok := alg.(floodgate.SlidingWindow); ok && sw.SubWindows >= 2 {
-		// A state of its own (stores keep the two kinds of sliding window
-		// counter apart), changed in place.
-		s.ord = -2
+		// A state of its own kind, changed in place.
 		st := r.sub[s]
 		if st == nil {
 			st = new(step.SubWindowState)

@@ -139,15 +139,15 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	}
 	b = &binding{s: s, remote: remote, name: name, kind: kind, policy: policy, cfg: cfg,
 		entries: xsync.NewMap[string, *entry]()}
-	if kind == step.KindFixedWindow || kind == step.KindSlidingWindow {
+	switch kind {
+	case step.KindFixedWindow, step.KindSlidingWindow:
 		b.window = int64(policy.Window)
-		if sw, ok := alg.(floodgate.SlidingWindow); ok && sw.SubWindows >= 2 {
-			// The remote counts a unit in the sub-window it was leased in,
-			// for as long as it would count a unit admitted at any instant
-			// of it: a unit used within that sub-window is counted exactly
-			// as an admission then.
-			b.window = int64(policy.Window) / int64(sw.SubWindows)
-		}
+	case step.KindSubWindows:
+		// The remote counts a unit in the sub-window it was leased in, for
+		// as long as it would count a unit admitted at any instant of it:
+		// a unit used within that sub-window is counted exactly as an
+		// admission then.
+		b.window = int64(policy.Window) / int64(alg.(floodgate.SlidingWindow).SubWindows)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -74,7 +74,7 @@ func (s *Store) bindLimits(sc keytable.Scope, ls floodgate.Limits) (*limitsBound
 			func(e *lockedEntry, w int64) (int64, int64) { return limitsHeld(e.limits(), w) })
 	})
 	b := &limitsBound{t: t, sc: sc, ls: ls, quota: ls.Policy().Quota}
-	var next [step.KindSlidingLog + 1]uint8
+	var next [step.KindSubWindows + 1]uint8
 	for i, a := range ls {
 		k, err := step.KindOf(a)
 		if err != nil {

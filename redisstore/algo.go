@@ -78,6 +78,8 @@ func kindCode(kind step.Kind) string {
 		return "fw"
 	case step.KindSlidingWindow:
 		return "sw"
+	case step.KindSubWindows:
+		return "sws"
 	}
 	return "sl"
 }
@@ -119,9 +121,6 @@ func resolveOne(alg floodgate.Algorithm) (algo, error) {
 	if err := alg.Validate(); err != nil {
 		return a, err
 	}
-	if a.sw.SubWindows >= 2 {
-		return a, fmt.Errorf("%w: redisstore does not run a SlidingWindow with sub-windows yet", floodgate.ErrInvalidConfig)
-	}
 	a.kind = kind
 	p := alg.Policy()
 	a.quota = p.Quota
@@ -133,6 +132,9 @@ func resolveOne(alg floodgate.Algorithm) (algo, error) {
 	case step.KindTokenBucket, step.KindLeakyBucket:
 		// Policy's window is tau = quota·interval exactly.
 		a.period, a.tau = int64(p.Window)/a.quota, int64(p.Window)
+	case step.KindSubWindows:
+		// subwindow.lua takes the sub-window and S.
+		a.period, a.tau = int64(a.sw.Window)/int64(a.sw.SubWindows), int64(a.sw.SubWindows)
 	default:
 		a.period = int64(p.Window)
 	}
@@ -173,8 +175,8 @@ func (a algo) scale(share float64) floodgate.Algorithm {
 			return cw
 		}
 		return floodgate.FixedWindow{Limit: part(a.fw.Limit), Window: a.fw.Window}
-	case step.KindSlidingWindow:
-		return floodgate.SlidingWindow{Limit: part(a.sw.Limit), Window: a.sw.Window}
+	case step.KindSlidingWindow, step.KindSubWindows:
+		return floodgate.SlidingWindow{Limit: part(a.sw.Limit), Window: a.sw.Window, SubWindows: a.sw.SubWindows}
 	default:
 		return floodgate.SlidingLog{Limit: part(a.sl.Limit), Window: a.sl.Window}
 	}
@@ -306,8 +308,11 @@ func (a algo) decode(reply any, req floodgate.Request, each []floodgate.Decision
 // decodeReader is decode of one of the five algorithms' replies, read by r.
 func (a *algo) decodeReader(r *replyReader, req floodgate.Request) (floodgate.Result, error) {
 	var err error
-	if a.kind == step.KindSlidingLog {
+	switch a.kind {
+	case step.KindSlidingLog:
 		return a.decodeLog(r, req)
+	case step.KindSubWindows:
+		return a.decodeSub(r, req)
 	}
 	now, old, next := r.now(), r.str(2), r.str(3)
 	allowed, granted := r.int(4) == 1, r.int(5)
@@ -642,4 +647,80 @@ func (r *replyReader) parse(i int, s string) int64 {
 		r.err = badReply("element %d is %q, want an integer", i, s)
 	}
 	return n
+}
+
+// decodeSub builds the Result of subwindow.lua's reply: it runs
+// step.SubWindow on the old state at the script's instant and checks that
+// the script wrote the same new state and decision.
+func (a *algo) decodeSub(r *replyReader, req floodgate.Request) (floodgate.Result, error) {
+	now, old, next := r.now(), r.str(2), r.str(3)
+	allowed, granted := r.int(4) == 1, r.int(5)
+	if r.err != nil {
+		return floodgate.Result{}, r.err
+	}
+	st, ok := parseSub(old)
+	if !ok {
+		return floodgate.Result{}, badReply("sub-window state of %d bytes", len(old))
+	}
+	res, err := step.SubWindow(a.sw, &st, time.Unix(0, now), req)
+	if err != nil {
+		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("%v: the reference rejects the step the script took: %w", a.kind, err))
+	}
+	// A check changes no state here; the script replies the state it
+	// would have written, which only its decision tells apart.
+	if res.Allowed != allowed || res.Granted != granted || !req.Check && formatSub(st) != next {
+		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf(
+			"%v at %d: script allowed=%v granted=%d, reference allowed=%v granted=%d, or their states differ",
+			a.kind, now, allowed, granted, res.Allowed, res.Granted))
+	}
+	return res, nil
+}
+
+// subField is the width of subwindow.lua's integers, in bytes.
+const subField = 7
+
+// parseSub decodes subwindow.lua's state: the newest sub-window, the
+// total, the sub-window in microseconds and the counts, 7-byte
+// little-endian integers each; "" is a new key.
+func parseSub(s string) (step.SubWindowState, bool) {
+	var st step.SubWindowState
+	if s == "" {
+		return st, true
+	}
+	if len(s)%subField != 0 || len(s)/subField < 4 {
+		return st, false
+	}
+	num := func(i int) int64 {
+		var v int64
+		for b := subField - 1; b >= 0; b-- {
+			v = v<<8 | int64(s[i*subField+b])
+		}
+		return v
+	}
+	st.Newest, st.Total, st.Sub = num(0), num(1), num(2)*1000
+	st.Counts = make([]int64, len(s)/subField-3)
+	var sum int64
+	for i := range st.Counts {
+		st.Counts[i] = num(3 + i)
+		sum += st.Counts[i]
+	}
+	return st, sum == st.Total && st.Total < 1<<53
+}
+
+// formatSub encodes st as subwindow.lua stores it.
+func formatSub(st step.SubWindowState) string {
+	b := make([]byte, 0, subField*(len(st.Counts)+3))
+	put := func(v int64) {
+		for range subField {
+			b = append(b, byte(v))
+			v >>= 8
+		}
+	}
+	put(st.Newest)
+	put(st.Total)
+	put(st.Sub / 1000)
+	for _, c := range st.Counts {
+		put(c)
+	}
+	return string(b)
 }

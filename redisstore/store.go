@@ -513,7 +513,7 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 		b.suffix = singleSuffix(name, a.kind)
 	} else {
 		b.suffixes = make([]string, len(a.members))
-		var ords [step.KindSlidingLog + 1]int
+		var ords [step.KindSubWindows + 1]int
 		for i, m := range a.members {
 			b.suffixes[i] = limitSuffix(name, m.kind, ords[m.kind])
 			ords[m.kind]++

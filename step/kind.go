@@ -17,6 +17,10 @@ const (
 	KindFixedWindow
 	KindSlidingWindow
 	KindSlidingLog
+	// KindSubWindows is a SlidingWindow with SubWindows of 2 or more,
+	// whose state (SubWindowState) is kept apart from the two-counter
+	// estimate's.
+	KindSubWindows
 )
 
 // String returns the name of the algorithm's configuration type:
@@ -34,6 +38,8 @@ func (k Kind) String() string {
 		return "SlidingWindow"
 	case KindSlidingLog:
 		return "SlidingLog"
+	case KindSubWindows:
+		return "SlidingWindow/sub-windows"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
@@ -44,7 +50,7 @@ func (k Kind) String() string {
 // other value, a pointer or nil, is an error matching
 // floodgate.ErrInvalidConfig. KindOf does not validate alg.
 func KindOf(alg floodgate.Algorithm) (Kind, error) {
-	switch alg.(type) {
+	switch a := alg.(type) {
 	case floodgate.TokenBucket:
 		return KindTokenBucket, nil
 	case floodgate.LeakyBucket:
@@ -52,6 +58,9 @@ func KindOf(alg floodgate.Algorithm) (Kind, error) {
 	case floodgate.FixedWindow, floodgate.CalendarWindow:
 		return KindFixedWindow, nil
 	case floodgate.SlidingWindow:
+		if a.SubWindows >= 2 {
+			return KindSubWindows, nil
+		}
 		return KindSlidingWindow, nil
 	case floodgate.SlidingLog:
 		return KindSlidingLog, nil

@@ -109,7 +109,7 @@ func luaFiles(t *testing.T) map[string]string {
 		require.NoError(t, err)
 		files[n] = string(b)
 	}
-	require.Len(t, files, 16)
+	require.Len(t, files, 17)
 	return files
 }
 
@@ -165,7 +165,7 @@ func TestProtocolNames(t *testing.T) {
 	for n := range names {
 		require.True(t, used[n], "no script uses %s", n)
 	}
-	for k := step.KindTokenBucket; k <= step.KindSlidingLog; k++ {
+	for k := step.KindTokenBucket; k <= KindCalendar; k++ {
 		for _, src := range []string{Source(k), BatchSource(k)} {
 			require.NotRegexp(t, name, src, "%v: a name left in the script", k)
 		}

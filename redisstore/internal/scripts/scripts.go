@@ -124,6 +124,8 @@ var (
 	slidingWindow string
 	//go:embed slidinglog.lua
 	slidingLog string
+	//go:embed subwindow.lua
+	subWindows string
 	//go:embed batch.lua
 	batch string
 	//go:embed limits.lua
@@ -140,6 +142,7 @@ var fastPaths = [...]string{
 	step.KindFixedWindow:   fixedWindowFast,
 	step.KindSlidingWindow: slidingWindowFast,
 	step.KindSlidingLog:    "",
+	step.KindSubWindows:    "",
 	KindCalendar:           "",
 }
 
@@ -150,6 +153,7 @@ var bodies = [...]string{
 	step.KindFixedWindow:   fixedWindow,
 	step.KindSlidingWindow: slidingWindow,
 	step.KindSlidingLog:    slidingLog,
+	step.KindSubWindows:    subWindows,
 	KindCalendar:           calendarWindow,
 }
 
