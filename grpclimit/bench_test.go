@@ -18,7 +18,7 @@ import (
 
 // benchLimiter returns a limiter on a memstore with the wall clock whose
 // quota no benchmark exhausts, so that every decision admits.
-func benchLimiter(b *testing.B) *floodgate.Limiter {
+func benchLimiter(b testing.TB) *floodgate.Limiter {
 	b.Helper()
 	store, err := memstore.New(nil)
 	if err != nil {
@@ -102,10 +102,19 @@ func (s *benchService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest)
 }
 
 // BenchmarkInterceptorBufconn measures a unary call on an in-memory
-// connection: without limiting, with a bare decision in the handler, and
-// with the interceptor (default options) instead.
+// connection: without limiting, with a bare decision in the handler, with
+// a bare decision in an interceptor of its own (what any interceptor costs:
+// grpc allocates the call's UnaryServerInfo and the handler's closure for
+// it), and with the interceptor (default options, then OmitFields)
+// instead.
 func BenchmarkInterceptorBufconn(b *testing.B) {
 	lim := benchLimiter(b)
+	bare := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if _, err := lim.Allow(ctx, "addr:bufconn"); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
 	icpt, err := grpclimit.New(lim, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -121,6 +130,7 @@ func BenchmarkInterceptorBufconn(b *testing.B) {
 	}{
 		{"none", &benchService{}, nil},
 		{"bare", &benchService{lim: lim}, nil},
+		{"bare-interceptor", &benchService{}, []grpc.ServerOption{grpc.UnaryInterceptor(bare)}},
 		{"interceptor", &benchService{}, []grpc.ServerOption{grpc.UnaryInterceptor(icpt.Unary)}},
 		{"interceptor/omitfields", &benchService{}, []grpc.ServerOption{grpc.UnaryInterceptor(omit.Unary)}},
 	} {

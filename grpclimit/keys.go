@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"net"
 	"net/netip"
+	"strings"
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -69,8 +70,13 @@ func KeyByPeer(ctx context.Context, _ string) (string, bool) {
 	case *net.IPAddr:
 		ip, _ = netip.AddrFromSlice(a.IP)
 	default:
-		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
-			ip = ap.Addr()
+		// Only a string with a colon may be an address and port: parsing
+		// one without (bufconn's "bufconn", a Unix socket's path)
+		// would allocate its error on every call.
+		if s := a.String(); strings.IndexByte(s, ':') >= 0 {
+			if ap, err := netip.ParseAddrPort(s); err == nil {
+				ip = ap.Addr()
+			}
 		}
 	}
 	if !ip.IsValid() {
