@@ -667,8 +667,10 @@ func (a *algo) decodeSub(r *replyReader, req floodgate.Request) (floodgate.Resul
 		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("%v: the reference rejects the step the script took: %w", a.kind, err))
 	}
 	// A check changes no state here; the script replies the state it
-	// would have written, which only its decision tells apart.
-	if res.Allowed != allowed || res.Granted != granted || !req.Check && formatSub(st) != next {
+	// would have written, which only its decision tells apart. The script
+	// replies the new state's header (newest, total, sub-window): the next
+	// step's old state shows its counts, which parseSub checks add up.
+	if res.Allowed != allowed || res.Granted != granted || !req.Check && formatSub(st)[:3*subField] != next {
 		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf(
 			"%v at %d: script allowed=%v granted=%d, reference allowed=%v granted=%d, or their states differ",
 			a.kind, now, allowed, granted, res.Allowed, res.Granted))

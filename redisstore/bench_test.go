@@ -347,3 +347,47 @@ func BenchmarkFailCount(b *testing.B) {
 		})
 	})
 }
+
+// BenchmarkSubWindows compares, on a real Redis and in one run, serial
+// takes of the two-counter sliding window with the sliding window of S
+// sub-windows (Limit 1,000,000 per minute, never binding), on one hot key
+// and spread over 10,000 keys (each decision then moves its key to a new
+// sub-window: the O(S) path). It reports Redis' time per script call (INFO
+// commandstats, usec_per_call of EVALSHA) beside the latency.
+func BenchmarkSubWindows(b *testing.B) {
+	for _, keys := range []int{1, 10_000} {
+		names := make([]string, keys)
+		for i := range names {
+			names[i] = "bench:" + strconv.Itoa(i)
+		}
+		for _, s := range []int{1, 4, 10, 60} {
+			alg := floodgate.SlidingWindow{Limit: 1_000_000, Window: time.Minute, SubWindows: s}
+			b.Run(fmt.Sprintf("keys=%d/S=%d", keys, s), func(b *testing.B) {
+				c := benchClient(b, 8)
+				st, err := New(c, &Options{Prefix: "fgbench:sub:", Timeout: time.Second})
+				require.NoError(b, err)
+				b.Cleanup(func() { _ = st.Close(); deleteKeys(b, c, "fgbench:sub:") })
+				bnd, err := st.Bind(testName, alg)
+				require.NoError(b, err)
+				req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+				ctx := context.Background()
+				_, err = bnd.Apply(ctx, names[0], req, nil) // loads the script
+				require.NoError(b, err)
+				before := evalshaStats(b, c)
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					res, err := bnd.Apply(ctx, names[i%keys], req, nil)
+					if err != nil || !res.Allowed {
+						b.Fatalf("Apply: %+v, %v", res, err)
+					}
+					i++
+				}
+				after := evalshaStats(b, c)
+				if calls := after[0] - before[0]; calls > 0 {
+					b.ReportMetric((after[1]-before[1])/calls, "redis-µs/call")
+				}
+			})
+		}
+	}
+}

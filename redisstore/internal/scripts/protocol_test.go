@@ -109,7 +109,7 @@ func luaFiles(t *testing.T) map[string]string {
 		require.NoError(t, err)
 		files[n] = string(b)
 	}
-	require.Len(t, files, 17)
+	require.Len(t, files, 18)
 	return files
 }
 

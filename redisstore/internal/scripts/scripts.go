@@ -126,6 +126,8 @@ var (
 	slidingLog string
 	//go:embed subwindow.lua
 	subWindows string
+	//go:embed subwindow_fast.lua
+	subWindowsFast string
 	//go:embed batch.lua
 	batch string
 	//go:embed limits.lua
@@ -142,7 +144,7 @@ var fastPaths = [...]string{
 	step.KindFixedWindow:   fixedWindowFast,
 	step.KindSlidingWindow: slidingWindowFast,
 	step.KindSlidingLog:    "",
-	step.KindSubWindows:    "",
+	step.KindSubWindows:    subWindowsFast,
 	KindCalendar:           "",
 }
 
@@ -216,7 +218,7 @@ func buildLimits() string {
 	b.WriteString(expand(timeLua) + "\n")
 	b.WriteString("local fasts = {}\n")
 	for k, fast := range fastPaths {
-		if fast != "" {
+		if fast != "" && k != int(step.KindSubWindows) { // a Limits holds none
 			fmt.Fprintf(&b, "do\n%s\nfasts['%d'] = fast\nend\n", expand(fast), k)
 		}
 	}
@@ -225,7 +227,7 @@ func buildLimits() string {
 	b.WriteString("local run = {}\n")
 	args := expand(argsLua) + "\n"
 	for k, body := range bodies {
-		if body != "" {
+		if body != "" && k != int(step.KindSubWindows) {
 			fmt.Fprintf(&b, "run['%d'] = function(KEYS, ARGV)\n%s%s\nend\n", k, args, expand(body))
 		}
 	}

@@ -60,6 +60,11 @@ func TestSource(t *testing.T) {
 	i := strings.Index(lsrc, helpers)
 	require.Positive(t, i, "the Limits script holds lib.lua")
 	for k := step.KindTokenBucket; k <= KindCalendar; k++ {
+		if k == step.KindSubWindows {
+			// A Limits holds no sliding window with sub-windows.
+			require.NotContains(t, lsrc, "run['"+strconv.Itoa(int(k))+"']", "%v in the Limits script", k)
+			continue
+		}
 		if fast := fastPaths[k]; fast != "" {
 			require.Contains(t, lsrc[:i], "do\n"+expand(fast)+"\nfasts['"+strconv.Itoa(int(k))+"'] = fast\nend\n", "%v's fast path before lib.lua", k)
 		}

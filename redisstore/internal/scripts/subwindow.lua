@@ -17,18 +17,23 @@
 --   ARGV[ARG_AT]      admitted, for a settlement, is the instant the
 --                     units were admitted for
 --
--- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, new
--- state, allowed (0 or 1), granted}, the states as stored ("" for a
--- missing key). A step that admits nothing still writes the state moved to
--- the current sub-window when that changed it; a dry step (a check)
--- replies the state it would write. redisstore re-runs step.SubWindow on
--- the old state and now to build the Result, and checks that it agrees
--- with the reply. An admitted take sets delay (lib.lua).
+-- Reply: {now's seconds, now's nanoseconds (0 to 1e9 - 1), old state, the
+-- new state's first 21 bytes (newest, total, sub-window), allowed (0 or
+-- 1), granted}, the old state as stored ("" for a missing key): the
+-- counts are not sent back (at S = 60 they would double the reply), and
+-- the next step's old state shows them, whose counts redisstore checks
+-- add up to its total. A step that admits nothing still writes the state
+-- moved to the current sub-window when that changed it; a dry step (a
+-- check) replies the state it would write. redisstore re-runs
+-- step.SubWindow on the old state and now to build the Result, and checks
+-- that it agrees with the reply. An admitted take sets delay (lib.lua).
 --
--- The common case, a take in the sub-window of the newest count, reads
--- the header and one count and rewrites them: O(1). Moving to a later
--- sub-window decodes and re-encodes the S+1 counts, once per sub-window
--- and key.
+-- Every step is O(1) Lua operations but when a sub-window's count leaves
+-- alive (a reservation folds it) or a reservation looks for the earliest
+-- sub-window with room (O(S)); the counts live in one string, changed by
+-- slicing. subwindow_fast.lua decides the common case, a take without
+-- delay on Redis TIME, before lib.lua, and defines the integer codec this
+-- file uses.
 --
 -- Time: the client's clock when ARGV[ARG_NOW] is set, else Redis TIME.
 -- Sub-windows are aligned to the Unix epoch. The TTL is the time until the
@@ -36,30 +41,12 @@
 -- the margin.
 
 local limit, s, gu = quota, tau, period / 1000
-local size = 7 * (s + 4)
-
--- num reads the 7-byte integer at byte offset p (from 0) of str.
-local function num(str, p)
-  local b1, b2, b3, b4, b5, b6, b7 = string.byte(str, p + 1, p + 7)
-  return b1 + 256 * (b2 + 256 * (b3 + 256 * (b4 + 256 * (b5 + 256 * (b6 + 256 * b7)))))
-end
-
--- enc returns the 7 bytes of the integer v (0 <= v < 2^53).
-local function enc(v)
-  local b = {}
-  for i = 1, 7 do
-    local r = v % 256
-    b[i] = r
-    v = (v - r) / 256
-  end
-  return string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7])
-end
+-- Z7, num and enc are subwindow_fast.lua's, which Source puts first.
 
 local old = redis.call('GET', key) or ''
-local newest, total, sub = 0, 0, 0
-local k = 0 -- the stored state's number of counts
+local newest, total, sub, k = 0, 0, 0, 0
 if old ~= '' then
-  k = #old / 7 - 3
+  k = #old / 7 - 3 -- the stored state's number of counts
   if k < 1 or k % 1 ~= 0 then
     error('floodgate: corrupt sub-window state')
   end
@@ -70,18 +57,18 @@ local tus, tsub = fdiv(tns, 1000)
 tus = ts * 1000000 + tus -- now in microseconds, and tsub ns past it
 local c = fdiv(tus, gu)  -- the current sub-window
 
--- cnt holds the counts, decoded, when the step changes more than one
--- (cnt[j % (s+1)] is sub-window j's); nil while the stored string serves.
-local cnt = nil
+-- ring holds the S+1 counts, 7 bytes each, sub-window j's at position
+-- slot(j); changed says whether the state differs from old.
+local ring, changed = string.sub(old, 22), false
 local function slot(j)
   local _, r = fdiv(j, s + 1)
   return r
 end
-local function decode()
-  cnt = {}
-  for i = 0, s do
-    cnt[i] = num(old, 21 + 7 * i)
-  end
+local function get(i)
+  return num(ring, 7 * i)
+end
+local function set(i, v)
+  ring = string.sub(ring, 1, 7 * i) .. enc(v) .. string.sub(ring, 7 * i + 8)
 end
 
 -- Fit: a state written with another sub-window length or S keeps its total
@@ -91,42 +78,44 @@ if old == '' or sub ~= gu or k ~= s + 1 then
   if total > 0 and sub > 0 then
     nw = fdiv((newest + 1) * sub - 1, gu)
   end
-  cnt = {}
-  for i = 0, s do
-    cnt[i] = 0
+  ring, newest, changed = string.rep(Z7, s + 1), nw, true
+  if total > 0 then
+    set(slot(nw), total)
   end
-  cnt[slot(nw)] = total
-  newest = nw
 end
 
 -- advance moves the newest sub-window to m > newest: counts leaving the
 -- S+1 kept are dropped when dead at c (older than c - s), else added to the
 -- oldest kept sub-window, m - s.
 local function advance(m)
-  if not cnt then
-    decode()
-  end
+  local first, last = newest - s, math.min(newest, m - s - 1)
   local fold = 0
-  for j = newest - s, math.min(newest, m - s - 1) do
-    local i = slot(j)
-    local v = cnt[i]
-    if v ~= 0 then
-      cnt[i] = 0
+  if last - first >= s and last < c - s then
+    -- All of them leave, all dead: nothing to read.
+    ring, total = string.rep(Z7, s + 1), 0
+  elseif last >= first then
+    for j = first, last do
+      local v = get(slot(j))
       if j < c - s then
         total = total - v
       else
         fold = fold + v
       end
     end
-  end
-  if m - newest > s then
-    for i = 0, s do
-      cnt[i] = 0
+    -- Zero the positions of first..last (contiguous, modulo s + 1).
+    local i0, n0 = slot(first), last - first + 1
+    if i0 + n0 <= s + 1 then
+      ring = string.sub(ring, 1, 7 * i0) .. string.rep(Z7, n0) .. string.sub(ring, 7 * (i0 + n0) + 1)
+    else
+      local n2 = i0 + n0 - (s + 1)
+      ring = string.rep(Z7, n2) .. string.sub(ring, 7 * n2 + 1, 7 * i0) .. string.rep(Z7, s + 1 - i0)
     end
   end
-  newest = m
-  local i = slot(m - s)
-  cnt[i] = cnt[i] + fold
+  newest, changed = m, true
+  if fold > 0 then
+    local i = slot(m - s)
+    set(i, get(i) + fold)
+  end
 end
 
 if c > newest then
@@ -136,12 +125,9 @@ end
 -- earliest returns the first sub-window after newest at whose start n
 -- more units fit under lim, counts older by more than s having left.
 local function earliest(lim, units)
-  if not cnt then
-    decode()
-  end
   local left = total
   for j = newest - s, newest do
-    left = left - cnt[slot(j)]
+    left = left - get(slot(j))
     if left + units <= lim then
       return j + s + 1
     end
@@ -159,19 +145,11 @@ local function waitns(m)
   return du * 1000 - tsub
 end
 
--- count counts v more units in sub-window j: in cnt when decoded, else as
--- the one count that changes (one), cnt set to false.
-local one = nil
+-- count counts v more units in sub-window j.
 local function count(j, v)
   local i = slot(j)
-  if cnt then
-    cnt[i] = cnt[i] + v
-  else
-    local p = 21 + 7 * i
-    cnt = false -- the one count changed, written below
-    one = {p, num(old, p) + v}
-  end
-  total = total + v
+  set(i, get(i) + v)
+  total, changed = total + v, true
 end
 
 local allowed, granted = 0, 0
@@ -204,42 +182,28 @@ else -- OP_SETTLE: in the sub-window of At while it is counted.
   local aus = fdiv(ans, 1000)
   local j = fdiv(as * 1000000 + aus, gu)
   if j >= c - s and j <= newest then
-    j = math.max(j, newest - s)
-    if not cnt then
-      decode()
-    end
-    local i = slot(j)
+    local i = slot(math.max(j, newest - s))
+    local v = get(i)
     if n > 0 then
       granted = math.min(n, math.max(2 * limit - total, 0))
-      cnt[i] = cnt[i] + granted
-      total = total + granted
+      v, total = v + granted, total + granted
     else
-      granted = math.min(-n, cnt[i])
-      cnt[i] = cnt[i] - granted
-      total = total - granted
+      granted = math.min(-n, v)
+      v, total = v - granted, total - granted
     end
     if granted > 0 then
-      allowed = 1
+      allowed, changed = 1, true
+      set(i, v)
     end
   end
 end
 
 local new = old
-if cnt then
-  local parts = {enc(newest), enc(total), enc(gu)}
-  for i = 0, s do
-    parts[i + 4] = enc(cnt[i])
-  end
-  new = table.concat(parts)
-elseif cnt == false then
-  -- One count changed in place: the header's total and that count.
-  local p, v = one[1], one[2]
-  new = string.sub(old, 1, 7) .. enc(total) .. string.sub(old, 15, p) .. enc(v) .. string.sub(old, p + 8)
-end
-if new ~= old then
+if changed then
+  new = enc(newest) .. enc(total) .. enc(gu) .. ring
   -- The state is a missing key once the newest sub-window's count has
   -- left: S+1 sub-windows after its start.
   local left = (newest + s + 1) * gu - tus
   write('SET', key, new, 'PX', int(ceildiv(math.max(left, 0), 1000) + margin))
 end
-return {ts, tns, old, new, allowed, granted}
+return {ts, tns, old, string.sub(new, 1, 21), allowed, granted}
