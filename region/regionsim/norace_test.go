@@ -1,0 +1,5 @@
+//go:build !race
+
+package regionsim
+
+const raceEnabled = false

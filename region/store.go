@@ -1,0 +1,601 @@
+package region
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/floodgate-go/floodgate"
+)
+
+// Defaults of Options.
+const (
+	// DefaultInterval is the default of Options.Interval.
+	DefaultInterval = time.Second
+	// DefaultMargin is the default of Options.Margin.
+	DefaultMargin = 250 * time.Millisecond
+	// DefaultMaxKeys is the default of Options.MaxKeys.
+	DefaultMaxKeys = 1000
+)
+
+// Options configures a Store. A nil *Options means the defaults; so does
+// the zero value of each field.
+type Options struct {
+	// Interval is the time between two reconciles: each makes at most
+	// two calls to the coordinator. Allocation follows a change of demand
+	// within about three intervals. The default is 1s.
+	Interval time.Duration
+
+	// Margin is how close to a window boundary the Store treats the time
+	// as uncertain: within it, decisions use the smaller of the two
+	// windows' grants, and the reconciler gives nothing back. It must
+	// exceed the skew between this Store's clock (Now) and the local
+	// store's (Redis' TIME for redisstore). The default is 250ms.
+	// WARNING: a skew above Margin can admit more than the quota near a
+	// boundary.
+	Margin time.Duration
+
+	// Stale is how long after its last report another region counts as
+	// gone when the windows it has not been granted yet are shared out:
+	// its demand is then taken to be its floor. The default is three
+	// intervals.
+	Stale time.Duration
+
+	// Timeout bounds each call to the coordinator and each local step of
+	// the reconciler. The default is half the interval.
+	Timeout time.Duration
+
+	// MaxKeys is the most quotas (limiter name and key) reconciled per
+	// interval: those with the most demand. The others keep the grants
+	// they hold, and their floors in the windows they hold none for. The
+	// default is 1,000.
+	MaxKeys int
+
+	// Now is the clock. It must agree with the local store's within Margin
+	// and with the other regions' within a small part of the interval.
+	// The default is time.Now.
+	Now func() time.Time
+
+	// Manual leaves reconciling to calls of Store.Reconcile: New starts no
+	// goroutine. For simulators and tests that drive time.
+	Manual bool
+
+	// Hook, when set, is called by the reconciler between the steps of
+	// its protocol, for fault injection. When it returns an error, the
+	// reconciler stops there as a crashed process would: the interval
+	// ends, and the Store forgets what a restart would lose (debits not
+	// yet acknowledged, grants learned). Reconcile returns the error.
+	Hook func(Step) error
+
+	// OnError, when set, receives the errors of the background
+	// reconciler's intervals. It is called outside every lock.
+	OnError func(error)
+}
+
+// Step names a point between the steps of the reconciler's protocol, for
+// Options.Hook.
+type Step int
+
+const (
+	// StepRead is after the local counts were read and before the first
+	// call to the coordinator (reports, and debits not yet acknowledged).
+	StepRead Step = iota + 1
+	// StepSynced is after the first call's reply was applied and before
+	// any local debit.
+	StepSynced
+	// StepDebited is after the local debits (units taken out of the local
+	// store) and before the second call reports them.
+	StepDebited
+	// StepSettled is after the second call returned and before its reply
+	// is applied.
+	StepSettled
+)
+
+// String returns the step's name.
+func (s Step) String() string {
+	switch s {
+	case StepRead:
+		return "read"
+	case StepSynced:
+		return "synced"
+	case StepDebited:
+		return "debited"
+	case StepSettled:
+		return "settled"
+	}
+	return fmt.Sprintf("Step(%d)", int(s))
+}
+
+// Steps lists every Step in protocol order.
+var Steps = []Step{StepRead, StepSynced, StepDebited, StepSettled}
+
+// Store is a floodgate.Store for one region: it decides every step on the
+// region's local store, under the part of the global quota the region
+// holds, and a reconciler moves that part between the regions through a
+// Coordinator. It runs FixedWindow only. See the package doc.
+//
+// A Store is safe for concurrent use. The zero value is not usable: create
+// one with New, and Close it to stop its reconciler.
+type Store struct {
+	local   floodgate.Store
+	coord   Coordinator
+	regions []Region
+	self    int
+	opts    Options
+	nonce   string // makes transfer ids unique across processes and restarts
+
+	mu       sync.Mutex // guards bindings
+	bindings map[bindKey]*binding
+
+	entries sync.Map // entryKey → *entry
+
+	recMu sync.Mutex // one reconcile at a time; guards the entries' reconciler fields
+	seq   uint64
+
+	stats struct {
+		intervals, calls, failed, maxCalls, debits, debited, stranded atomic.Int64
+	}
+
+	closed  atomic.Bool
+	stop    context.CancelFunc
+	done    chan struct{}
+	closeMu sync.Mutex
+}
+
+var _ floodgate.Store = (*Store)(nil)
+
+type bindKey struct {
+	name string
+	alg  floodgate.FixedWindow
+}
+
+type entryKey struct {
+	b   *binding
+	key string
+}
+
+// ErrClosed is the error of a step on a closed Store; it matches
+// floodgate.ErrUnavailable and floodgate.ErrClosed.
+var errClosed = fmt.Errorf("region: %w: %w", floodgate.ErrUnavailable, floodgate.ErrClosed)
+
+// New returns the Store of the region named self among regions: it
+// decides on local (the region's own store, such as a redisstore.Store on
+// the region's Redis) and reconciles through coord. Every region's Store
+// and the Coordinator must be built with the same regions. Unless
+// opts.Manual is set, New starts the reconciler, which runs its first
+// interval at once. It returns an error matching ErrInvalid for unusable
+// arguments.
+func New(local floodgate.Store, coord Coordinator, regions []Region, self string, opts *Options) (*Store, error) {
+	if local == nil || coord == nil {
+		return nil, fmt.Errorf("%w: nil local store or coordinator", ErrInvalid)
+	}
+	if err := CheckRegions(regions); err != nil {
+		return nil, err
+	}
+	s := &Store{local: local, coord: coord, regions: append([]Region(nil), regions...), self: -1, bindings: map[bindKey]*binding{}}
+	for i, r := range regions {
+		if r.Name == self {
+			s.self = i
+		}
+	}
+	if s.self < 0 {
+		return nil, fmt.Errorf("%w: region %q is not among the regions", ErrInvalid, self)
+	}
+	if opts != nil {
+		s.opts = *opts
+	}
+	o := &s.opts
+	switch {
+	case o.Interval < 0, o.Margin < 0, o.Stale < 0, o.Timeout < 0, o.MaxKeys < 0:
+		return nil, fmt.Errorf("%w: negative option", ErrInvalid)
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.Margin == 0 {
+		o.Margin = DefaultMargin
+	}
+	if o.Stale == 0 {
+		o.Stale = 3 * o.Interval
+	}
+	if o.Timeout == 0 {
+		o.Timeout = o.Interval / 2
+	}
+	if o.MaxKeys == 0 {
+		o.MaxKeys = DefaultMaxKeys
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	var b [8]byte
+	_, _ = crand.Read(b[:]) // never fails (crypto/rand's documentation)
+	s.nonce = hex.EncodeToString(b[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop, s.done = cancel, make(chan struct{})
+	if o.Manual {
+		close(s.done)
+	} else {
+		go s.run(ctx)
+	}
+	return s, nil
+}
+
+func (s *Store) run(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil && s.opts.OnError != nil {
+			s.opts.OnError(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Close stops the reconciler and waits for it; later steps fail with an
+// error matching floodgate.ErrUnavailable and floodgate.ErrClosed. It does
+// not close the local store or the coordinator. Units the region holds
+// stay with it until their windows end (they are stranded, never handed
+// to another region). Close is safe to call twice.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	s.closed.Store(true)
+	s.stop()
+	<-s.done
+	return nil
+}
+
+// Bind binds alg, which must be a FixedWindow, under name: its Limit is the
+// global quota per window, shared by the regions. Binding one name and
+// configuration twice gives Bounds that decide on the same state. It
+// returns an error matching floodgate.ErrInvalidConfig for another
+// algorithm or a window shorter than 4·Interval + 2·Margin.
+func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	if err := floodgate.CheckName(name); err != nil {
+		return nil, err
+	}
+	if s.closed.Load() {
+		return nil, errClosed
+	}
+	var fw floodgate.FixedWindow
+	switch a := alg.(type) {
+	case floodgate.FixedWindow:
+		fw = a
+	case *floodgate.FixedWindow:
+		if a == nil {
+			return nil, fmt.Errorf("%w: region: nil algorithm", floodgate.ErrInvalidConfig)
+		}
+		fw = *a
+	default:
+		return nil, fmt.Errorf("%w: region: %v: only a FixedWindow can be split across regions", floodgate.ErrInvalidConfig, alg)
+	}
+	if err := fw.Validate(); err != nil {
+		return nil, fmt.Errorf("region: %w", err)
+	}
+	if min := 4*s.opts.Interval + 2*s.opts.Margin; fw.Window < min {
+		return nil, fmt.Errorf("%w: region: window %v is shorter than 4·Interval + 2·Margin = %v", floodgate.ErrInvalidConfig, fw.Window, min)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := bindKey{name, fw}
+	if b := s.bindings[k]; b != nil {
+		return b, nil
+	}
+	// Bind the local store once now, so that a configuration it refuses
+	// fails here rather than on the first step.
+	inner, err := s.local.Bind(name, fw)
+	if err != nil {
+		return nil, err
+	}
+	b := &binding{s: s, name: name, alg: fw, floor: floorUnits(fw.Limit, s.regions[s.self].Floor),
+		inner: map[int64]floodgate.Bound{fw.Limit: inner}}
+	s.bindings[k] = b
+	return b, nil
+}
+
+// binding is the Bound of one name and FixedWindow.
+type binding struct {
+	s     *Store
+	name  string
+	alg   floodgate.FixedWindow
+	floor int64 // the region's floor, in units
+
+	mu    sync.Mutex // guards inner
+	inner map[int64]floodgate.Bound
+}
+
+var _ floodgate.Bound = (*binding)(nil)
+
+// maxInner bounds the local Bounds cached per binding (one per limit
+// used); beyond it the cache starts afresh. Binding is cheap, and the
+// limits in use change slowly (at most one new one per key per interval).
+const maxInner = 256
+
+// at returns the local Bound that decides under limit units. All of them
+// share the local state: the local store keys it by (name, key, kind),
+// not by the limit (see floodgate.Store).
+func (b *binding) at(limit int64) (floodgate.Bound, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ib := b.inner[limit]; ib != nil {
+		return ib, nil
+	}
+	ib, err := b.s.local.Bind(b.name, floodgate.FixedWindow{Limit: limit, Window: b.alg.Window})
+	if err != nil {
+		return nil, err
+	}
+	if len(b.inner) >= maxInner {
+		b.inner = map[int64]floodgate.Bound{b.alg.Limit: b.inner[b.alg.Limit]}
+	}
+	b.inner[limit] = ib
+	return ib, nil
+}
+
+func (b *binding) entry(key string) *entry {
+	k := entryKey{b, key}
+	if e, ok := b.s.entries.Load(k); ok {
+		return e.(*entry)
+	}
+	e, _ := b.s.entries.LoadOrStore(k, &entry{b: b, key: key, id: QuotaID(b.name, key), lastTick: b.s.opts.Now()})
+	return e.(*entry)
+}
+
+// QuotaID is the coordinator's QuotaMessage.ID of the quota of key under
+// the limiter named name: the name's length first, so that no two pairs
+// give one ID.
+func QuotaID(name, key string) string {
+	return fmt.Sprintf("%d:%s:%s", len(name), name, key)
+}
+
+// Take is Apply of an OpTake of n units without delay; see Apply.
+func (b *binding) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	if !floodgate.ValidTake(key, n, b.alg.Limit) {
+		if err := floodgate.CheckKey(key); err != nil {
+			return floodgate.Decision{}, err
+		}
+		return floodgate.Decision{}, floodgate.CheckRequest(floodgate.Request{Op: floodgate.OpTake, N: n}, b.alg.Limit)
+	}
+	if b.s.closed.Load() {
+		return floodgate.Decision{}, errClosed
+	}
+	e := b.entry(key)
+	e.asked.Add(n)
+	now := b.s.opts.Now()
+	a := e.limitAt(now)
+	if a < n {
+		return b.denial(now, a).Decision, nil
+	}
+	ib, err := b.at(a)
+	if err != nil {
+		return floodgate.Decision{}, err
+	}
+	return ib.Take(ctx, key, n)
+}
+
+// denial is the Result of a step the region's allocation a cannot admit,
+// decided without the local store.
+func (b *binding) denial(now time.Time, a int64) floodgate.Result {
+	w := b.alg.Window
+	end := windowStart(windowIndex(now, w)+1, w)
+	wait := max(end.Sub(now), time.Nanosecond)
+	return floodgate.Result{At: now, Decision: floodgate.Decision{Limit: a, RetryAfter: wait, ResetAfter: wait}}
+}
+
+// Apply performs one step on the region's local store under the units the
+// region holds of the quota for the current window (Decision.Limit
+// reports them; see the package doc). It differs from a plain FixedWindow
+// where a step would admit beyond them:
+//
+//   - OpTake never reserves into a later window: MaxDelay is taken as 0
+//     (the region's grant of a later window is not known yet);
+//   - an OpSettle charge (N > 0) is an OpTakeUpTo of N in the current
+//     window: only the units the region still holds are charged (Granted
+//     says how many), since a charge into debt would spend units another
+//     region holds; a charge for an instant outside the current window
+//     charges nothing. Give-backs (N < 0) are as FixedWindow's.
+func (b *binding) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	if err := floodgate.CheckKey(key); err != nil {
+		return floodgate.Result{}, err
+	}
+	if err := floodgate.CheckRequest(req, b.alg.Limit); err != nil {
+		return floodgate.Result{}, err
+	}
+	if b.s.closed.Load() {
+		return floodgate.Result{}, errClosed
+	}
+	e := b.entry(key)
+	now := b.s.opts.Now()
+	a := e.limitAt(now)
+	switch {
+	case req.Op == floodgate.OpTake:
+		req.MaxDelay = 0
+		if !req.Check {
+			e.asked.Add(req.N)
+		}
+		if a < req.N {
+			return b.denial(now, a), nil
+		}
+	case req.Op == floodgate.OpTakeUpTo:
+		if !req.Check {
+			e.asked.Add(req.N)
+		}
+		if a < 1 {
+			return b.denial(now, a), nil
+		}
+	case req.Op == floodgate.OpSettle && req.N > 0:
+		if windowIndex(req.At, b.alg.Window) != windowIndex(now, b.alg.Window) || a < 1 {
+			res := b.denial(now, a)
+			res.RetryAfter = 0
+			return res, nil
+		}
+		req = floodgate.Request{Op: floodgate.OpTakeUpTo, N: req.N, Check: req.Check}
+	default: // a give-back: the limit does not matter to it
+		a = max(a, 1)
+	}
+	ib, err := b.at(a)
+	if err != nil {
+		return floodgate.Result{}, err
+	}
+	return ib.Apply(ctx, key, req, each)
+}
+
+// entry is the Store's state of one quota (binding and key).
+type entry struct {
+	b     *binding
+	key   string
+	id    string
+	asked atomic.Int64 // units asked since the reconciler last looked
+	view  atomic.Pointer[grants]
+
+	// Reconciler fields, guarded by Store.recMu (lastTick is set at
+	// creation, before the entry is shared).
+	lastTick time.Time
+	pending  []Debit         // debits taken locally, not yet acknowledged
+	local    map[int64]int64 // units debited locally per window
+	idle     int             // intervals in a row without demand
+	hist     [rateHistory]sample
+	h0, nh   int  // the history is hist[h0 : h0+nh], circular
+	changed  bool // the history holds only the interval demand changed in
+}
+
+// grants holds the grants the region knows of, for up to three windows:
+// immutable once published.
+type grants struct {
+	n   int
+	idx [3]int64
+	g   [3]int64
+}
+
+func (v *grants) of(i int64, floor int64) int64 {
+	if v != nil {
+		for k := range v.n {
+			if v.idx[k] == i {
+				return max(v.g[k], floor)
+			}
+		}
+	}
+	return floor
+}
+
+// limitAt returns the units the region may admit in all, in the window of
+// now: its grant, or near a boundary the smaller of the grants of the two
+// windows the local store's clock may be in.
+func (e *entry) limitAt(now time.Time) int64 {
+	b, v := e.b, e.view.Load()
+	w := b.alg.Window
+	i := windowIndex(now, w)
+	a := v.of(i, b.floor)
+	m := b.s.opts.Margin
+	if now.Sub(windowStart(i, w)) < m {
+		a = min(a, v.of(i-1, b.floor))
+	}
+	if windowStart(i+1, w).Sub(now) <= m {
+		a = min(a, v.of(i+1, b.floor))
+	}
+	return a
+}
+
+// learn records the grants of a reply (absolute values, which only grow).
+func (e *entry) learn(ws [2]WindowState, self int) {
+	old := e.view.Load()
+	nv := &grants{}
+	add := func(i, g int64) {
+		g = max(g, old.of(i, 0))
+		for k := range nv.n {
+			if nv.idx[k] == i {
+				nv.g[k] = max(nv.g[k], g)
+				return
+			}
+		}
+		nv.idx[nv.n], nv.g[nv.n] = i, g
+		nv.n++
+	}
+	if old != nil {
+		// Keep the window before the reply's, for decisions near its end.
+		for k := range old.n {
+			if old.idx[k] == ws[0].Index-1 {
+				add(old.idx[k], old.g[k])
+			}
+		}
+	}
+	for _, s := range ws {
+		if self < len(s.Granted) {
+			add(s.Index, s.Granted[self])
+		}
+	}
+	e.view.Store(nv)
+}
+
+// Allocation is what a region knows of its part of one quota.
+type Allocation struct {
+	// Window is the start of the current window.
+	Window time.Time
+	// Granted is the region's grant of the current window, and Next its
+	// grant of the next, as far as it knows (its floor when it knows of
+	// none).
+	Granted, Next int64
+	// Debited is the units it has given back in the current window.
+	Debited int64
+	// Limit is what its decisions use now: Granted, or near a boundary
+	// the smaller of two windows' grants.
+	Limit int64
+}
+
+// Allocation reports the region's allocation of the quota that the
+// limiter named name (bound to this Store with alg) has for key, at the
+// Store's clock. A quota the Store has not seen reports the floor.
+func (s *Store) Allocation(name string, alg floodgate.FixedWindow, key string) Allocation {
+	s.mu.Lock()
+	b := s.bindings[bindKey{name, alg}]
+	s.mu.Unlock()
+	if b == nil {
+		return Allocation{}
+	}
+	e := b.entry(key)
+	now := s.opts.Now()
+	i := windowIndex(now, alg.Window)
+	v := e.view.Load()
+	s.recMu.Lock()
+	debited := e.local[i]
+	s.recMu.Unlock()
+	return Allocation{Window: windowStart(i, alg.Window), Granted: v.of(i, b.floor), Next: v.of(i+1, b.floor),
+		Debited: debited, Limit: e.limitAt(now)}
+}
+
+// Stats counts what a Store's reconciler did.
+type Stats struct {
+	// Intervals is the number of reconciles run.
+	Intervals int64
+	// Calls is the number of calls to the coordinator (cross-region
+	// calls), failed ones included; FailedCalls those that failed.
+	Calls, FailedCalls int64
+	// MaxCallsPerInterval is the most calls one reconcile made: at most 2.
+	MaxCallsPerInterval int64
+	// Debits is the number of debits taken locally, DebitedUnits their
+	// units, and StrandedUnits the units of those never acknowledged (a
+	// crash, a lost link, a window that ended first): given back locally,
+	// never granted to another region.
+	Debits, DebitedUnits, StrandedUnits int64
+}
+
+// Stats returns the counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Intervals: s.stats.intervals.Load(), Calls: s.stats.calls.Load(), FailedCalls: s.stats.failed.Load(),
+		MaxCallsPerInterval: s.stats.maxCalls.Load(),
+		Debits:              s.stats.debits.Load(), DebitedUnits: s.stats.debited.Load(), StrandedUnits: s.stats.stranded.Load(),
+	}
+}
+
+// errHook wraps a Hook's error.
+var errHook = errors.New("region: reconciler stopped by its hook")
