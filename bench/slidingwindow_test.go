@@ -154,13 +154,13 @@ func (q *window) add(now time.Duration) int {
 }
 
 // runTrace offers the arrivals to a SlidingWindow and to a SlidingLog of
-// limit per swWindow, each on its own memstore, at the arrival's instant,
-// and counts what they did.
-func runTrace(tb testing.TB, limit int64, arrivals []time.Duration) swCounts {
+// limit per swWindow (the SlidingWindow of subs sub-windows), each on its
+// own memstore, at the arrival's instant, and counts what they did.
+func runTrace(tb testing.TB, limit int64, subs int, arrivals []time.Duration) swCounts {
 	tb.Helper()
 	ctx := context.Background()
 	clock := &swClock{}
-	counter := newVirtualLimiter(tb, clock, floodgate.SlidingWindow{Limit: limit, Window: swWindow})
+	counter := newVirtualLimiter(tb, clock, floodgate.SlidingWindow{Limit: limit, Window: swWindow, SubWindows: subs})
 	exact := newVirtualLimiter(tb, clock, floodgate.SlidingLog{Limit: limit, Window: swWindow})
 	c := swCounts{offered: len(arrivals)}
 	q := window{w: swWindow}
@@ -203,7 +203,7 @@ type swRow struct {
 
 // measure runs shape on seeds traces of windows windows at limit, in
 // parallel, and sums them up.
-func measure(tb testing.TB, shape swShape, limit int64, seeds, windows int) swRow {
+func measure(tb testing.TB, shape swShape, limit int64, subs, seeds, windows int) swRow {
 	tb.Helper()
 	runs := make([]swCounts, seeds)
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -213,7 +213,7 @@ func measure(tb testing.TB, shape swShape, limit int64, seeds, windows int) swRo
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			r := rand.New(rand.NewPCG(uint64(i+1), 0x5eed))
-			runs[i] = runTrace(tb, limit, shape.arrivals(r, limit, time.Duration(windows)*swWindow))
+			runs[i] = runTrace(tb, limit, subs, shape.arrivals(r, limit, time.Duration(windows)*swWindow))
 		})
 	}
 	wg.Wait()
@@ -272,7 +272,7 @@ func TestSlidingWindowError(t *testing.T) {
 		swLimit, swWindow, swSeeds, swWindows)
 	t.Logf("| shape | offered per window | admitted of offered: counter / log (all seeds) | counter admissions an exact window would deny (worst seed) | most units in any window (worst seed) | counter admissions the log denied on the same trace (worst seed) |")
 	for _, st := range stated {
-		row := measure(t, st.shape, swLimit, swSeeds, swWindows)
+		row := measure(t, st.shape, swLimit, 0, swSeeds, swWindows)
 		t.Logf("| %s | %.1f | %.2f%% / %.2f%% | %.2f%% | %d (%.2f·Limit) | %.2f%% |",
 			st.shape.name, float64(row.offered)/float64(swSeeds*swWindows),
 			100*float64(row.admitted)/float64(row.offered), 100*float64(row.logAdmitted)/float64(row.offered),
@@ -296,7 +296,7 @@ func TestSlidingWindowErrorByLimit(t *testing.T) {
 	}
 	t.Logf("seeds 1–%d × %d windows of %v", swSeeds, windows, swWindow)
 	for _, st := range stated {
-		row := measure(t, st.shape, st.limit, swSeeds, windows)
+		row := measure(t, st.shape, st.limit, 0, swSeeds, windows)
 		t.Logf("Limit %d, %s: %.2f%% of the counter's admissions over an exact window, at most %d units (%.2f·Limit) in a window",
 			st.limit, st.shape.name, up(row.share), row.most, float64(row.most)/float64(st.limit))
 		checkStated(t, st.swStated, st.limit, row)
@@ -405,4 +405,32 @@ func TestSlidingWindowBound(t *testing.T) {
 		worst = max(worst, float64(most)/float64(limit))
 	}
 	t.Logf("300 random traces: at most %.3f·Limit in any window (rounded up)", math.Ceil(worst*1000)/1000)
+}
+
+func TestSubWindowsAccuracy(t *testing.T) {
+	// The sliding window of S sub-windows beside the two-counter estimate
+	// (S = 1) and the exact log, on the traces of TestSlidingWindowError:
+	// docs/algorithms.md's table of sub-windows. With S ≥ 2 no window ever
+	// holds more than Limit, and the counter admits at least S/(S+1) of
+	// what the log admits on the same trace.
+	const windows = 300
+	t.Logf("SlidingWindow{Limit: %d, Window: %v, SubWindows: S} and SlidingLog on the same traces, seeds 1–%d × %d windows per shape",
+		swLimit, swWindow, swSeeds, windows)
+	t.Logf("| traffic | S | admitted of offered: counter / log | counter admissions an exact window would deny (worst seed) | most units in any window (worst seed) |")
+	for _, shape := range []swShape{poisson1, poisson12, poisson2, onOff1} {
+		for _, subs := range []int{1, 4, 10, 60} {
+			row := measure(t, shape, swLimit, subs, swSeeds, windows)
+			got, log := float64(row.admitted)/float64(row.offered), float64(row.logAdmitted)/float64(row.offered)
+			t.Logf("| %s | %d | %.2f%% / %.2f%% | %.2f%% | %d |", shape.name, subs, 100*got, 100*log, up(row.share), row.most)
+			if subs < 2 {
+				continue
+			}
+			if row.most > swLimit || row.share > 0 {
+				t.Errorf("%s, S = %d: %d units in a window (%.2f%% of admissions over), want at most Limit", shape.name, subs, row.most, 100*row.share)
+			}
+			if bound := float64(subs) / float64(subs+1); got < bound*log {
+				t.Errorf("%s, S = %d: admitted %.4f of offered, below S/(S+1) of the log's %.4f", shape.name, subs, got, log)
+			}
+		}
+	}
 }

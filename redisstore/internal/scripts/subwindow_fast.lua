@@ -94,7 +94,11 @@ local function fast(key, ARGV, t)
   end
   local new = old or ''
   if changed then
-    if allowed == 1 then
+    if o == 21 then
+      -- The old state with its total and one count changed: its newest
+      -- and sub-window bytes stand.
+      new = string.sub(old, 1, 7) .. enc(total) .. string.sub(old, 15, 21 + p) .. enc(v) .. string.sub(old, 29 + p)
+    elseif allowed == 1 then
       new = enc(newest) .. enc(total) .. enc(gu) .. string.sub(ring, o + 1, o + p) .. enc(v) .. string.sub(ring, o + p + 8)
     else
       new = enc(newest) .. enc(total) .. enc(gu) .. string.sub(ring, o + 1)
