@@ -41,7 +41,10 @@
 // even: it can pass 2·Limit − 1 units in one window (a burst at a window's
 // end, then retries at RetryAfter), and on Poisson traffic at 1× and 1.2× a
 // Limit of 100, 11.82% and 16.35% of its admissions would be denied by an
-// exact window (docs/algorithms.md).
+// exact window (docs/algorithms.md). With SubWindows S of 2 to 64 it is a
+// bounded counter instead: S+1 counts of sub-windows of Window/S, never
+// more than Limit in any interval of Window, at least S/(S+1) of what an
+// exact log admits, and windows up to 367 days.
 //
 // [SlidingLog] is the exact sliding window: one entry per admitted request,
 // at most Limit per key. Use it where small limits must be exact.

@@ -18,6 +18,11 @@ import (
 // fuzzAlgorithm builds one of the five configurations from fuzzed fields:
 // size is the burst, capacity or limit, and per doubles as the window.
 func fuzzAlgorithm(kind uint8, rate, per, size int64) floodgate.Algorithm {
+	if kind >= 128 {
+		// A SlidingWindow with sub-windows, S from the rate's low bits
+		// (out of range too).
+		return floodgate.SlidingWindow{Limit: size, Window: time.Duration(per), SubWindows: int(rate%80) - 4}
+	}
 	switch kind % 5 {
 	case 0:
 		return floodgate.TokenBucket{Rate: rate, Per: time.Duration(per), Burst: size}
@@ -122,6 +127,11 @@ func FuzzConfig(f *testing.F) {
 	f.Add(uint8(3), int64(0), int64(time.Hour), int64(1<<60), int64(1<<59), int64(0), int64(1<<60), int64(time.Hour), int64(time.Minute))
 	f.Add(uint8(0), int64(math.MaxInt64), int64(math.MaxInt64), int64(2), int64(1), int64(0), int64(1), int64(0), int64(0))
 	f.Add(uint8(1), int64(-1), int64(-1), int64(-1), int64(-1), int64(-1), int64(-1), int64(-1), int64(-1))
+	// Sub-windows (kind ≥ 128, S = rate%80 − 4).
+	f.Add(uint8(128), int64(64), int64(time.Minute), int64(100), int64(30), int64(0), int64(80), int64(time.Second), int64(time.Second))
+	f.Add(uint8(200), int64(8), int64(4*time.Millisecond), int64(5), int64(5), int64(3*ms), int64(2), int64(0), int64(ms))
+	f.Add(uint8(255), int64(56), int64(364*24*time.Hour), int64(1000), int64(10), int64(0), int64(1000), int64(7*24*time.Hour), int64(24*time.Hour))
+	f.Add(uint8(130), int64(7), int64(3*time.Second), int64(3), int64(3), int64(0), int64(3), int64(0), int64(0))
 	f.Fuzz(func(t *testing.T, kind uint8, rate, per, size, n1, d1, n2, d2, dt int64) {
 		alg := fuzzAlgorithm(kind, rate, per, size)
 		verr := alg.Validate()
@@ -144,8 +154,12 @@ func FuzzConfig(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%v: Validate() = nil but New = %v", alg, err)
 		}
-		if pol.Quota != size || pol.Window <= 0 || pol.Window > floodgate.MaxWindow || l.Policy() != pol {
-			t.Fatalf("%v: Policy() = %+v, Limiter.Policy() = %+v: want quota %d and a window in (0, MaxWindow]", alg, pol, l.Policy(), size)
+		longest := floodgate.MaxWindow
+		if kind >= 128 {
+			longest = 367 * 24 * time.Hour // sub-windows
+		}
+		if pol.Quota != size || pol.Window <= 0 || pol.Window > longest || l.Policy() != pol {
+			t.Fatalf("%v: Policy() = %+v, Limiter.Policy() = %+v: want quota %d and a window in (0, %v]", alg, pol, l.Policy(), size, longest)
 		}
 		ctx := context.Background()
 		// memstore runs a normalized config (Rate 1 per emission interval):

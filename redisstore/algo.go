@@ -699,14 +699,22 @@ func parseSub(s string) (step.SubWindowState, bool) {
 		}
 		return v
 	}
-	st.Newest, st.Total, st.Sub = num(0), num(1), num(2)*1000
+	// Every field the script wrote is below 2^53 (exact in doubles), the
+	// sub-window at most the longest window, and the counts add up to the
+	// total: anything else is not a state floodgate wrote.
+	const exact = 1 << 53
+	subUs := num(2)
+	if subUs < 1 || subUs > timemath.MaxCalendarWindow/1000 || len(s)/subField-3 > floodgate.MaxSubWindows+1 {
+		return st, false
+	}
+	st.Newest, st.Total, st.Sub = num(0), num(1), subUs*1000
 	st.Counts = make([]int64, len(s)/subField-3)
 	var sum int64
 	for i := range st.Counts {
 		st.Counts[i] = num(3 + i)
 		sum += st.Counts[i]
 	}
-	return st, sum == st.Total && st.Total < 1<<53
+	return st, st.Newest < exact && sum == st.Total && st.Total < exact
 }
 
 // formatSub encodes st as subwindow.lua stores it.

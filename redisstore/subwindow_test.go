@@ -207,3 +207,29 @@ func TestSubWindowsYearLong(t *testing.T) {
 	require.Greater(t, denied, 200, "days denied once the year was full")
 	require.Positive(t, late, "units admitted after the first weeks left")
 }
+
+// FuzzParseSub: any bytes either fail to parse or parse into a state whose
+// counts add up to its total and that formats back to the same bytes; no
+// input panics.
+func FuzzParseSub(f *testing.F) {
+	f.Add("")
+	f.Add(formatSub(step.SubWindowState{Newest: 29943, Total: 5, Sub: 1_000_000_000, Counts: []int64{2, 0, 3}}))
+	f.Add(string(make([]byte, 7*4)))
+	f.Add("\xff\xff\xff\xff\xff\xff\xff")
+	f.Fuzz(func(t *testing.T, s string) {
+		st, ok := parseSub(s)
+		if !ok || s == "" {
+			return
+		}
+		var sum int64
+		for _, c := range st.Counts {
+			sum += c
+		}
+		if sum != st.Total {
+			t.Fatalf("%q: counts add up to %d, total %d", s, sum, st.Total)
+		}
+		if got := formatSub(st); got != s {
+			t.Fatalf("%q formats back to %q", s, got)
+		}
+	})
+}
