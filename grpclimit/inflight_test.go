@@ -200,7 +200,7 @@ func TestInflightCancelledCallsReleaseSlots(t *testing.T) {
 				lim, err := inflight.New(cancellingStore{store, c}, calls, &inflight.Options{Name: name, Observer: h.observer()})
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = lim.Close() })
-				var releaseErrs atomic.Int64
+				var releaseTimeouts atomic.Int64
 				icpt, err := grpclimit.NewInflight(lim, &grpclimit.InflightOptions{
 					Key: func(ctx context.Context, _ string) (string, bool) {
 						if when(ctx) == cancelBefore {
@@ -210,10 +210,17 @@ func TestInflightCancelledCallsReleaseSlots(t *testing.T) {
 					},
 					OnError: func(_ context.Context, _, _ string, err error) {
 						// The calls cancelled before Acquire fail with
-						// their context's error; nothing else may fail.
-						if !errors.Is(err, context.Canceled) {
-							t.Logf("OnError: %v", err)
-							releaseErrs.Add(1)
+						// their context's error. A release may fail
+						// with a store's timeout when Redis is slow (the
+						// store then releases the hold again in the
+						// background, and the count below still reaches
+						// 0); nothing else may fail.
+						switch {
+						case errors.Is(err, context.Canceled):
+						case errors.Is(err, floodgate.ErrUnavailable):
+							releaseTimeouts.Add(1)
+						default:
+							t.Errorf("OnError: %v", err)
 						}
 					},
 				})
@@ -285,7 +292,9 @@ func TestInflightCancelledCallsReleaseSlots(t *testing.T) {
 				assert.EqualValues(t, calls-2*calls/8, svc.handled.Load(), "calls that reached the handler")
 				require.Eventually(t, func() bool { return heldSlots(t, store, name, key) == 0 }, time.Minute, 10*time.Millisecond,
 					"slots held after the cancelled calls")
-				assert.Zero(t, releaseErrs.Load(), "errors other than the calls' cancellation")
+				if n := releaseTimeouts.Load(); n > 0 {
+					t.Logf("%d releases timed out, and were made again by the store", n)
+				}
 			})
 		}
 	}
