@@ -105,9 +105,12 @@ func NewAdaptive(lim *adaptive.Limiter, opts *AdaptiveOptions) (*AdaptiveInterce
 
 // defaultOutcome is AdaptiveOptions.Outcome's default. A call whose
 // deadline has passed is Dropped whatever ended its context: the client
-// gives up at its deadline too, and its cancellation (RST_STREAM) often
-// reaches the server before the server's own timer fires, which leaves
-// the context Canceled rather than DeadlineExceeded.
+// gives up at its deadline too, and its cancellation (RST_STREAM) may
+// reach the server before the server's own timer fires, which leaves the
+// context Canceled rather than DeadlineExceeded. A cancellation that
+// arrives before the server's deadline (which runs behind the client's
+// by the time the call took to arrive) is Ignore: the server cannot tell
+// it from a client that went away.
 func defaultOutcome(ctx context.Context, _ string, _ error) adaptive.Outcome {
 	err := ctx.Err()
 	if err == nil {
