@@ -47,9 +47,18 @@
 // it asked denies. With Probes = Shards-1 every shard is asked before a
 // denial, and a take of one unit is denied only when the whole quota is
 // spent; with fewer probes it may be denied while unasked shards hold
-// units. A take of n units needs n units on one shard: it is refused with
-// floodgate.ErrExceedsLimit above the smallest shard's quota, and may be
-// denied while the shards together hold n units but none holds n alone.
+// units. A take of more units than the smallest shard's quota is spread:
+// it takes what each shard has now (OpTakeUpTo), from the home shard on,
+// until it has n, and when all the shards together have fewer it gives
+// back what it took and denies (all or nothing; the units it held for
+// that moment were unavailable to others, and a give-back that fails
+// leaves them taken until they expire, under-using the quota, never
+// exceeding it). A spread take admits now or not at all: it does not
+// reserve. Its Remaining is what the shards it asked had left (a lower
+// bound, as below) and a denial's RetryAfter the soonest any of them
+// would admit one unit (a lower bound of when n fit). A take of at most a
+// shard's quota needs its n units on one shard, and may be denied while
+// the shards together hold n but none holds n alone.
 //
 // A shard that denies a take of n units with RetryAfter r is skipped by
 // this process's takes of at least n units with no longer a MaxDelay

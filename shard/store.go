@@ -288,10 +288,6 @@ func (b *bound) check(key string, req floodgate.Request) error {
 	if err := floodgate.CheckRequest(req, b.quota); err != nil {
 		return err
 	}
-	switch {
-	case req.Op == floodgate.OpTake && req.N > b.shardQuota:
-		return fmt.Errorf("%w: n=%d, a shard's quota %d (the quota %d over %d shards)", floodgate.ErrExceedsLimit, req.N, b.shardQuota, b.quota, b.s.k)
-	}
 	return nil
 }
 
@@ -324,6 +320,9 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		// A charge counts on any shard: the home one.
 		res, err := b.bounds[home].Apply(ctx, e.keys[home], req, each)
 		return b.fix(res, each), err
+	}
+	if req.Op == floodgate.OpTake && req.N > b.shardQuota {
+		return b.spread(ctx, e, home, req, each)
 	}
 	now := int64(b.s.now().Sub(b.s.origin))
 	var (
@@ -397,6 +396,94 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 		denied.RetryAfter = time.Duration(hinted - now)
 	}
 	return b.fix(denied, each), nil
+}
+
+// spread takes req.N units, more than the smallest shard holds, from
+// several shards: from each in turn, from home on, as many as it has now
+// (OpTakeUpTo), until N are taken. When the shards asked have fewer, it
+// gives back what it took (at the instants they were taken) and denies:
+// all or nothing, like a take on one shard, though units it takes and then
+// gives back are unavailable to other decisions for that moment. It admits
+// now or not at all (a reservation does not wait here). A give-back that
+// fails leaves its units taken until they expire: the quota may be
+// under-used, never exceeded. A check asks every shard what it would
+// grant and takes nothing.
+//
+// The Result is the last shard's with Granted N, Remaining the units the
+// shards asked had left after the take (or before it, denied), and, for a
+// denial, RetryAfter the soonest any shard asked would admit one unit: a
+// lower bound of when N would fit.
+func (b *bound) spread(ctx context.Context, e *entry, home int, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	k := b.s.k
+	need := req.N
+	var (
+		parts     []admission
+		last      floodgate.Result
+		remaining int64
+		retry     = time.Duration(-1)
+		first     error
+	)
+	for j := 0; j < k && need > 0; j++ {
+		i := home + j
+		if i >= k {
+			i -= k
+		}
+		res, err := b.bounds[i].Apply(ctx, e.keys[i], floodgate.Request{Op: floodgate.OpTakeUpTo, N: need, Check: req.Check}, nil)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		last = res
+		if res.Granted > 0 {
+			parts = append(parts, admission{at: res.At.Add(res.Delay), shard: i, left: res.Granted})
+			need -= res.Granted
+		} else if retry < 0 || res.RetryAfter < retry {
+			retry = res.RetryAfter
+		}
+		remaining += res.Remaining
+	}
+	if need > 0 {
+		if !req.Check {
+			b.undo(ctx, e, parts)
+		}
+		if first != nil {
+			return floodgate.Result{}, first
+		}
+		for _, a := range parts {
+			remaining += a.left // given back
+		}
+		last.Allowed, last.Granted, last.Delay = false, 0, 0
+		last.Remaining = remaining
+		last.RetryAfter = max(retry, 0)
+		return b.fix(last, each), nil
+	}
+	if !req.Check {
+		for _, a := range parts {
+			e.record(a, b.s.ledger)
+			e.hints[a.shard].until.Store(0)
+		}
+	}
+	last.Allowed, last.Granted, last.Delay, last.RetryAfter = true, req.N, 0, 0
+	last.Remaining = remaining
+	return b.fix(last, each), nil
+}
+
+// undo gives back the units of parts, each to its shard at its instant, on
+// a context that outlives ctx's cancellation by at most a second.
+func (b *bound) undo(ctx context.Context, e *entry, parts []admission) {
+	if len(parts) == 0 {
+		return
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	for _, a := range parts {
+		_, _ = b.bounds[a.shard].Apply(uctx, e.keys[a.shard], floodgate.Request{Op: floodgate.OpSettle, N: -a.left, At: a.at}, nil)
+	}
 }
 
 // giveBack gives -req.N units back to the shards whose admissions of this

@@ -204,7 +204,7 @@ func TestErrors(t *testing.T) {
 	lim, err := floodgate.New(s, floodgate.FixedWindow{Limit: 100, Window: time.Second}, nil)
 	require.NoError(t, err)
 	ctx := context.Background()
-	_, err = lim.AllowN(ctx, "k", 7) // a shard holds 6 or 7
+	_, err = lim.AllowN(ctx, "k", 101) // more than the whole quota
 	require.ErrorIs(t, err, floodgate.ErrExceedsLimit)
 	d, err := lim.AllowN(ctx, "k", 6)
 	require.NoError(t, err)
@@ -331,4 +331,73 @@ func TestGiveBack(t *testing.T) {
 	d, err := lim2.Allow(ctx, "fresh")
 	require.NoError(t, err)
 	require.False(t, d.Allowed)
+}
+
+// TestSpread: a take of more units than a shard holds is taken from
+// several shards, all or nothing: a denial leaves every shard as it was
+// (the same units are admitted afterwards), the units can be given back,
+// and concurrent spread takes from 3 Stores never admit more than the
+// quota.
+func TestSpread(t *testing.T) {
+	clock := floodgatetest.NewClock(t0)
+	mem := newMem(t, clock.Now)
+	alg := floodgate.FixedWindow{Limit: 100, Window: time.Hour}
+	lim, err := floodgate.New(newShard(t, mem, shard.Options{Shards: 4, Probes: 3}), alg, &floodgate.Options{Name: "spread"})
+	require.NoError(t, err)
+	ctx := context.Background()
+	take := func(n int64) floodgate.Result {
+		t.Helper()
+		res, err := lim.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
+		require.NoError(t, err)
+		return res
+	}
+	r := take(60) // a shard holds 25
+	require.True(t, r.Allowed)
+	require.Equal(t, int64(60), r.Granted)
+	require.True(t, r.Remaining > 0 && r.Remaining <= 40, "Remaining %d, a lower bound of the 40 left", r.Remaining)
+	check, err := lim.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpTake, N: 40, Check: true}, nil)
+	require.NoError(t, err)
+	require.True(t, check.Allowed, "a check of the 40 left")
+	d := take(50)
+	require.False(t, d.Allowed)
+	require.Equal(t, int64(40), d.Remaining, "the units left, the denied take's given back")
+	require.True(t, take(40).Allowed, "the denial left every shard as it was")
+	require.False(t, take(1).Allowed)
+	back, err := lim.Apply(ctx, "k", floodgate.Request{Op: floodgate.OpSettle, N: -60, At: r.At}, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(60), back.Granted)
+	require.True(t, take(60).Allowed, "the units given back")
+
+	// Three processes' Stores over one memstore, 16 goroutines each,
+	// takes of 30 and 7 units, until each has been denied 8 times.
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for p := range 3 {
+		l, err := floodgate.New(newShard(t, mem, shard.Options{Shards: 4, Probes: 3}), alg, &floodgate.Options{Name: "spread"})
+		require.NoError(t, err)
+		for g := range 16 {
+			wg.Go(func() {
+				n := int64(30)
+				if (p+g)%2 == 1 {
+					n = 7
+				}
+				for misses := 0; misses < 8; {
+					d, err := l.AllowN(ctx, "c", n)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(n)
+					} else {
+						misses++
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	require.LessOrEqual(t, admitted.Load(), int64(100), "units admitted of a quota of 100")
+	require.GreaterOrEqual(t, admitted.Load(), int64(70), "units admitted of a quota of 100")
+	t.Logf("concurrent spread takes admitted %d units of 100", admitted.Load())
 }
