@@ -157,11 +157,13 @@ func inflightStores(t *testing.T) map[string]func(t *testing.T) inflight.Store {
 	}
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		stores["redis"] = func(t *testing.T) inflight.Store {
-			rdb := redis.NewClient(&redis.Options{Addr: addr})
-			// A timeout far above the default's 50ms: 64 callers and the
-			// server's releases share one pool on a loaded machine, and
-			// this test is about releases, not about Redis's latency.
-			s, err := redisstore.New(rdb, &redisstore.Options{Timeout: 5 * time.Second})
+			// A pool for every caller and a timeout far above the
+			// default's 50ms: 64 callers and the server's releases share
+			// it on a loaded machine (under -race, releases waited more
+			// than 5s for one of the default 10 per CPU), and these tests
+			// are about releases, not about Redis's latency.
+			rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 256})
+			s, err := redisstore.New(rdb, &redisstore.Options{Timeout: 30 * time.Second})
 			require.NoError(t, err)
 			t.Cleanup(func() {
 				_ = s.Close()
