@@ -26,9 +26,29 @@ type Region struct {
 
 // floorUnits is region's floor of a quota of limit units, in whole units
 // rounded down (so that the floors of all regions add up to at most limit).
-// The Lua coordinator computes it the same way.
 func floorUnits(limit int64, f float64) int64 {
 	return int64(math.Floor(f * float64(limit)))
+}
+
+// FloorUnits returns the region's floor of a quota of limit units: Floor
+// times limit, rounded down, so that the floors of all regions add up to
+// at most limit. Coordinators use it.
+func (r Region) FloorUnits(limit int64) int64 { return floorUnits(limit, r.Floor) }
+
+// WindowIndex returns the index of the window of length w that t falls
+// in: windows are aligned to the Unix epoch, window i starting i·w after
+// it.
+func WindowIndex(t time.Time, w time.Duration) int64 { return windowIndex(t, w) }
+
+// CheckMessage returns the index of m's region among regions, or an error
+// matching ErrInvalid for a message every Coordinator refuses: nil, from
+// an unknown region, or with a quota or debit out of range.
+func CheckMessage(m *Message, regions []Region) (int, error) {
+	index := make(map[string]int, len(regions))
+	for i, r := range regions {
+		index[r.Name] = i
+	}
+	return checkMessage(m, index)
 }
 
 // CheckRegions returns nil for a usable set of regions, and otherwise an

@@ -138,7 +138,7 @@ type Store struct {
 	seq   uint64
 
 	stats struct {
-		intervals, calls, failed, maxCalls, debits, debited, stranded atomic.Int64
+		intervals, calls, failed, maxCalls, debits, debited, stranded, late atomic.Int64
 	}
 
 	closed  atomic.Bool
@@ -375,11 +375,34 @@ func (b *binding) Take(ctx context.Context, key string, n int64) (floodgate.Deci
 	if a < n {
 		return b.denial(now, a).Decision, nil
 	}
+	res, err := b.decide(ctx, e, key, floodgate.Request{Op: floodgate.OpTake, N: n}, now, a)
+	return res.Decision, err
+}
+
+// decide applies req on the local store under the limit a, chosen for
+// the instant now. A step the local store decided in another window than
+// now's (its clock ahead by more than Margin, or the step delayed that
+// long on its way) whose limit exceeds the region's grant of that window
+// is undone: its units are given back and the caller is told it was
+// denied, so that a late step never admits beyond a grant. If the give-back
+// fails the units stay counted, which only strands them.
+func (b *binding) decide(ctx context.Context, e *entry, key string, req floodgate.Request, now time.Time, a int64) (floodgate.Result, error) {
 	ib, err := b.at(a)
 	if err != nil {
-		return floodgate.Decision{}, err
+		return floodgate.Result{}, err
 	}
-	return ib.Take(ctx, key, n)
+	res, err := ib.Apply(ctx, key, req, nil)
+	if err != nil || res.Granted <= 0 || req.Check {
+		return res, err
+	}
+	w := b.alg.Window
+	if i := windowIndex(res.At, w); i != windowIndex(now, w) && a > e.view.Load().of(i, b.floor) {
+		b.s.stats.late.Add(1)
+		_, _ = ib.Apply(context.WithoutCancel(ctx), key, floodgate.Request{Op: floodgate.OpSettle, N: -res.Granted, At: res.At}, nil)
+		d := b.denial(res.At, a)
+		return d, nil
+	}
+	return res, nil
 }
 
 // denial is the Result of a step the region's allocation a cannot admit,
@@ -442,11 +465,14 @@ func (b *binding) Apply(ctx context.Context, key string, req floodgate.Request, 
 	default: // a give-back: the limit does not matter to it
 		a = max(a, 1)
 	}
-	ib, err := b.at(a)
-	if err != nil {
-		return floodgate.Result{}, err
+	if req.Op == floodgate.OpSettle && req.N < 0 {
+		ib, err := b.at(a)
+		if err != nil {
+			return floodgate.Result{}, err
+		}
+		return ib.Apply(ctx, key, req, each)
 	}
-	return ib.Apply(ctx, key, req, each)
+	return b.decide(ctx, e, key, req, now, a)
 }
 
 // entry is the Store's state of one quota (binding and key).
@@ -586,6 +612,12 @@ type Stats struct {
 	// crash, a lost link, a window that ended first): given back locally,
 	// never granted to another region.
 	Debits, DebitedUnits, StrandedUnits int64
+	// LateSteps counts steps the local store decided in a later window
+	// than the Store's clock chose the limit for, under a limit above that
+	// window's grant: they were undone and reported as denials. Any is a
+	// sign that Margin is shorter than the clock skew plus the local
+	// store's latency.
+	LateSteps int64
 }
 
 // Stats returns the counts so far.
@@ -594,6 +626,7 @@ func (s *Store) Stats() Stats {
 		Intervals: s.stats.intervals.Load(), Calls: s.stats.calls.Load(), FailedCalls: s.stats.failed.Load(),
 		MaxCallsPerInterval: s.stats.maxCalls.Load(),
 		Debits:              s.stats.debits.Load(), DebitedUnits: s.stats.debited.Load(), StrandedUnits: s.stats.stranded.Load(),
+		LateSteps: s.stats.late.Load(),
 	}
 }
 

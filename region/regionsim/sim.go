@@ -306,7 +306,7 @@ func (s *sim) restart(r int, rs *regionState) error {
 func add(a, b region.Stats) region.Stats {
 	return region.Stats{Intervals: a.Intervals + b.Intervals, Calls: a.Calls + b.Calls, FailedCalls: a.FailedCalls + b.FailedCalls,
 		MaxCallsPerInterval: max(a.MaxCallsPerInterval, b.MaxCallsPerInterval), Debits: a.Debits + b.Debits,
-		DebitedUnits: a.DebitedUnits + b.DebitedUnits, StrandedUnits: a.StrandedUnits + b.StrandedUnits}
+		DebitedUnits: a.DebitedUnits + b.DebitedUnits, StrandedUnits: a.StrandedUnits + b.StrandedUnits, LateSteps: a.LateSteps + b.LateSteps}
 }
 
 // sample reads the coordinator's ledger at the virtual time, with a

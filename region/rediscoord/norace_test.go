@@ -1,0 +1,5 @@
+//go:build !race
+
+package rediscoord
+
+const raceEnabled = false
