@@ -312,6 +312,12 @@ type binding struct {
 
 	mu    sync.Mutex // guards inner
 	inner map[int64]floodgate.Bound
+	last  atomic.Pointer[limitBound] // the Bound at was last asked for: most decisions' limit
+}
+
+type limitBound struct {
+	limit int64
+	b     floodgate.Bound
 }
 
 var _ floodgate.Bound = (*binding)(nil)
@@ -325,9 +331,13 @@ const maxInner = 256
 // share the local state: the local store keys it by (name, key, kind),
 // not by the limit (see floodgate.Store).
 func (b *binding) at(limit int64) (floodgate.Bound, error) {
+	if l := b.last.Load(); l != nil && l.limit == limit {
+		return l.b, nil // without the lock, which decisions on many cores contend for
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if ib := b.inner[limit]; ib != nil {
+		b.last.Store(&limitBound{limit, ib})
 		return ib, nil
 	}
 	ib, err := b.s.local.Bind(b.name, floodgate.FixedWindow{Limit: limit, Window: b.alg.Window})
@@ -338,6 +348,7 @@ func (b *binding) at(limit int64) (floodgate.Bound, error) {
 		b.inner = map[int64]floodgate.Bound{b.alg.Limit: b.inner[b.alg.Limit]}
 	}
 	b.inner[limit] = ib
+	b.last.Store(&limitBound{limit, ib})
 	return ib, nil
 }
 

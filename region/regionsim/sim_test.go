@@ -3,6 +3,7 @@ package regionsim
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,6 +97,11 @@ func converged(t *testing.T, s Sample) bool {
 // 95% of the quota is admitted in every window; never more than the
 // quota.
 func TestConvergence(t *testing.T) {
+	minUse, maxDev, lastOff := 1.0, int64(0), time.Duration(0)
+	defer func() {
+		t.Logf("over %d seeds: least use of a window %.2f%% of Q; largest distance from the fair share from 3 intervals on %d units (%.2f%% of Q); the latest sample off by more than 2%% was %.2f intervals after the step",
+			seeds, 100*minUse, maxDev, 100*float64(maxDev)/float64(q), lastOff.Seconds()/interval.Seconds())
+	}()
 	for seed := range uint64(seeds) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 1))
@@ -108,13 +114,20 @@ func TestConvergence(t *testing.T) {
 			}
 			checkSafe(t, res)
 			for i, a := range res.Admitted[:5] {
+				minUse = min(minUse, float64(a[0]+a[1]+a[2])/float64(q))
 				if sum := a[0] + a[1] + a[2]; sum < q*95/100 {
 					t.Errorf("window %d: admitted %v = %d in all, below 95%% of the quota", i, a, sum)
 				}
 			}
 			for _, s := range res.Samples {
-				if s.T < 3*interval || (s.T > step && s.T < step+3*interval) {
+				if s.T > step && !converged(t, s) {
+					lastOff = max(lastOff, s.T-step)
+				}
+				if s.T < 3*interval || (s.T >= step && s.T < step+3*interval) {
 					continue
+				}
+				for r, want := range oracle(t, s) {
+					maxDev = max(maxDev, s.Held[r]-want, want-s.Held[r])
 				}
 				if !converged(t, s) {
 					t.Errorf("at %v (step at %v): regions hold %v, want %v ± %d (used %v)", s.T, step, s.Held, oracle(t, s), q/50, s.Used)
@@ -294,4 +307,47 @@ func TestDeterministic(t *testing.T) {
 	if fmt.Sprint(a.Admitted, a.Samples) != fmt.Sprint(b.Admitted, b.Samples) {
 		t.Fatal("two runs of one seed differ")
 	}
+}
+
+// TestPoisson runs the scenario with Poisson arrivals: demand measured
+// over an interval is then noisy (√λI units), so allocations wander from
+// the fair share of the true rates by more than 2%; the test asserts the
+// bounds and use, and logs the distance.
+func TestPoisson(t *testing.T) {
+	maxDev, minUse := int64(0), 1.0
+	var devs []int64
+	worst := ""
+	for seed := range uint64(seeds) {
+		res, err := Run(Config{Seed: seed, Regions: regions, Limit: q, Window: window, Duration: 5 * window,
+			Poisson: true, MaxSkew: 200 * time.Millisecond, Demand: shifting(150 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkSafe(t, res)
+		for i, a := range res.Admitted[:5] {
+			use := float64(a[0]+a[1]+a[2]) / float64(q)
+			minUse = min(minUse, use)
+			if use < 0.95 {
+				t.Errorf("seed %d, window %d: admitted %v, below 95%% of the quota", seed, i, a)
+			}
+		}
+		for _, s := range res.Samples {
+			if s.T < 3*interval || (s.T >= 150*time.Second && s.T < 153*time.Second) {
+				continue
+			}
+			d := int64(0)
+			for r, want := range oracle(t, s) {
+				d = max(d, s.Held[r]-want, want-s.Held[r])
+			}
+			devs = append(devs, d)
+			if d > maxDev {
+				maxDev = d
+				worst = fmt.Sprintf("seed %d at %v: held %v, fair %v, used %v", seed, s.T, s.Held, oracle(t, s), s.Used)
+			}
+		}
+	}
+	slices.Sort(devs)
+	t.Logf("Poisson arrivals, %d seeds: least use of a window %.2f%%; distance from the fair share of the true rates: median %d, p99 %d, max %d units of %d",
+		seeds, 100*minUse, devs[len(devs)/2], devs[len(devs)*99/100], maxDev, q)
+	t.Logf("the largest: %s", worst)
 }
