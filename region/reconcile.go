@@ -51,8 +51,8 @@ func (s *Store) Reconcile(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
 		r, err := s.coord.Exchange(cctx, m)
-		if err == nil && (r == nil || len(r.Quotas) != len(m.Quotas)) {
-			err = fmt.Errorf("%w: coordinator replied %d quotas to %d", ErrInvalid, lenQuotas(r), len(m.Quotas))
+		if err == nil {
+			err = s.checkReply(r, len(m.Quotas))
 		}
 		if err != nil {
 			s.stats.failed.Add(1)
@@ -134,11 +134,28 @@ func (s *Store) Reconcile(ctx context.Context) error {
 	return firstErr
 }
 
-func lenQuotas(r *Reply) int {
-	if r == nil {
-		return 0
+// checkReply returns an error matching ErrInvalid for a reply whose shape
+// does not match the message and the regions: a Coordinator's bug must
+// not make the reconciler index out of range.
+func (s *Store) checkReply(r *Reply, quotas int) error {
+	if r == nil || len(r.Quotas) != quotas {
+		n := 0
+		if r != nil {
+			n = len(r.Quotas)
+		}
+		return fmt.Errorf("%w: coordinator replied %d quotas to %d", ErrInvalid, n, quotas)
 	}
-	return len(r.Quotas)
+	n := len(s.regions)
+	for i, q := range r.Quotas {
+		ok := len(q.Reports) == n
+		for _, w := range q.Windows {
+			ok = ok && len(w.Granted) == n && len(w.Debited) == n
+		}
+		if !ok {
+			return fmt.Errorf("%w: coordinator's reply for quota %d does not list %d regions", ErrInvalid, i, n)
+		}
+	}
+	return nil
 }
 
 // collect picks the quotas to reconcile (at most MaxKeys, those with the
