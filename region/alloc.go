@@ -7,10 +7,11 @@ import (
 	"slices"
 )
 
-// ErrInvalid is the error of an allocation whose capacity or claims are
-// unusable: negative, not finite, or floors above the capacity. Errors
-// returned wrap it with the details.
-var ErrInvalid = errors.New("region: invalid allocation")
+// ErrInvalid is the error of unusable arguments: an allocation whose
+// capacity or claims are negative, not finite, or whose floors exceed the
+// capacity; a set of regions, a message, a reply or options that cannot be
+// used. Errors returned wrap it with the details.
+var ErrInvalid = errors.New("region: invalid argument")
 
 // Claim is one claimant's demand on a capacity.
 type Claim struct {

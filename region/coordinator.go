@@ -9,7 +9,8 @@ import (
 
 // Region describes one region that shares the quotas. Every region's
 // Store and the Coordinator are built with the same []Region, in the same
-// order: the order is how messages and replies name regions.
+// order: the order is how messages and replies name regions. It is a plain
+// value; the zero value has no name and is refused by CheckRegions.
 type Region struct {
 	// Name identifies the region: not empty, unique among the regions.
 	Name string

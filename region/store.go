@@ -111,8 +111,8 @@ func (s Step) String() string {
 	return fmt.Sprintf("Step(%d)", int(s))
 }
 
-// Steps lists every Step in protocol order.
-var Steps = []Step{StepRead, StepSynced, StepDebited, StepSettled}
+// Steps returns every Step in protocol order.
+func Steps() []Step { return []Step{StepRead, StepSynced, StepDebited, StepSettled} }
 
 // Store is a floodgate.Store for one region: it decides every step on the
 // region's local store, under the part of the global quota the region
@@ -159,7 +159,7 @@ type entryKey struct {
 	key string
 }
 
-// ErrClosed is the error of a step on a closed Store; it matches
+// errClosed is the error of a step on a closed Store; it matches
 // floodgate.ErrUnavailable and floodgate.ErrClosed.
 var errClosed = fmt.Errorf("region: %w: %w", floodgate.ErrUnavailable, floodgate.ErrClosed)
 

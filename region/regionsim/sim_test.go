@@ -206,7 +206,7 @@ func TestCutOff(t *testing.T) {
 func TestKillAtEveryStep(t *testing.T) {
 	step := 2*window + 20*time.Second
 	stop := step + 8*interval
-	for _, st := range region.Steps {
+	for _, st := range region.Steps() {
 		for r := range regions {
 			t.Run(fmt.Sprintf("%v/%s", st, regions[r].Name), func(t *testing.T) {
 				kills := 0
