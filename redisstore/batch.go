@@ -285,8 +285,8 @@ next:
 		}
 		var slot uint16
 		switch {
-		case b.grouping == groupNone || p.prog >= progLimits:
-			// No batch script: a Limits decision, an in-flight call.
+		case b.grouping == groupNone || p.prog > progLimits:
+			// No batch script: an in-flight call.
 			gs = append(gs, group{prog: p.prog, members: []*pending{p}})
 			continue next
 		case b.grouping == groupSlot:
@@ -307,7 +307,10 @@ next:
 // EVAL, marked so that go-redis never sends it twice (see once).
 func (g *group) send(ctx context.Context, pipe redis.Pipeliner, eval bool) {
 	rkey, keys, args := g.members[0].key[0], g.members[0].keys, g.members[0].args
-	if len(g.members) > 1 {
+	switch {
+	case len(g.members) > 1 && g.prog == progLimits:
+		keys, args = limitsBatchArgs(g.members)
+	case len(g.members) > 1:
 		keys, args = make([]string, len(g.members)), batchArgs(g.members)
 		for i, p := range g.members {
 			keys[i] = p.key[0]
@@ -358,6 +361,42 @@ func batchArgs(ps []*pending) []any {
 		args = append(args, l...)
 	}
 	return append(args, index...)
+}
+
+// limitsBatchArgs returns limits_batch.lua's KEYS and ARGV for the Limits
+// decisions ps: every decision's keys in turn; each distinct argument list
+// once, then the number of decisions and, for each, its list's number and
+// its number of keys.
+func limitsBatchArgs(ps []*pending) ([]string, []any) {
+	n := 0
+	for _, p := range ps {
+		n += len(p.keys)
+	}
+	keys := make([]string, 0, n)
+	lists := make([][]any, 0, 2)
+	index := make([]any, 0, 2*len(ps))
+	for _, p := range ps {
+		keys = append(keys, p.keys...)
+		l := 0
+		for l < len(lists) && !sameList(lists[l], p.args) {
+			l++
+		}
+		if l == len(lists) {
+			lists = append(lists, p.args)
+		}
+		index = append(index, l+1, len(p.keys))
+	}
+	size := 2 + len(index)
+	for _, l := range lists {
+		size += 1 + len(l)
+	}
+	args := append(make([]any, 0, size), len(lists))
+	for _, l := range lists {
+		args = append(args, len(l))
+		args = append(args, l...)
+	}
+	args = append(args, len(ps))
+	return keys, append(args, index...)
 }
 
 // sameList reports whether a and b are the same slice.

@@ -60,6 +60,11 @@ func TestBatchScript(t *testing.T) {
 		{"d", sw, take(1)}, {"d", sw, upTo(3)}, {"d", sw, take(1)},
 		{"e", sl, take(1)}, {"e", sl, check(take(1))}, {"e", sl, take(1)}, {"e", sl, take(1)}, {"e", sl, refund(1)}, {"e", sl, take(1)},
 		{"l", ls, take(1)}, {"l", ls, check(take(1))}, {"l", ls, take(1)}, {"l", ls, take(1)}, // denied
+		// Limits in one batch call: a reservation (each limit takes again
+		// at the later instant, its TTLs shifted), then decisions after it
+		// in the same call, which must not inherit the shift.
+		{"m", ls, take(2)}, {"m", ls, floodgate.Request{Op: floodgate.OpTake, N: 1, MaxDelay: 3 * time.Hour}},
+		{"n", ls, upTo(3)}, {"n", ls, refund(1)}, {"n", ls, take(1)},
 		{"b", fw, upTo(9)},
 	}
 	for _, clock := range []string{"redis", "client"} {
@@ -121,7 +126,7 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 		}
 	}
 	if !cluster {
-		require.Equal(t, []int{9, 9}, []int{calls, largest}, "a call per algorithm and per Limits decision, 9 token bucket decisions")
+		require.Equal(t, []int{6, 9}, []int{calls, largest}, "a call per algorithm and one for the 9 Limits decisions, 9 token bucket decisions")
 	} else {
 		require.GreaterOrEqual(t, largest, 6, "the decisions on key a")
 	}
@@ -143,11 +148,26 @@ func testBatchScript(t *testing.T, c redis.UniversalClient, cluster, clientClock
 			continue
 		}
 		require.NoError(t, err, "step %d (%s)", i, st.key)
-		t.Logf("DEBUG step %d %s: batch %+v alone %+v", i, st.key, got, want)
 		require.WithinDuration(t, time.Now(), got.At, time.Minute, "step %d: the server's TIME", i)
 		require.Equal(t, []any{want.Allowed, want.Granted, want.Remaining}, []any{got.Allowed, got.Granted, got.Remaining}, "step %d (%s %v %+v)", i, st.key, st.alg, st.req)
 		if clientClock {
 			require.Equal(t, want, got, "step %d: the same instant, the same Result", i)
+		}
+	}
+	// The TTLs the batch wrote are the ones deciding alone writes: a
+	// Limits reservation's shift of its TTLs stays with its decision.
+	for _, st := range steps {
+		ls, ok := st.alg.(floodgate.Limits)
+		if !ok {
+			continue
+		}
+		bk, ak := limitKeys(batched, st.key, ls), limitKeys(alone, st.key, ls)
+		for j := range bk {
+			bt, err := c.PTTL(ctx, bk[j]).Result()
+			require.NoError(t, err)
+			at, err := c.PTTL(ctx, ak[j]).Result()
+			require.NoError(t, err)
+			require.InDelta(t, float64(at), float64(bt), float64(time.Minute), "the TTL of %s's limit %d, batched and alone", st.key, j)
 		}
 	}
 }

@@ -226,12 +226,13 @@ type Store struct {
 var _ floodgate.Store = (*Store)(nil)
 
 // programs are the scripts, and batchPrograms those making a batch of
-// decisions of one algorithm (scripts.BatchSource), indexed by prog. A
-// Limits decision and package inflight's calls have no batch script:
-// batched, each is a script call of its own in a batch's pipeline.
+// decisions of one algorithm (scripts.BatchSource) or of Limits
+// (scripts.LimitsBatchSource), indexed by prog. Package inflight's calls
+// have no batch script: batched, each is a script call of its own in a
+// batch's pipeline.
 var (
 	programs      = programsOf(scripts.Source, scripts.LimitsSource(), scripts.InflightSource())
-	batchPrograms = programsOf(scripts.BatchSource, "", "")
+	batchPrograms = programsOf(scripts.BatchSource, scripts.LimitsBatchSource(), "")
 )
 
 func programsOf(source func(step.Kind) string, limits, inflight string) (p [progInflight + 1]program) {

@@ -11,7 +11,8 @@
 -- sliding log. redisstore checks the reply against step.Limits as
 -- limits.lua's.
 --
--- KEYS     as limits.lua's: KEYS[i] is limit i's state
+-- KEYS     as limits.lua's: KEYS[i] is limit i's state (limitsFast takes
+--          the decision's KEYS and ARGV, as limits_batch.lua calls it)
 -- ARGV     as limits.lua's: ARGV[ARG_N], ARGV[ARG_MAXDELAY] and
 --          ARGV[ARG_MARGIN] for every limit, and each limit's kind,
 --          quota, period and tau from ARGV[ARG_LIMITS + LIMIT_ARGS *
@@ -22,7 +23,7 @@
 --          its fast path's reply (itself six elements); or nil to fall
 --          through
 -- Time:    t, the TIME time.lua read (before MAX_UNIX s)
-local function limitsFast(t)
+local function limitsFast(KEYS, ARGV, t)
   local parts, news, ttls = {}, {}, {}
   -- One argument table serves every limit: a fast path reads its
   -- arguments first.

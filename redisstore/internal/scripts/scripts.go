@@ -45,6 +45,11 @@
 // then lib.lua and each algorithm's file after args.lua as a function of
 // its own, which limits.lua runs for each limit's step.
 //
+// LimitsBatchSource returns the script that makes the Limits decisions of
+// a batch in one call: LimitsSource's parts with limits.lua as a function
+// of its own, and limits_batch.lua, which frames each decision's keys and
+// arguments as batch.lua frames one algorithm's.
+//
 // InflightSource returns the script of package inflight's holds
 // (inflight.lua after time.lua): a key's holds as a sorted set of holder
 // ids scored by expiry, and an acquire, a renewal or a release per call.
@@ -134,6 +139,8 @@ var (
 	limits string
 	//go:embed limits_fast.lua
 	limitsFast string
+	//go:embed limits_batch.lua
+	limitsBatch string
 )
 
 // fastPaths are the fast paths, each defining fast(key, ARGV, t), indexed
@@ -175,8 +182,9 @@ end
 // step.Kind.
 var sources, batchSources = build()
 
-// limitsSource is the script of a Limits decision.
-var limitsSource = buildLimits()
+// limitsSource is the script of a Limits decision, and limitsBatchSource
+// that of a batch of them.
+var limitsSource, limitsBatchSource = buildLimits(false), buildLimits(true)
 
 // build returns the scripts of one decision and of a batch for each Kind,
 // with the protocol's values in place of their names.
@@ -202,7 +210,7 @@ func build() (single, batched [len(bodies)]string) {
 // callLimitsFast is a Limits decision's call of its fast path, between
 // the fast path and lib.lua, as callFast is a single decision's.
 const callLimitsFast = `if ARGV[ARG_OP] == OP_TAKE and ARGV[ARG_NOW] == '' and serverTime then
-  local reply = limitsFast(serverTime)
+  local reply = limitsFast(KEYS, ARGV, serverTime)
   if reply then
     return reply
   end
@@ -213,7 +221,12 @@ end
 // algorithm's fast path, in its own block, as fasts[kind]; limits_fast.lua
 // and its call; lib.lua; each algorithm's file after args.lua as the
 // function run[kind]; and limits.lua.
-func buildLimits() string {
+//
+// The batch script has the same parts but the single call of the fast
+// path, with limits.lua as the function oneLimits(KEYS, ARGV), which first
+// sets lib.lua's shift to 0 (a decision's delayed take sets it), and
+// limits_batch.lua last.
+func buildLimits(batched bool) string {
 	var b strings.Builder
 	b.WriteString(expand(timeLua) + "\n")
 	b.WriteString("local fasts = {}\n")
@@ -222,7 +235,10 @@ func buildLimits() string {
 			fmt.Fprintf(&b, "do\n%s\nfasts['%d'] = fast\nend\n", expand(fast), k)
 		}
 	}
-	b.WriteString(expand(limitsFast) + "\n" + expand(callLimitsFast) + "\n")
+	b.WriteString(expand(limitsFast) + "\n")
+	if !batched {
+		b.WriteString(expand(callLimitsFast) + "\n")
+	}
 	b.WriteString(expand(lib) + "\n")
 	b.WriteString("local run = {}\n")
 	args := expand(argsLua) + "\n"
@@ -230,6 +246,10 @@ func buildLimits() string {
 		if body != "" && k != int(step.KindSubWindows) {
 			fmt.Fprintf(&b, "run['%d'] = function(KEYS, ARGV)\n%s%s\nend\n", k, args, expand(body))
 		}
+	}
+	if batched {
+		b.WriteString("local function oneLimits(KEYS, ARGV)\nshift = 0\n" + expand(limits) + "\nend\n" + expand(limitsBatch))
+		return b.String()
 	}
 	b.WriteString(expand(limits))
 	return b.String()
@@ -263,3 +283,8 @@ func BatchSource(kind step.Kind) string {
 // limits_fast.lua with its call, lib.lua, args.lua and each algorithm's
 // file as a function of its own, and limits.lua.
 func LimitsSource() string { return limitsSource }
+
+// LimitsBatchSource returns the Lua script that makes many Limits
+// decisions in one call (limits_batch.lua), with the arguments that
+// redisstore's limitsBatchArgs builds.
+func LimitsBatchSource() string { return limitsBatchSource }
