@@ -339,28 +339,7 @@ func (g *group) runAlone(ctx context.Context, c redis.UniversalClient, t trip) {
 // apart by identity: a bound limiter's decisions mostly share one cached
 // slice (argsCache), and equal lists sent twice cost only bytes.
 func batchArgs(ps []*pending) []any {
-	lists := make([][]any, 0, 2)
-	index := make([]any, len(ps))
-	for i, p := range ps {
-		l := 0
-		for l < len(lists) && !sameList(lists[l], p.args) {
-			l++
-		}
-		if l == len(lists) {
-			lists = append(lists, p.args)
-		}
-		index[i] = l + 1
-	}
-	size := 1 + len(ps)
-	for _, l := range lists {
-		size += 1 + len(l)
-	}
-	args := append(make([]any, 0, size), len(lists))
-	for _, l := range lists {
-		args = append(args, len(l))
-		args = append(args, l...)
-	}
-	return append(args, index...)
+	return framed(ps, func(p *pending, list int, tail []any) []any { return append(tail, list) }, len(ps))
 }
 
 // limitsBatchArgs returns limits_batch.lua's KEYS and ARGV for the Limits
@@ -373,10 +352,26 @@ func limitsBatchArgs(ps []*pending) ([]string, []any) {
 		n += len(p.keys)
 	}
 	keys := make([]string, 0, n)
-	lists := make([][]any, 0, 2)
-	index := make([]any, 0, 2*len(ps))
 	for _, p := range ps {
 		keys = append(keys, p.keys...)
+	}
+	tail := func(p *pending, list int, tail []any) []any {
+		if len(tail) == 0 {
+			tail = append(tail, len(ps))
+		}
+		return append(tail, list, len(p.keys))
+	}
+	return keys, framed(ps, tail, 1+2*len(ps))
+}
+
+// framed returns a batch script's ARGV for ps: the number of distinct
+// argument lists, each list as its length and its elements, then what
+// tail appends for each decision given its list's number (from 1); size is
+// the tail's length in all.
+func framed(ps []*pending, tail func(p *pending, list int, tail []any) []any, size int) []any {
+	lists := make([][]any, 0, 2)
+	after := make([]any, 0, size)
+	for _, p := range ps {
 		l := 0
 		for l < len(lists) && !sameList(lists[l], p.args) {
 			l++
@@ -384,9 +379,9 @@ func limitsBatchArgs(ps []*pending) ([]string, []any) {
 		if l == len(lists) {
 			lists = append(lists, p.args)
 		}
-		index = append(index, l+1, len(p.keys))
+		after = tail(p, l+1, after)
 	}
-	size := 2 + len(index)
+	size = 1 + len(after)
 	for _, l := range lists {
 		size += 1 + len(l)
 	}
@@ -395,8 +390,7 @@ func limitsBatchArgs(ps []*pending) ([]string, []any) {
 		args = append(args, len(l))
 		args = append(args, l...)
 	}
-	args = append(args, len(ps))
-	return keys, append(args, index...)
+	return append(args, after...)
 }
 
 // sameList reports whether a and b are the same slice.

@@ -125,32 +125,38 @@ func BenchmarkStoreLimits(b *testing.B) {
 		name string
 		alg  floodgate.Algorithm
 	}{{"One/tb", tb}, {"One/fw", fw}, {"Limits/tb+fw", floodgate.Limits{tb, fw}}} {
-		b.Run(bc.name, func(b *testing.B) {
-			c := benchClient(b, 8)
-			s, err := New(c, &Options{Prefix: "fgbench:limits:", Timeout: time.Second})
-			require.NoError(b, err)
-			b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, "fgbench:limits:") })
-			bnd, err := s.Bind(testName, bc.alg)
-			require.NoError(b, err)
-			req := floodgate.Request{Op: floodgate.OpTake, N: 1}
-			ctx := context.Background()
-			_, err = bnd.Apply(ctx, names[0], req, nil) // loads the script
-			require.NoError(b, err)
-			before := evalshaStats(b, c)
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				res, err := bnd.Apply(ctx, names[i%keys], req, nil)
-				if err != nil || !res.Allowed {
-					b.Fatalf("Apply: %+v, %v", res, err)
-				}
-				i++
-			}
-			after := evalshaStats(b, c)
-			if calls := after[0] - before[0]; calls > 0 {
-				b.ReportMetric((after[1]-before[1])/calls, "redis-µs/call")
-			}
-		})
+		b.Run(bc.name, func(b *testing.B) { benchSerialTakes(b, bc.alg, names, "fgbench:limits:") })
+	}
+}
+
+// benchSerialTakes makes serial takes of one unit of alg over the keys
+// names in turn, each admitted, through a store bound as floodgate.New
+// binds it (one round trip each), and reports Redis' time per script call
+// (INFO commandstats) beside the latency.
+func benchSerialTakes(b *testing.B, alg floodgate.Algorithm, names []string, prefix string) {
+	c := benchClient(b, 8)
+	s, err := New(c, &Options{Prefix: prefix, Timeout: time.Second})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = s.Close(); deleteKeys(b, c, prefix) })
+	bnd, err := s.Bind(testName, alg)
+	require.NoError(b, err)
+	req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+	ctx := context.Background()
+	_, err = bnd.Apply(ctx, names[0], req, nil) // loads the script
+	require.NoError(b, err)
+	before := evalshaStats(b, c)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		res, err := bnd.Apply(ctx, names[i%len(names)], req, nil)
+		if err != nil || !res.Allowed {
+			b.Fatalf("Apply: %+v, %v", res, err)
+		}
+		i++
+	}
+	after := evalshaStats(b, c)
+	if calls := after[0] - before[0]; calls > 0 {
+		b.ReportMetric((after[1]-before[1])/calls, "redis-µs/call")
 	}
 }
 
@@ -362,32 +368,7 @@ func BenchmarkSubWindows(b *testing.B) {
 		}
 		for _, s := range []int{1, 4, 10, 60} {
 			alg := floodgate.SlidingWindow{Limit: 1_000_000, Window: time.Minute, SubWindows: s}
-			b.Run(fmt.Sprintf("keys=%d/S=%d", keys, s), func(b *testing.B) {
-				c := benchClient(b, 8)
-				st, err := New(c, &Options{Prefix: "fgbench:sub:", Timeout: time.Second})
-				require.NoError(b, err)
-				b.Cleanup(func() { _ = st.Close(); deleteKeys(b, c, "fgbench:sub:") })
-				bnd, err := st.Bind(testName, alg)
-				require.NoError(b, err)
-				req := floodgate.Request{Op: floodgate.OpTake, N: 1}
-				ctx := context.Background()
-				_, err = bnd.Apply(ctx, names[0], req, nil) // loads the script
-				require.NoError(b, err)
-				before := evalshaStats(b, c)
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					res, err := bnd.Apply(ctx, names[i%keys], req, nil)
-					if err != nil || !res.Allowed {
-						b.Fatalf("Apply: %+v, %v", res, err)
-					}
-					i++
-				}
-				after := evalshaStats(b, c)
-				if calls := after[0] - before[0]; calls > 0 {
-					b.ReportMetric((after[1]-before[1])/calls, "redis-µs/call")
-				}
-			})
+			b.Run(fmt.Sprintf("keys=%d/S=%d", keys, s), func(b *testing.B) { benchSerialTakes(b, alg, names, "fgbench:sub:") })
 		}
 	}
 }
