@@ -91,6 +91,10 @@ type Limit struct {
 	Algorithm string
 	// Burst is the token bucket's burst (the default is RequestsPerUnit).
 	Burst uint32
+	// SubWindows is a sliding window's number of sub-windows (the
+	// sub_windows extension): 0 for the two-counter estimate, 2 to 64 for
+	// the counter that never passes its limit (floodgate.SlidingWindow).
+	SubWindows uint32
 
 	Unlimited      bool
 	ShadowMode     bool
@@ -127,12 +131,13 @@ type yamlRateLimit struct {
 	Replaces        []yamlReplaces `yaml:"replaces"`
 
 	// Extensions.
-	Algorithm string `yaml:"algorithm"`
-	Burst     uint32 `yaml:"burst"`
-	Window    string `yaml:"window"`
-	TimeZone  string `yaml:"time_zone"`
-	Reset     string `yaml:"reset"`
-	WeekStart string `yaml:"week_start"`
+	Algorithm  string `yaml:"algorithm"`
+	Burst      uint32 `yaml:"burst"`
+	SubWindows uint32 `yaml:"sub_windows"`
+	Window     string `yaml:"window"`
+	TimeZone   string `yaml:"time_zone"`
+	Reset      string `yaml:"reset"`
+	WeekStart  string `yaml:"week_start"`
 }
 
 type yamlReplaces struct {
@@ -315,8 +320,8 @@ func newLimit(file, domain, full string, d yamlDescriptor) (*Limit, error) {
 		if validUnit || y.Window != "" {
 			return nil, bad("should not specify rate limit unit when unlimited")
 		}
-		if y.Algorithm != "" || y.Burst != 0 {
-			return nil, bad("should not specify an algorithm or a burst when unlimited")
+		if y.Algorithm != "" || y.Burst != 0 || y.SubWindows != 0 {
+			return nil, bad("should not specify an algorithm, a burst or sub_windows when unlimited")
 		}
 		return lim, nil
 	}
@@ -344,12 +349,16 @@ func newLimit(file, domain, full string, d yamlDescriptor) (*Limit, error) {
 	default:
 		lim.Window = unitWindow(lim.Unit)
 	}
-	if lim.Window > floodgate.MaxWindow {
-		return nil, bad("a window of %v is longer than floodgate's longest, %v: YEAR (365 days, as envoyproxy/ratelimit counts it) is not supported until floodgate has calendar windows", lim.Window, floodgate.MaxWindow)
+	if y.SubWindows != 0 && y.Algorithm != AlgorithmSlidingWindow {
+		return nil, bad("sub_windows applies to algorithm sliding_window only")
+	}
+	if lim.Window > floodgate.MaxWindow && y.SubWindows < 2 {
+		return nil, bad("a window of %v is longer than floodgate's longest fixed window, %v: for YEAR (365 days, as envoyproxy/ratelimit counts it) use algorithm calendar (civil years) or sliding_window with sub_windows (such as 60)", lim.Window, floodgate.MaxWindow)
 	}
 	if y.Burst != 0 && y.Algorithm != AlgorithmTokenBucket {
 		return nil, bad("burst applies to algorithm token_bucket only")
 	}
+	lim.SubWindows = y.SubWindows
 	if lim.RequestsPerUnit == 0 {
 		// envoyproxy/ratelimit accepts 0: every request is over the limit.
 		if y.Algorithm != "" && y.Algorithm != AlgorithmFixedWindow {
@@ -362,7 +371,7 @@ func newLimit(file, domain, full string, d yamlDescriptor) (*Limit, error) {
 	case "", AlgorithmFixedWindow:
 		lim.alg = floodgate.FixedWindow{Limit: rpu, Window: lim.Window}
 	case AlgorithmSlidingWindow:
-		lim.alg = floodgate.SlidingWindow{Limit: rpu, Window: lim.Window}
+		lim.alg = floodgate.SlidingWindow{Limit: rpu, Window: lim.Window, SubWindows: int(min(y.SubWindows, floodgate.MaxSubWindows+1))}
 	case AlgorithmSlidingLog:
 		lim.alg = floodgate.SlidingLog{Limit: rpu, Window: lim.Window}
 	case AlgorithmTokenBucket:

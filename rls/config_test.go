@@ -105,11 +105,13 @@ func TestUnits(t *testing.T) {
 		require.Equal(t, floodgate.FixedWindow{Limit: 1, Window: w}, l.alg, k)
 	}
 	for k, alg := range map[string]floodgate.Algorithm{
-		"tb":  floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 20},
-		"sw":  floodgate.SlidingWindow{Limit: 100, Window: time.Minute},
-		"sl":  floodgate.SlidingLog{Limit: 5, Window: time.Minute},
-		"fw":  floodgate.FixedWindow{Limit: 5, Window: time.Minute},
-		"w90": floodgate.FixedWindow{Limit: 5, Window: 90 * time.Second},
+		"tb":   floodgate.TokenBucket{Rate: 10, Per: time.Second, Burst: 20},
+		"sw":   floodgate.SlidingWindow{Limit: 100, Window: time.Minute},
+		"sl":   floodgate.SlidingLog{Limit: 5, Window: time.Minute},
+		"fw":   floodgate.FixedWindow{Limit: 5, Window: time.Minute},
+		"w90":  floodgate.FixedWindow{Limit: 5, Window: 90 * time.Second},
+		"sw60": floodgate.SlidingWindow{Limit: 100, Window: time.Minute, SubWindows: 60},
+		"year": floodgate.SlidingWindow{Limit: 1_000_000, Window: 365 * 24 * time.Hour, SubWindows: 60},
 	} {
 		l, _ := cfg.Lookup("ext", Entry{k, "x"})
 		require.Equal(t, alg, l.alg, k)
@@ -137,7 +139,13 @@ func TestBadConfigs(t *testing.T) {
 		{"self replaces", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n", "replaces should not contain name of same descriptor"},
 		{"share_threshold without wildcard", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n", "share_threshold can only be used with wildcard values"},
 		{"negative rpu", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "cannot unmarshal"},
-		{"year", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n", "YEAR (365 days, as envoyproxy/ratelimit counts it) is not supported"},
+		{"year", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n", "for YEAR (365 days, as envoyproxy/ratelimit counts it) use algorithm calendar"},
+		{"sub_windows on a fixed window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, sub_windows: 10}\n", "sub_windows applies to algorithm sliding_window only"},
+		{"sub_windows too many", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 65}\n", "SubWindows must be between 0 and 64"},
+		{"sub_windows huge", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 4294967295}\n", "SubWindows must be between 0 and 64"},
+		{"sub_windows not dividing", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {window: 1s, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 7}\n", "not 7 sub-windows of a whole number of microseconds"},
+		{"sub_windows unlimited", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, sub_windows: 7}\n", "should not specify an algorithm, a burst or sub_windows when unlimited"},
+		{"year of one sub-window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1, algorithm: sliding_window, sub_windows: 1}\n", "use algorithm calendar"},
 		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra}\n", "unknown algorithm 'gcra'"},
 		{"burst without token bucket", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, burst: 3}\n", "burst applies to algorithm token_bucket only"},
 		{"bad window", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {window: soon, requests_per_unit: 1}\n", "invalid window 'soon'"},

@@ -22,9 +22,12 @@
 // Units are the peer's fixed periods: MONTH is 30 days, counted in
 // epoch-aligned windows as the peer counts them (not calendar months); YEAR
 // (365 days) is longer than floodgate's longest fixed window and is refused
-// unless the limit is a calendar one. Extensions in rate_limit: algorithm
-// (fixed_window, the default; token_bucket, with burst defaulting to
-// requests_per_unit; sliding_window; sliding_log; calendar, a
+// unless the limit is a calendar one or a sliding window with sub-windows.
+// Extensions in rate_limit: algorithm (fixed_window, the default;
+// token_bucket, with burst defaulting to requests_per_unit;
+// sliding_window, with sub_windows from 2 to 64 for a counter that never
+// passes its limit in any window (floodgate.SlidingWindow's SubWindows);
+// sliding_log; calendar, a
 // floodgate.CalendarWindow of unit day, week, month or year with
 // time_zone, an IANA name (default UTC), reset, a time of day such as
 // "08:00" (default midnight), and week_start, a day (default monday)) and

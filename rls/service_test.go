@@ -444,3 +444,36 @@ descriptors:
 		require.ErrorIs(t, err, ErrConfig, bad)
 	}
 }
+
+// TestSubWindowsDescriptor: a sliding_window with sub_windows never passes
+// its limit across a window boundary, where the two-counter estimate
+// would: 4 per second in 4 sub-windows, 4 requests at the end of one
+// second, then requests just after it are refused until the sub-window of
+// the first 4 has left, a second after it; the retry is the start of that
+// sub-window (duration_until_reset rounds up to whole seconds).
+func TestSubWindowsDescriptor(t *testing.T) {
+	const yml = `
+domain: d
+descriptors:
+  - key: sub
+    rate_limit: {unit: second, requests_per_unit: 4, algorithm: sliding_window, sub_windows: 4}
+`
+	for _, sk := range stores(t) {
+		t.Run(sk.name, func(t *testing.T) {
+			clk := newClock(t0.Truncate(time.Second).Add(900 * time.Millisecond))
+			svc := newService(t, sk.make(t, clk.Now), clk.Now, yml, nil)
+			req := request("d", desc("sub=x"))
+			var codes []string
+			for range 5 {
+				codes = append(codes, answerOf(call(t, svc, req)).Codes[0])
+			}
+			require.Equal(t, []string{"OK", "OK", "OK", "OK", "OVER_LIMIT"}, codes)
+			clk.Add(200 * time.Millisecond) // into the next second
+			require.Equal(t, pb.RateLimitResponse_OVER_LIMIT, call(t, svc, req).OverallCode, "the 4 of the last sub-window still count")
+			clk.Add(800 * time.Millisecond) // 1.9 s: the sub-window of the first 4 still counts (it started at 0.75 s)
+			require.Equal(t, pb.RateLimitResponse_OVER_LIMIT, call(t, svc, req).OverallCode)
+			clk.Add(100 * time.Millisecond) // 2.0 s: it left
+			require.Equal(t, pb.RateLimitResponse_OK, call(t, svc, req).OverallCode)
+		})
+	}
+}
