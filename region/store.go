@@ -70,6 +70,9 @@ type Options struct {
 	// reconciler stops there as a crashed process would: the interval
 	// ends, and the Store forgets what a restart would lose (debits not
 	// yet acknowledged, grants learned). Reconcile returns the error.
+	// Hook runs on the reconciler's goroutine, which Close waits for: it
+	// must not call Close itself (to emulate a kill, return an error and
+	// Close the Store from another goroutine, or build a new one).
 	Hook func(Step) error
 
 	// OnError, when set, receives the errors of the background

@@ -8,9 +8,10 @@
 // windows after the last one. The script reads no clock: windows and
 // report times are the sender's (see package region on clocks).
 //
-// The coordinator is usually in another region than most of its callers:
-// give its client timeouts that fit the reconciler's (region's
-// Options.Timeout bounds each call as well). Replication is asynchronous:
+// The coordinator is usually in another region than most of its callers.
+// Each Exchange returns by its context's deadline (region's
+// Options.Timeout), whatever the client's timeouts: a stalled server
+// holds no reconciler longer. Replication is asynchronous:
 // a failover that loses acknowledged writes can lose debits and grants of
 // the current window; a lost grant only strands units, but a lost debit
 // followed by a raise of another region could grant units twice. Run the
@@ -147,11 +148,31 @@ func (c *Coordinator) Exchange(ctx context.Context, m *region.Message) (*region.
 	if err != nil {
 		return nil, fmt.Errorf("rediscoord: %w", err)
 	}
-	res, err := script.Run(ctx, c.client, []string{c.prefix}, arg).Result()
-	if err != nil {
-		return nil, fmt.Errorf("rediscoord: %w", err)
+	// go-redis ignores ctx's deadline on a connection's reads unless the
+	// client was built with ContextTimeoutEnabled: a stalled server would
+	// hold the reconciler (and Store.Close) for the client's ReadTimeout,
+	// 3s by default. The call runs aside, and Exchange returns at ctx's
+	// end; the goroutine ends with the client's own timeout. A script the
+	// server still runs later is harmless: debits are idempotent, and a
+	// raise no one heard of only strands its units until the next call.
+	type result struct {
+		v   any
+		err error
 	}
-	return c.decode(res, m, w)
+	done := make(chan result, 1)
+	go func() {
+		v, err := script.Run(ctx, c.client, []string{c.prefix}, arg).Result()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, fmt.Errorf("rediscoord: %w", r.err)
+		}
+		return c.decode(r.v, m, w)
+	case <-ctx.Done():
+		return nil, fmt.Errorf("rediscoord: %w", ctx.Err())
+	}
 }
 
 func (c *Coordinator) decode(res any, m *region.Message, w wire) (*region.Reply, error) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +26,11 @@ const redisServer = "/usr/bin/redis-server"
 // startRedis starts a redis-server of its own on a free loopback port,
 // without persistence, and stops it at the end of the test.
 func startRedis(t *testing.T) string {
+	addr, _ := startRedisProcess(t)
+	return addr
+}
+
+func startRedisProcess(t *testing.T) (string, *os.Process) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -45,12 +51,41 @@ func startRedis(t *testing.T) string {
 	defer c.Close()
 	for range 100 {
 		if c.Ping(context.Background()).Err() == nil {
-			return addr
+			return addr, cmd.Process
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Fatalf("redis-server on %s did not answer", addr)
-	return ""
+	return "", nil
+}
+
+// TestStalledServer stops the coordinator's server (SIGSTOP): an Exchange
+// returns its context's error at the deadline, not after the client's
+// 3s ReadTimeout.
+func TestStalledServer(t *testing.T) {
+	if _, err := os.Stat(redisServer); err != nil {
+		t.Skip("no " + redisServer + ": the stalled-server test needs a server it can stop")
+	}
+	addr, p := startRedisProcess(t)
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = client.Close() })
+	c, err := New(client, regions, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &region.Message{Region: "eu", At: time.Now(), Quotas: []region.QuotaMessage{{ID: "q", Limit: 100, Window: time.Minute}}}
+	if _, err := c.Exchange(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Signal(syscall.SIGCONT) })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Exchange(ctx, m); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Exchange on a stopped server = %v, want context.DeadlineExceeded", err)
+	}
 }
 
 // TestRegionsMiniredis runs the scenario on four embedded miniredis
@@ -485,7 +520,23 @@ func runScenario(t *testing.T, addrs [4]string, prefix string, speed time.Durati
 	// The cut: c keeps what it holds in window 8 (cut at 17s, in its
 	// middle), then its floor.
 	floor := sRegions[2].FloorUnits(sQ)
-	if a := admitted(8); a[2] <= floor {
+	heldAtCut := int64(-1)
+	for _, s := range samples {
+		if s.at < cut+2*sInterval || s.window != 8 {
+			continue
+		}
+		if heldAtCut < 0 {
+			heldAtCut = s.held[2]
+		} else if s.held[2] != heldAtCut {
+			t.Errorf("at %v: cut-off c holds %d of window 8, %d after the cut: only c can give its units back", s.at, s.held[2], heldAtCut)
+			break
+		}
+	}
+	if heldAtCut <= floor {
+		t.Errorf("window 8: cut-off c holds %d, no more than its floor %d: it lost the grant it held", heldAtCut, floor)
+	}
+	want8 := rate(2, cut) * sWindow.Seconds()
+	if a := admitted(8); a[2] <= floor && float64(runs[2].asked[8]) >= 0.97*want8 {
 		t.Errorf("window 8: cut-off c admitted %d, no more than its floor %d: it lost the grant it held", a[2], floor)
 	}
 	for _, w := range []int64{9, 10, 11} {
