@@ -11,12 +11,16 @@
 // The coordinator is usually in another region than most of its callers.
 // Each Exchange returns by its context's deadline (region's
 // Options.Timeout), whatever the client's timeouts: a stalled server
-// holds no reconciler longer. Replication is asynchronous:
-// a failover that loses acknowledged writes can lose debits and grants of
-// the current window; a lost grant only strands units, but a lost debit
-// followed by a raise of another region could grant units twice. Run the
-// coordinator's Redis with appendfsync and without failover, or accept
-// that bound; see docs/regions.md.
+// holds no reconciler longer.
+//
+// Replication is asynchronous: a failover that loses acknowledged writes
+// loses grants and debits the regions already acted on. A region keeps the
+// grants it learned (grants only grow), and a debit it made stays taken
+// out locally, so the units of lost writes can be granted again to another
+// region in their window: over-admission bounded by what the failover
+// lost. Run the coordinator's Redis without failover (or with WAIT on
+// every write, which this package does not do), or accept that bound; see
+// docs/regions.md.
 package rediscoord
 
 import (
