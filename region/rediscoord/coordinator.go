@@ -14,11 +14,11 @@
 // holds no reconciler longer.
 //
 // Replication is asynchronous: a failover that loses acknowledged writes
-// loses grants and debits the regions already acted on. A region keeps the
-// grants it learned (grants only grow), and a debit it made stays taken
-// out locally, so the units of lost writes can be granted again to another
-// region in their window: over-admission bounded by what the failover
-// lost. Run the coordinator's Redis without failover (or with WAIT on
+// loses grants and debits the regions already acted on. A lost debit only
+// strands its units (they stay taken out of the region's local store). But
+// a region keeps the grants it learned (grants only grow), so the units of
+// a lost grant can be granted again to another region in their window:
+// over-admission bounded by the grants the failover lost. Run the coordinator's Redis without failover (or with WAIT on
 // every write, which this package does not do), or accept that bound; see
 // docs/regions.md.
 package rediscoord
