@@ -46,7 +46,8 @@
 // Units expire: after Options.TTL without a refill, so that an idle
 // process does not hoard quota (a background goroutine enforces it), and
 // for the window algorithms at the end of the remote window they were
-// counted in, which every decision checks (see below). Unused units are
+// counted in (for a sliding window with sub-windows, the end of the
+// sub-window), which every decision checks (see below). Unused units are
 // given back with Apply(OpSettle, a negative N) when they expire and on
 // Close, where the algorithm allows: the token bucket (as long as the
 // tokens have not refilled), the fixed window (within the window), the
