@@ -13,7 +13,8 @@
 // The token bucket, the leaky bucket and the fixed window keep their state in
 // one 64-bit word that decisions update with compare-and-swap, so a decision
 // on an existing key takes no lock and allocates nothing. The sliding window
-// counter and the sliding log take a per-key mutex. So does a fixed window
+// counter (with or without sub-windows) and the sliding log take a per-key
+// mutex; with sub-windows a key's S+1 counts live in a slice of their own. So does a fixed window
 // key once a configuration other than the one that created it (another
 // window, or a limit that needs more bits) touches it, or when its limit is
 // too large to pack beside a window index in one word: the word holds the
