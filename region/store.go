@@ -26,9 +26,10 @@ const (
 // Options configures a Store. A nil *Options means the defaults; so does
 // the zero value of each field.
 type Options struct {
-	// Interval is the time between two reconciles: each makes at most
-	// two calls to the coordinator. Allocation follows a change of demand
-	// within about three intervals. The default is 1s.
+	// Interval is the time from the end of one reconcile to the start of
+	// the next: each makes at most two calls to the coordinator, so any
+	// span of one Interval holds at most two. Allocation follows a change
+	// of demand within about three intervals. The default is 1s.
 	Interval time.Duration
 
 	// Margin is how close to a window boundary the Store treats the time
@@ -228,19 +229,24 @@ func New(local floodgate.Store, coord Coordinator, regions []Region, self string
 	return s, nil
 }
 
+// run reconciles until ctx ends. The next interval starts Interval after
+// the end of the last, not on a ticker: a reconcile that ran long is not
+// followed at once by another, so no span of one Interval ever holds more
+// than one reconcile's two calls.
 func (s *Store) run(ctx context.Context) {
 	defer close(s.done)
-	t := time.NewTicker(s.opts.Interval)
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
-		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil && s.opts.OnError != nil {
-			s.opts.OnError(err)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil && s.opts.OnError != nil {
+			s.opts.OnError(err)
+		}
+		t.Reset(s.opts.Interval)
 	}
 }
 
