@@ -134,3 +134,47 @@ func ExampleCalendarWindow() {
 	// admitted: true month remaining: 999000
 	// month remaining: 995800 resets in: 744h0m0s
 }
+
+// A sliding window of 60 sub-windows never lets more than its Limit
+// through in any minute, even to a client that fills it just before a
+// boundary and retries when RetryAfter says: the two-counter estimate
+// (SubWindows 0) lets that client through again as its estimate decays.
+func ExampleSlidingWindow_subWindows() {
+	now := time.Date(2025, 1, 1, 12, 0, 59, 0, time.UTC)
+	store, err := memstore.New(&memstore.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	for _, subs := range []int{0, 60} {
+		limiter, err := floodgate.New(store, floodgate.SlidingWindow{Limit: 100, Window: time.Minute, SubWindows: subs}, nil)
+		if err != nil {
+			panic(err)
+		}
+		key := fmt.Sprint("client-", subs)
+		start := now
+		first, err := limiter.AllowN(ctx, key, 100) // the whole limit at 12:00:59
+		if err != nil || !first.Allowed {
+			panic(fmt.Sprint(first, err))
+		}
+		// Then one request every RetryAfter, until a minute after the
+		// burst.
+		got := int64(0)
+		for now.Before(start.Add(time.Minute)) {
+			d, err := limiter.Allow(ctx, key)
+			if err != nil {
+				panic(err)
+			}
+			if d.Allowed {
+				got++
+				continue
+			}
+			now = now.Add(d.RetryAfter)
+		}
+		fmt.Printf("SubWindows %d: 100 at once, then %d more within the same minute\n", subs, got)
+		now = start
+	}
+	// Output:
+	// SubWindows 0: 100 at once, then 98 more within the same minute
+	// SubWindows 60: 100 at once, then 0 more within the same minute
+}
