@@ -663,6 +663,7 @@ func (a *algo) decodeSub(r *replyReader, req floodgate.Request) (floodgate.Resul
 		return floodgate.Result{}, badReply("sub-window state of %d bytes", len(old))
 	}
 	res, err := step.SubWindow(a.sw, &st, time.Unix(0, now), req)
+	var header [3 * subField]byte // the new state's, compared without an allocation
 	if err != nil {
 		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf("%v: the reference rejects the step the script took: %w", a.kind, err))
 	}
@@ -670,7 +671,7 @@ func (a *algo) decodeSub(r *replyReader, req floodgate.Request) (floodgate.Resul
 	// would have written, which only its decision tells apart. The script
 	// replies the new state's header (newest, total, sub-window): the next
 	// step's old state shows its counts, which parseSub checks add up.
-	if res.Allowed != allowed || res.Granted != granted || !req.Check && formatSub(st)[:3*subField] != next {
+	if res.Allowed != allowed || res.Granted != granted || !req.Check && string(appendSubHeader(header[:0], &st)) != next {
 		return floodgate.Result{}, unavailable(ErrMismatch, fmt.Errorf(
 			"%v at %d: script allowed=%v granted=%d, reference allowed=%v granted=%d, or their states differ",
 			a.kind, now, allowed, granted, res.Allowed, res.Granted))
@@ -717,20 +718,18 @@ func parseSub(s string) (step.SubWindowState, bool) {
 	return st, st.Newest < exact && sum == st.Total && st.Total < exact
 }
 
-// formatSub encodes st as subwindow.lua stores it.
-func formatSub(st step.SubWindowState) string {
-	b := make([]byte, 0, subField*(len(st.Counts)+3))
-	put := func(v int64) {
-		for range subField {
-			b = append(b, byte(v))
-			v >>= 8
-		}
+// appendSubHeader appends the first 21 bytes of st as subwindow.lua
+// stores it: the newest sub-window, the total and the sub-window in
+// microseconds, 7-byte little-endian integers each.
+func appendSubHeader(b []byte, st *step.SubWindowState) []byte {
+	return appendSubInt(appendSubInt(appendSubInt(b, st.Newest), st.Total), st.Sub/1000)
+}
+
+// appendSubInt appends v as a 7-byte little-endian integer.
+func appendSubInt(b []byte, v int64) []byte {
+	for range subField {
+		b = append(b, byte(v))
+		v >>= 8
 	}
-	put(st.Newest)
-	put(st.Total)
-	put(st.Sub / 1000)
-	for _, c := range st.Counts {
-		put(c)
-	}
-	return string(b)
+	return b
 }

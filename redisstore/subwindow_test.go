@@ -233,3 +233,12 @@ func FuzzParseSub(f *testing.F) {
 		}
 	})
 }
+
+// formatSub encodes st as subwindow.lua stores it.
+func formatSub(st step.SubWindowState) string {
+	b := appendSubHeader(nil, &st)
+	for _, c := range st.Counts {
+		b = appendSubInt(b, c)
+	}
+	return string(b)
+}

@@ -87,7 +87,9 @@ func subFit(st *SubWindowState, s int, g int64) {
 // subAdvance moves st's newest sub-window to m > st.Newest, with c the
 // current sub-window: the counts of sub-windows that leave the S+1 kept
 // ones are dropped when they are dead at c (older than c−S), and added to
-// the oldest kept sub-window, m−S, when they are still counted at c.
+// the oldest kept sub-window, m−S, when they are still counted at c. The
+// loop visits every kept sub-window when m is more than S ahead, so the
+// sub-windows after Newest start at zero.
 func subAdvance(st *SubWindowState, m, c int64) {
 	s := int64(len(st.Counts)) - 1
 	var fold int64
@@ -101,11 +103,6 @@ func subAdvance(st *SubWindowState, m, c int64) {
 				fold += v
 			}
 		}
-	}
-	if m-st.Newest > s {
-		// Every kept count left: the ones the loop did not visit are zero
-		// already (they were cleared when they left before).
-		clear(st.Counts)
 	}
 	st.Newest = m
 	st.Counts[st.slot(m-s)] += fold
