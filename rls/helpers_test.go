@@ -74,19 +74,28 @@ func stores(t *testing.T) []storeKind {
 			return newRedisStore(t, rdb, now)
 		}})
 	}
-	// Each store again with Options.Parallel.
-	for _, k := range kinds[:len(kinds):len(kinds)] {
-		mk := k.make
-		kinds = append(kinds, storeKind{k.name + "/parallel", func(t *testing.T, now func() time.Time) floodgate.Store {
-			return parallelStore{mk(t, now)}
-		}})
+	// Each store again with Options.Parallel, Options.Coalesce and both.
+	base := kinds[:len(kinds):len(kinds)]
+	for _, v := range []struct {
+		name               string
+		parallel, coalesce bool
+	}{{"parallel", true, false}, {"coalesce", false, true}, {"parallel+coalesce", true, true}} {
+		for _, k := range base {
+			mk := k.make
+			kinds = append(kinds, storeKind{k.name + "/" + v.name, func(t *testing.T, now func() time.Time) floodgate.Store {
+				return optionStore{mk(t, now), v.parallel, v.coalesce}
+			}})
+		}
 	}
 	return kinds
 }
 
-// parallelStore marks a store whose service newService builds with
-// Options.Parallel.
-type parallelStore struct{ floodgate.Store }
+// optionStore marks a store whose service newService builds with
+// Options.Parallel and Options.Coalesce as it says.
+type optionStore struct {
+	floodgate.Store
+	parallel, coalesce bool
+}
 
 var prefixSeq struct {
 	sync.Mutex
@@ -125,8 +134,8 @@ func newService(t *testing.T, store floodgate.Store, now func() time.Time, yml s
 		o = *opts
 		o.Now = now
 	}
-	if p, ok := store.(parallelStore); ok {
-		store, o.Parallel = p.Store, true
+	if p, ok := store.(optionStore); ok {
+		store, o.Parallel, o.Coalesce = p.Store, p.parallel, p.coalesce
 	}
 	svc, err := New(store, cfg, &o)
 	if err != nil {

@@ -90,6 +90,18 @@ type Options struct {
 	// memstore gains nothing from goroutines.
 	Parallel bool
 
+	// Coalesce decides the takes of one fixed-window counter that arrive
+	// while a store call for it is in flight together, once it returns,
+	// as one take of their sum, with the answer each would get alone (see
+	// coalescer): a counter every request carries (a route or a host
+	// limit) then costs one store call per round trip rather than one per
+	// request. It pays on a store behind a network (redisstore, where a
+	// script run per descriptor is most of Redis' work; see README.md,
+	// Speed); on memstore, whose calls take a microsecond, it costs more
+	// than it saves. The default is false; floodgate-rls sets it for
+	// Redis.
+	Coalesce bool
+
 	// NearLimitRatio is the share of a limit above which units count as
 	// near_limit in the stats, as envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
 	// The default is 0.8.
@@ -120,8 +132,9 @@ type Service struct {
 	nOverride atomic.Int64
 	stats     *Stats
 
-	refunds sync.WaitGroup
-	closed  atomic.Bool
+	coalesce coalescer
+	refunds  sync.WaitGroup
+	closed   atomic.Bool
 }
 
 var _ pb.RateLimitServiceServer = (*Service)(nil)
@@ -235,6 +248,7 @@ func limiterName(s string) string {
 // Close waits for the refunds still in flight. It does not close the store.
 func (s *Service) Close() error {
 	s.closed.Store(true)
+	s.coalesce.wait()
 	s.refunds.Wait()
 	return nil
 }
@@ -491,7 +505,13 @@ func (s *Service) decide(ctx context.Context, it *item, check bool) {
 	if hits == 0 {
 		req.N, req.Check = 1, true
 	}
-	res, err := it.lim.Apply(ctx, it.key, req, nil)
+	var res floodgate.Result
+	var err error
+	if !req.Check && s.opts.Coalesce && coalesces(it.limit.alg) {
+		res, err = s.coalesce.take(ctx, it.lim, it.key, hits)
+	} else {
+		res, err = it.lim.Apply(ctx, it.key, req, nil)
+	}
 	if errors.Is(err, floodgate.ErrExceedsLimit) {
 		// More units than the limit can ever admit: over the limit, and
 		// the remaining count is what a check of one unit reports.
@@ -544,6 +564,17 @@ func (s *Service) decide(ctx context.Context, it *item, check bool) {
 		}
 	}
 	s.countDecision(it)
+}
+
+// coalesces reports whether the takes of a limit of algorithm a are
+// coalesced (see coalescer): those of fixed windows, whose answers do not
+// depend on how the units of one instant are split.
+func coalesces(a floodgate.Algorithm) bool {
+	switch a.(type) {
+	case floodgate.FixedWindow, floodgate.CalendarWindow:
+		return true
+	}
+	return false
 }
 
 // fail applies OnStoreError to an item whose store call failed.

@@ -153,7 +153,8 @@ func TestSideBySide(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = rs.Close() })
-				svc, err := rls.New(rs, cfg, &rls.Options{Parallel: parallel})
+				// As floodgate-rls serves Redis: with Coalesce.
+				svc, err := rls.New(rs, cfg, &rls.Options{Parallel: parallel, Coalesce: true})
 				if err != nil {
 					t.Fatal(err)
 				}

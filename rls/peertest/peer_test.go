@@ -103,7 +103,8 @@ func services(t *testing.T, yml string, clk *clock) (peer pb.RateLimitServiceSer
 	t.Cleanup(func() { _ = rs.Close() })
 	ours = map[string]pb.RateLimitServiceServer{}
 	for name, st := range map[string]floodgate.Store{"memstore": ms, "redis": rs} {
-		svc, err := rls.New(st, ourCfg, &rls.Options{Now: clk.Now, Timeout: 2 * time.Second})
+		// On Redis as floodgate-rls serves it, with Coalesce.
+		svc, err := rls.New(st, ourCfg, &rls.Options{Now: clk.Now, Timeout: 2 * time.Second, Coalesce: name == "redis"})
 		if err != nil {
 			t.Fatal(err)
 		}

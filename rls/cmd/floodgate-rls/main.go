@@ -181,6 +181,9 @@ func run(ctx context.Context, args []string, env func(string) string, stderr io.
 		}
 		defer closeFn()
 		store = rs
+		// Concurrent takes of one counter share a script run: see
+		// rls.Options.Coalesce.
+		opts.Coalesce = true
 	default:
 		return fmt.Errorf("-backend %q: want memory or redis", s.backend)
 	}
