@@ -112,7 +112,8 @@ type Options struct {
 	// the limit's own key. The default is 10,000.
 	MaxStatKeys int
 
-	// Logger receives configuration changes and store failures. The
+	// Logger receives configuration changes and store failures (at most
+	// a line a second for these, with the number left unlogged). The
 	// default is slog.Default().
 	Logger *slog.Logger
 }
@@ -135,6 +136,8 @@ type Service struct {
 	coalesce coalescer
 	refunds  sync.WaitGroup
 	closed   atomic.Bool
+	warned   atomic.Int64  // when warn last logged, in Unix ns
+	unlogged atomic.Uint64 // the failures warn did not log since
 }
 
 var _ pb.RateLimitServiceServer = (*Service)(nil)
@@ -581,7 +584,7 @@ func coalesces(a floodgate.Algorithm) bool {
 func (s *Service) fail(it *item, err error) {
 	it.failed = true
 	s.stats.storeError.Add(1)
-	s.opts.Logger.Warn("rls: store call failed", "key", it.limit.FullKey, "err", err)
+	s.warn("rls: store call failed", it.limit.FullKey, err)
 	it.remaining = 0
 	it.reset = it.limit.Window
 	it.allowed = s.opts.OnStoreError != FailClosed
@@ -591,6 +594,20 @@ func (s *Service) fail(it *item, err error) {
 	} else {
 		s.count(it, limit, limit+it.hits)
 	}
+}
+
+// warn logs a store failure, at most once a second with the number of
+// failures left unlogged since the last line: when the store is down
+// every call fails, and a line per call would cost the service more CPU
+// than the calls (the stats count every failure).
+func (s *Service) warn(msg, key string, err error) {
+	now := s.opts.Now().UnixNano()
+	last := s.warned.Load()
+	if now-last < int64(time.Second) || !s.warned.CompareAndSwap(last, now) {
+		s.unlogged.Add(1)
+		return
+	}
+	s.opts.Logger.Warn(msg, "key", key, "err", err, "unlogged", s.unlogged.Swap(0))
 }
 
 // limitOf is the quota of l in units: the burst of a token bucket,
@@ -616,7 +633,7 @@ func (s *Service) refund(ctx context.Context, items []item) {
 		if _, err := it.lim.Apply(ctx, it.key, req, nil); err != nil {
 			if ctx.Err() == nil || s.closed.Load() {
 				s.stats.storeError.Add(1)
-				s.opts.Logger.Warn("rls: refund failed", "key", it.limit.FullKey, "err", err)
+				s.warn("rls: refund failed", it.limit.FullKey, err)
 				continue
 			}
 			// The call's budget ran out: finish on a context of its own.
@@ -628,7 +645,7 @@ func (s *Service) refund(ctx context.Context, items []item) {
 				defer cancel()
 				if _, err := lim.Apply(rctx, key, req, nil); err != nil {
 					s.stats.storeError.Add(1)
-					s.opts.Logger.Warn("rls: refund failed", "key", key, "err", err)
+					s.warn("rls: refund failed", key, err)
 				}
 			}()
 		}

@@ -2,6 +2,9 @@ package rls
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +13,9 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
+
+	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/memstore"
 )
 
 const cfg427 = `
@@ -476,4 +482,48 @@ descriptors:
 			require.Equal(t, pb.RateLimitResponse_OK, call(t, svc, req).OverallCode)
 		})
 	}
+}
+
+// failingStore fails every call.
+type failingStore struct{ floodgate.Store }
+
+func (f failingStore) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := f.Store.Bind(name, alg)
+	return failingBound{b}, err
+}
+
+type failingBound struct{ floodgate.Bound }
+
+func (failingBound) Apply(context.Context, string, floodgate.Request, []floodgate.Decision) (floodgate.Result, error) {
+	return floodgate.Result{}, fmt.Errorf("%w: down", floodgate.ErrUnavailable)
+}
+
+// TestStoreFailureLogs: with the store down, every call fails open and
+// is counted, and the log gets a line a second, with the failures it did
+// not log.
+func TestStoreFailureLogs(t *testing.T) {
+	clk := newClock(t0)
+	ms, err := memstore.New(&memstore.Options{Now: clk.Now})
+	require.NoError(t, err)
+	cfg, err := ParseConfig(File{Name: "f.yaml", Data: []byte(cfg427)})
+	require.NoError(t, err)
+	logs := &lockedBuffer{}
+	svc, err := New(failingStore{ms}, cfg, &Options{Now: clk.Now, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	require.NoError(t, err)
+	req := request("shop", desc("route_group=api"))
+	for range 50 {
+		require.Equal(t, pb.RateLimitResponse_OK, call(t, svc, req).OverallCode)
+	}
+	clk.Add(time.Second)
+	call(t, svc, req)
+	var lines []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "store call failed") {
+			lines = append(lines, l)
+		}
+	}
+	require.Len(t, lines, 2, "log:\n%s", logs)
+	require.Contains(t, lines[0], "unlogged=0")
+	require.Contains(t, lines[1], "unlogged=49")
+	require.Equal(t, uint64(51), svc.Stats().Snapshot()["ratelimit.service.call.should_rate_limit.redis_error"])
 }
