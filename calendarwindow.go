@@ -37,11 +37,10 @@ func (u CalendarUnit) String() string {
 // quotas of billing plans and contracts ("1,000,000 tokens per month,
 // resetting at 08:00 Tokyo time on the 1st"). It behaves as FixedWindow
 // in every other respect (up to 2·Limit across a boundary, reservations
-// into the next window) and is of FixedWindow's kind: a CalendarWindow and
-// a FixedWindow bound under one name share a key's count. Give them names
-// of their own: on Redis a fixed window's state expires when its own
-// window ends, so a calendar window reading it later finds no count where
-// the reference transition (and memstore) still counts it.
+// into the next window). Its state is a fixed window's, of a kind of its
+// own (step.KindCalendarWindow): a CalendarWindow and a FixedWindow bound
+// under one name keep separate counts, and switching a name from one to
+// the other starts its keys afresh.
 //
 // A window starts at the first instant at which the local clock of
 // Location reads the reset time (Offset after midnight) on the window's

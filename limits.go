@@ -43,7 +43,7 @@ import (
 // share nothing.
 //
 // A Limits holds 1 to 8 limits, each one of the five algorithms'
-// configurations (a CalendarWindow is of FixedWindow's kind), not another
+// configurations (a CalendarWindow is of a kind of its own), not another
 // Limits. The zero value is not usable.
 type Limits []Algorithm
 

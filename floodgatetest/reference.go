@@ -57,7 +57,7 @@ func (r *Reference) Apply(name, key string, alg floodgate.Algorithm, now time.Ti
 			return floodgate.Result{}, err
 		}
 		m := &refMembers{r: r, key: key, ls: ls}
-		var n [step.KindSubWindows + 1]int
+		var n [step.KindCalendarWindow + 1]int
 		for i, a := range ls {
 			k, err := step.KindOf(a)
 			if err != nil {
@@ -136,7 +136,7 @@ func (r *Reference) keep(s slot, next state) {
 	switch s.kind {
 	case step.KindTokenBucket, step.KindLeakyBucket:
 		r.words[s] = next.word
-	case step.KindFixedWindow:
+	case step.KindFixedWindow, step.KindCalendarWindow:
 		r.fw[s] = next.fw
 	case step.KindSlidingWindow:
 		r.sw[s] = next.sw

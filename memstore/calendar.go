@@ -9,9 +9,9 @@ import (
 	"github.com/floodgate-go/floodgate/step"
 )
 
-// cwBound runs one calendar window configuration. Its keys share the fixed
-// windows' table (a calendar window is of the fixed window's kind, and
-// shares a key's state with a fixed window bound under the same name); its
+// cwBound runs one calendar window configuration. Its keys are in a fixed
+// window table of their own (step.KindCalendarWindow: a calendar window
+// shares no state with a fixed window bound under the same name); its
 // entries keep their state under the entry's mutex, since a calendar
 // window's start is not a multiple of a window length that a word could
 // pack.
@@ -22,7 +22,7 @@ type cwBound struct {
 }
 
 func (s *Store) bindCW(sc keytable.Scope, a floodgate.CalendarWindow) *cwBound {
-	t := lazy(s, &s.fw, func() *fwTable { return newFWTable(s) })
+	t := lazy(s, &s.cw, func() *fwTable { return newFWTable(s) })
 	// A state is restored once its window has ended: at most a leap year
 	// and a day after its start.
 	raise(&t.maxW, timemath.MaxCalendarWindow)

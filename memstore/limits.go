@@ -61,9 +61,6 @@ type limitsBound struct {
 	tb  [8]floodgate.TokenBucket
 	tau [8]int64 // the token buckets' tolerance, Burst intervals
 	fw  [8]floodgate.FixedWindow
-	// cal has bit i set when limit i is a CalendarWindow (of the fixed
-	// window's kind, decided by its own step).
-	cal uint8
 	// quota is the smallest quota: a take of more is ErrExceedsLimit.
 	quota int64
 }
@@ -74,7 +71,7 @@ func (s *Store) bindLimits(sc keytable.Scope, ls floodgate.Limits) (*limitsBound
 			func(e *lockedEntry, w int64) (int64, int64) { return limitsHeld(e.limits(), w) })
 	})
 	b := &limitsBound{t: t, sc: sc, ls: ls, quota: ls.Policy().Quota}
-	var next [step.KindSubWindows + 1]uint8
+	var next [step.KindCalendarWindow + 1]uint8
 	for i, a := range ls {
 		k, err := step.KindOf(a)
 		if err != nil {
@@ -90,7 +87,6 @@ func (s *Store) bindLimits(sc keytable.Scope, ls floodgate.Limits) (*limitsBound
 		case floodgate.FixedWindow:
 			b.fw[i] = a
 		case floodgate.CalendarWindow:
-			b.cal |= 1 << i
 			raise(&t.maxW, timemath.MaxCalendarWindow)
 			continue
 		}
@@ -156,16 +152,14 @@ func (b *limitsBound) take(st *limitsState, t, n int64) (floodgate.Decision, err
 			if !ok {
 				d.RetryAfter = time.Duration(wait)
 			}
-		case step.KindFixedWindow:
-			if b.cal&(1<<i) != 0 {
-				res, err := st.Step(i, time.Unix(0, t), floodgate.Request{Op: floodgate.OpTake, N: n})
-				if err != nil {
-					st.run = nil
-					return floodgate.Decision{}, err
-				}
-				d = res.Decision
-				break
+		case step.KindCalendarWindow:
+			res, err := st.Step(i, time.Unix(0, t), floodgate.Request{Op: floodgate.OpTake, N: n})
+			if err != nil {
+				st.run = nil
+				return floodgate.Decision{}, err
 			}
+			d = res.Decision
+		case step.KindFixedWindow:
 			a := &b.fw[i]
 			start, count, remaining, wait, reset, ok := take.Window(sl.s[0], sl.s[1], t, n, a.Limit, int64(a.Window), 0)
 			sl.p[0], sl.p[1] = start, count
@@ -236,11 +230,11 @@ func (st *limitsState) Step(i int, at time.Time, req floodgate.Request) (floodga
 		sl.p[0], res, err = step.LeakyBucket(b.ls[i].(floodgate.LeakyBucket), sl.s[0], at, req)
 	case step.KindFixedWindow:
 		var next step.FixedWindowState
-		if b.cal&(1<<i) != 0 {
-			next, res, err = step.CalendarWindow(b.ls[i].(floodgate.CalendarWindow), step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
-		} else {
-			next, res, err = step.FixedWindow(b.fw[i], step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
-		}
+		next, res, err = step.FixedWindow(b.fw[i], step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
+		sl.p[0], sl.p[1] = next.Start, next.Count
+	case step.KindCalendarWindow:
+		var next step.FixedWindowState
+		next, res, err = step.CalendarWindow(b.ls[i].(floodgate.CalendarWindow), step.FixedWindowState{Start: sl.s[0], Count: sl.s[1]}, at, req)
 		sl.p[0], sl.p[1] = next.Start, next.Count
 	case step.KindSlidingWindow:
 		var next step.SlidingWindowState
@@ -279,7 +273,7 @@ func limitsHeld(st *limitsState, w int64) (held, restoreAt int64) {
 		switch sl.kind {
 		case step.KindTokenBucket, step.KindLeakyBucket:
 			r = sl.s[0]
-		case step.KindFixedWindow:
+		case step.KindFixedWindow, step.KindCalendarWindow:
 			h, r = sl.s[1], sl.s[0]
 			if h > 0 {
 				r += w

@@ -134,6 +134,7 @@ type Store struct {
 	scopes map[string]keytable.Scope // by name, guarded by mu
 	tb, lb atomic.Pointer[wordTable]
 	fw     atomic.Pointer[fwTable]
+	cw     atomic.Pointer[fwTable] // calendar windows
 	sw, sl atomic.Pointer[lockedTable]
 	sub    atomic.Pointer[lockedTable] // sliding windows with sub-windows
 	lim    atomic.Pointer[lockedTable] // every Limits
@@ -332,6 +333,9 @@ func (s *Store) tables() []sweeper {
 		ts = append(ts, t)
 	}
 	if t := s.fw.Load(); t != nil {
+		ts = append(ts, t)
+	}
+	if t := s.cw.Load(); t != nil {
 		ts = append(ts, t)
 	}
 	if t := s.sw.Load(); t != nil {

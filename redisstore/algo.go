@@ -23,7 +23,7 @@ type algo struct {
 	tb    floodgate.TokenBucket
 	lb    floodgate.LeakyBucket
 	fw    floodgate.FixedWindow
-	cw    floodgate.CalendarWindow // with cal set: of the fixed window's kind
+	cw    floodgate.CalendarWindow // with cal set: decided as a fixed window
 	cal   bool
 	sw    floodgate.SlidingWindow
 	sl    floodgate.SlidingLog
@@ -80,6 +80,8 @@ func kindCode(kind step.Kind) string {
 		return "sw"
 	case step.KindSubWindows:
 		return "sws"
+	case step.KindCalendarWindow:
+		return "cw"
 	}
 	return "sl"
 }
@@ -122,6 +124,11 @@ func resolveOne(alg floodgate.Algorithm) (algo, error) {
 		return a, err
 	}
 	a.kind = kind
+	if a.cal {
+		// Decided as a fixed window with civil boundaries; its keys are
+		// of its own kind (stateKind).
+		a.kind = step.KindFixedWindow
+	}
 	p := alg.Policy()
 	a.quota = p.Quota
 	if a.quota > scripts.MaxQuota {
@@ -243,6 +250,16 @@ func calendarBounds(a floodgate.CalendarWindow, c time.Time, maxDelay int64) str
 		_, end = a.Window(end)
 	}
 	return string(b)
+}
+
+// stateKind returns the kind of a's state in Redis keys: its kind, or
+// step.KindCalendarWindow for a calendar window (decided as a fixed
+// window).
+func (a *algo) stateKind() step.Kind {
+	if a.cal {
+		return step.KindCalendarWindow
+	}
+	return a.kind
 }
 
 // prog returns the script of a's decisions.

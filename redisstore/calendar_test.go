@@ -264,3 +264,47 @@ func TestCalendarWindowSkewedClient(t *testing.T) {
 		})
 	}
 }
+
+// TestCalendarWindowApartFromFixed binds a FixedWindow of a day and a
+// CalendarWindow of a UTC day under one name, whose windows start at the
+// same instant: each counts its own (the calendar window is of a kind of
+// its own, step.KindCalendarWindow, with its own Redis key), on every
+// store. When they shared the fixed window's state, the fixed window's
+// TTL, which ends with its own window, could drop units the calendar
+// window still counted; here the calendar window admits its whole Limit
+// after the fixed window has spent its own.
+func TestCalendarWindowApartFromFixed(t *testing.T) {
+	midnight := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	clock := floodgatetest.NewClock(midnight.Add(time.Hour))
+	ctx := context.Background()
+	fixed := floodgate.FixedWindow{Limit: 5, Window: 24 * time.Hour}
+	cal := floodgate.CalendarWindow{Limit: 5, Unit: floodgate.Day, Location: time.UTC}
+	for name, st := range calendarStores(t, clock.Now) {
+		fl, err := floodgate.New(st, fixed, &floodgate.Options{Name: "apart"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := floodgate.New(st, cal, &floodgate.Options{Name: "apart"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := fl.AllowN(ctx, "k", 5); err != nil || !d.Allowed {
+			t.Fatalf("%s: the fixed window's 5: %+v, %v", name, d, err)
+		}
+		d, err := cl.AllowN(ctx, "k", 5)
+		if err != nil || !d.Allowed || d.Remaining != 0 {
+			t.Fatalf("%s: the calendar window's 5 after the fixed window's: %+v, %v; want admitted, its own count", name, d, err)
+		}
+		if d, err := cl.AllowN(ctx, "k", 1); err != nil || d.Allowed {
+			t.Fatalf("%s: a sixth unit of the calendar window: %+v, %v; want denied", name, d, err)
+		}
+		if d, err := fl.AllowN(ctx, "k", 1); err != nil || d.Allowed {
+			t.Fatalf("%s: a sixth unit of the fixed window: %+v, %v; want denied", name, d, err)
+		}
+		if rs, ok := st.(*redisstore.Store); ok {
+			if a, b := rs.Key("apart", "k", step.KindFixedWindow), rs.Key("apart", "k", step.KindCalendarWindow); a == b {
+				t.Fatalf("%s: one Redis key %q for both kinds", name, a)
+			}
+		}
+	}
+}

@@ -511,13 +511,14 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	}
 	b := &bound{s: s, a: a, args: new(argsCache)}
 	if a.members == nil {
-		b.suffix = singleSuffix(name, a.kind)
+		b.suffix = singleSuffix(name, a.stateKind())
 	} else {
 		b.suffixes = make([]string, len(a.members))
-		var ords [step.KindSubWindows + 1]int
-		for i, m := range a.members {
-			b.suffixes[i] = limitSuffix(name, m.kind, ords[m.kind])
-			ords[m.kind]++
+		var ords [step.KindCalendarWindow + 1]int
+		for i := range a.members {
+			k := a.members[i].stateKind()
+			b.suffixes[i] = limitSuffix(name, k, ords[k])
+			ords[k]++
 		}
 	}
 	if s.policy == FailLocal {

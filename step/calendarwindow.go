@@ -10,7 +10,8 @@ import (
 // fixed window whose boundaries are those of a.Window: FixedWindow's
 // transition with the window holding an instant in place of the
 // epoch-aligned one. Its state is a FixedWindowState (the start of the
-// window the count belongs to, and the count), of the fixed window's kind.
+// window the count belongs to, and the count), kept under its own kind,
+// KindCalendarWindow.
 // It returns the new state to store and the result; a denial returns st
 // unchanged. Every Store must produce the same results.
 //

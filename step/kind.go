@@ -21,6 +21,10 @@ const (
 	// whose state (SubWindowState) is kept apart from the two-counter
 	// estimate's.
 	KindSubWindows
+	// KindCalendarWindow is a CalendarWindow: a fixed window's state
+	// (FixedWindowState) under civil boundaries, kept apart from the fixed
+	// windows', whose states expire with their own windows.
+	KindCalendarWindow
 )
 
 // String returns the name of the algorithm's configuration type:
@@ -40,13 +44,16 @@ func (k Kind) String() string {
 		return "SlidingLog"
 	case KindSubWindows:
 		return "SlidingWindow/sub-windows"
+	case KindCalendarWindow:
+		return "CalendarWindow"
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
 // KindOf returns the Kind of alg, one of the five configurations as a
-// value (a CalendarWindow is of KindFixedWindow: a fixed window with civil
-// boundaries, whose state is a FixedWindowState) (floodgate.New dereferences pointers before it binds a store). Any
+// value (a CalendarWindow is of KindCalendarWindow, a SlidingWindow with
+// sub-windows of KindSubWindows; floodgate.New dereferences pointers
+// before it binds a store). Any
 // other value, a pointer or nil, is an error matching
 // floodgate.ErrInvalidConfig. KindOf does not validate alg.
 func KindOf(alg floodgate.Algorithm) (Kind, error) {
@@ -55,8 +62,10 @@ func KindOf(alg floodgate.Algorithm) (Kind, error) {
 		return KindTokenBucket, nil
 	case floodgate.LeakyBucket:
 		return KindLeakyBucket, nil
-	case floodgate.FixedWindow, floodgate.CalendarWindow:
+	case floodgate.FixedWindow:
 		return KindFixedWindow, nil
+	case floodgate.CalendarWindow:
+		return KindCalendarWindow, nil
 	case floodgate.SlidingWindow:
 		if a.SubWindows >= 2 {
 			return KindSubWindows, nil

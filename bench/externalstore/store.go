@@ -60,7 +60,7 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	if !composite {
 		ls = floodgate.Limits{alg}
 	}
-	var ords [step.KindSubWindows + 1]int
+	var ords [step.KindCalendarWindow + 1]int
 	for _, a := range ls {
 		kind, err := step.KindOf(a)
 		if err != nil {

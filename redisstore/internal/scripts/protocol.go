@@ -64,9 +64,9 @@ type Limit struct {
 }
 
 // KindCalendar is the code of a calendar window's script among the
-// algorithms' (Source, and a limit's kind in a Limits): a calendar window
-// is of step.KindFixedWindow, decided by a script of its own.
-const KindCalendar = step.KindSubWindows + 1
+// algorithms' (Source, and a limit's kind in a Limits): its kind,
+// step.KindCalendarWindow, whose state is a fixed window's.
+const KindCalendar = step.KindCalendarWindow
 
 // arg is the position of an argument in ARGV, counted from 0 (Lua's
 // ARGV[arg+1]). The optional arguments come last, so that a take on Redis
