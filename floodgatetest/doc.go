@@ -36,8 +36,11 @@
 //     clock outside 1970 to 2255 give errors matching floodgate's
 //     sentinels.
 //   - Reference: random traces of every operation, by every route, with
-//     the clock moving forwards, backwards and not at all, give exactly
-//     the Results of the reference transitions of package step.
+//     the clock moving forwards, backwards (by at most a tenth of a
+//     window and 3 s, less than a store's expiry margin should be) and not
+//     at all, give exactly the Results of the reference transitions of
+//     package step. Calendar days that reset within the traces' first
+//     half minute are among the configurations drawn.
 //   - Models: random AllowN traces agree with naive implementations of the
 //     algorithms written from their definitions, and the sliding log never
 //     holds more than its limit in any window.

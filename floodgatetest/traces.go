@@ -51,12 +51,40 @@ func genKind(g *gen, k step.Kind) floodgate.Algorithm {
 	case step.KindLeakyBucket:
 		return floodgate.LeakyBucket{Rate: g.int64s(1, 7), Per: window, Capacity: quota}
 	case step.KindFixedWindow:
+		if g.ints(0, 2) == 0 {
+			// Drawn among the fixed windows, of a kind of their own.
+			return genCalendar(g, quota)
+		}
 		return floodgate.FixedWindow{Limit: quota, Window: window}
+	case step.KindCalendarWindow:
+		return genCalendar(g, quota)
 	case step.KindSlidingWindow:
 		return floodgate.SlidingWindow{Limit: quota, Window: window}
 	default:
 		return floodgate.SlidingLog{Limit: quota, Window: window}
 	}
+}
+
+// calendarZones are the zones of the calendar windows the traces draw:
+// whole-hour, quarter-hour and DST offsets.
+var calendarZones = func() []*time.Location {
+	var locs []*time.Location
+	for _, name := range []string{"UTC", "Asia/Kathmandu", "America/New_York"} {
+		if loc, err := time.LoadLocation(name); err == nil {
+			locs = append(locs, loc)
+		}
+	}
+	return locs
+}()
+
+// genCalendar draws a calendar day whose reset falls within the first
+// half minute of the traces (t0 plus 0 to 30 s), so that they cross it.
+func genCalendar(g *gen, quota int64) floodgate.CalendarWindow {
+	loc := calendarZones[g.ints(0, len(calendarZones)-1)]
+	l := t0.In(loc)
+	tod := time.Duration(l.Hour())*time.Hour + time.Duration(l.Minute())*time.Minute + time.Duration(l.Second())*time.Second
+	return floodgate.CalendarWindow{Limit: quota, Unit: floodgate.Day, Location: loc,
+		Offset: (tod + time.Duration(g.int64s(0, 30))*time.Second) % (24 * time.Hour)}
 }
 
 // kindOf returns the kind of one of the five configurations.
@@ -129,7 +157,11 @@ func (h *harness) trace(t *testing.T, g *gen, clock *Clock, i int, ps []pair, ke
 		switch g.ints(0, 9) {
 		case 0: // stay
 		case 1:
-			now = now.Add(-g.dur(1, window/10))
+			// Slightly back: a tenth of a window, and never more than 3 s
+			// (a calendar day's tenth is hours, past which a store's keys
+			// may have expired on its own clock while the reference, which
+			// forgets nothing, still counts them).
+			now = now.Add(-g.dur(1, min(window/10, 3*time.Second)))
 		case 2, 3:
 			now = now.Add(g.dur(1, 2*window))
 		case 4, 5, 6:
