@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -371,4 +372,92 @@ func BenchmarkSubWindows(b *testing.B) {
 			b.Run(fmt.Sprintf("keys=%d/S=%d", keys, s), func(b *testing.B) { benchSerialTakes(b, alg, names, "fgbench:sub:") })
 		}
 	}
+}
+
+// BenchmarkSubWindowsPaired measures what the bar compares, the
+// sub-window script's Redis time at S = 60 against the two-counter sliding
+// window's, on a redis-server of its own (so no other client's calls are
+// counted) and in rounds that alternate the two configurations, so that
+// load from elsewhere on the machine falls on both alike. Each round makes
+// 20,000 serial takes per configuration (on one hot key, then over 10,000
+// keys, where each decision moves its key to a new sub-window) and reads
+// per call: INFO commandstats' usec of EVALSHA (the time Redis spends in
+// the call, on the wall clock) and INFO cpu's main-thread CPU time (user +
+// sys: the script, the reply and the socket I/O, not counting time the
+// thread was descheduled). It reports the median ratio S = 60 / S = 1 of
+// each over the rounds, and logs every round.
+//
+//	go test ./redisstore -run '^$' -bench BenchmarkSubWindowsPaired -benchtime 1x -v
+func BenchmarkSubWindowsPaired(b *testing.B) {
+	p := startRedisProc(b)
+	c := redis.NewClient(&redis.Options{Addr: p.addr()})
+	b.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	const rounds, takes = 7, 20_000
+	for _, keys := range []int{1, 10_000} {
+		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
+			names := make([]string, keys)
+			for i := range names {
+				names[i] = "bench:" + strconv.Itoa(i)
+			}
+			var usecRatio, cpuRatio []float64
+			for r := range rounds {
+				var usec, cpu [2]float64
+				for k := range 2 {
+					// Alternate which configuration goes first.
+					i := (k + r) % 2
+					alg := floodgate.SlidingWindow{Limit: 1_000_000, Window: time.Minute, SubWindows: []int{1, 60}[i]}
+					s, err := New(c, &Options{Prefix: fmt.Sprintf("fgpair:%d:%d:", r, i), Timeout: time.Second})
+					require.NoError(b, err)
+					bnd, err := s.Bind(testName, alg)
+					require.NoError(b, err)
+					req := floodgate.Request{Op: floodgate.OpTake, N: 1}
+					_, err = bnd.Apply(ctx, names[0], req, nil) // loads the script
+					require.NoError(b, err)
+					st0, cpu0 := evalshaStats(b, c), mainThreadCPU(b, c)
+					for j := range takes {
+						res, err := bnd.Apply(ctx, names[j%keys], req, nil)
+						if err != nil || !res.Allowed {
+							b.Fatalf("Apply: %+v, %v", res, err)
+						}
+					}
+					st1, cpu1 := evalshaStats(b, c), mainThreadCPU(b, c)
+					calls := st1[0] - st0[0]
+					usec[i], cpu[i] = (st1[1]-st0[1])/calls, (cpu1-cpu0)*1e6/calls
+					_ = s.Close()
+				}
+				b.Logf("round %d: S = 1 %.2f µs in the call, %.2f µs CPU; S = 60 %.2f, %.2f: %.2f×, %.2f×",
+					r, usec[0], cpu[0], usec[1], cpu[1], usec[1]/usec[0], cpu[1]/cpu[0])
+				usecRatio, cpuRatio = append(usecRatio, usec[1]/usec[0]), append(cpuRatio, cpu[1]/cpu[0])
+				require.NoError(b, c.FlushAll(ctx).Err())
+			}
+			slices.Sort(usecRatio)
+			slices.Sort(cpuRatio)
+			b.ReportMetric(usecRatio[rounds/2], "usec-ratio")
+			b.ReportMetric(cpuRatio[rounds/2], "cpu-ratio")
+			b.Logf("median S = 60 / S = 1 over %d rounds: %.2f× commandstats usec (range %.2f–%.2f), %.2f× main-thread CPU (range %.2f–%.2f)",
+				rounds, usecRatio[rounds/2], usecRatio[0], usecRatio[rounds-1], cpuRatio[rounds/2], cpuRatio[0], cpuRatio[rounds-1])
+		})
+	}
+}
+
+// mainThreadCPU returns the CPU seconds (user + sys) of Redis' main thread
+// from INFO cpu.
+func mainThreadCPU(b *testing.B, c *redis.Client) float64 {
+	b.Helper()
+	info, err := c.Info(context.Background(), "cpu").Result()
+	require.NoError(b, err)
+	var sum float64
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_user_main_thread" || k == "used_cpu_sys_main_thread") {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(b, err)
+			sum += f
+			found++
+		}
+	}
+	require.Equal(b, 2, found, "INFO cpu without the main thread's CPU (Redis 6.2 or later has it)")
+	return sum
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
+	"github.com/floodgate-go/floodgate/step"
 )
 
 // TestScriptFastPaths runs random steps on Redis TIME, where the buckets',
@@ -250,5 +251,65 @@ func TestLimitsDecodeAllocs(t *testing.T) {
 	} {
 		_, err := a.decodeLimits(bad, req, each)
 		require.Error(t, err, bad)
+	}
+}
+
+// TestSubWindowsFastPath runs takes without delay on Redis TIME, which
+// subwindow_fast.lua decides, on keys left idle for 0 to S+2 sub-windows
+// between steps (so that the ring moves by none, one, several with and
+// without wrapping around, and all of its slots), with now and then a
+// reservation or a take-up-to, which the general script decides. On
+// miniredis, whose TIME the test sets, every Result and every stored
+// state (all S+1 counts, not only the header the store compares) equal
+// step.SubWindow's; on a real Redis each stored state is checked to parse
+// with counts that sum to its total.
+func TestSubWindowsFastPath(t *testing.T) {
+	parallelOnMiniredis(t)
+	srv := newServer(t)
+	c := srv.client(t)
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(26, 60))
+	for _, subs := range []int{2, 3, 5, 10, 60} {
+		g := 10 * time.Millisecond
+		alg := floodgate.SlidingWindow{Limit: int64(3 * subs), Window: time.Duration(subs) * g, SubWindows: subs}
+		t.Run(alg.String(), func(t *testing.T) {
+			s := newStore(t, c, nil)
+			now := t0.Truncate(time.Microsecond)
+			refs := map[string]*step.SubWindowState{}
+			for i := range 600 {
+				now = now.Add(time.Duration(r.Int64N(int64(time.Duration(subs+3)*g))) / time.Duration(1+r.IntN(8))).Truncate(time.Microsecond)
+				if srv.mini != nil {
+					srv.mini.SetTime(now)
+				}
+				key := "k" + strconv.Itoa(r.IntN(3))
+				req := floodgate.Request{Op: floodgate.OpTake, N: 1 + r.Int64N(alg.Limit/2)}
+				switch r.IntN(10) {
+				case 0:
+					req.Op = floodgate.OpTakeUpTo
+				case 1:
+					req.MaxDelay = time.Duration(r.Int64N(int64(alg.Window)))
+				}
+				res, err := applyOnce(ctx, s, key, alg, req)
+				require.NoError(t, err, "step %d: %+v", i, req)
+				raw, err := c.Get(ctx, s.Key(testName, key, step.KindSubWindows)).Result()
+				require.NoError(t, err)
+				got, ok := parseSub(raw)
+				require.True(t, ok, "step %d: stored state %x does not parse (or its counts do not sum to its total)", i, raw)
+				if srv.mini == nil {
+					continue
+				}
+				ref := refs[key]
+				if ref == nil {
+					ref = new(step.SubWindowState)
+					refs[key] = ref
+				}
+				want, err := step.SubWindow(alg, ref, now, req)
+				require.NoError(t, err)
+				require.True(t, want.At.Equal(res.At), "step %d: At %v, want %v", i, res.At, want.At)
+				res.At = want.At
+				require.Equal(t, want, res, "step %d: %+v", i, req)
+				require.True(t, got.Equal(*ref), "step %d: %+v: stored %+v, want %+v", i, req, got, *ref)
+			}
+		})
 	}
 }

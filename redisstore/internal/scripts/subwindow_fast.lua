@@ -51,67 +51,71 @@ local function fast(key, ARGV, t)
     return nil
   end
   local n, limit, gu, s = ARGV[ARG_N] + 0, ARGV[ARG_QUOTA] + 0, ARGV[ARG_PERIOD] / 1000, ARGV[ARG_TAU] + 0
+  local s1 = s + 1
   local tus = t[1] * 1000000 + t[2]
   local c = (tus - math.fmod(tus, gu)) / gu -- the current sub-window
   local old = redis.call('GET', key)
-  -- ring is the string holding the counts from byte offset o: the old
-  -- state (o = 21) until the counts change otherwise than by one count.
-  local newest, total, ring, o, changed
+  local newest, total = c, 0
   if old then
     if #old ~= 7 * (s + 4) or num(old, 14) ~= gu then
       return nil
     end
-    newest, total, ring, o, changed = num(old, 0), num(old, 7), old, 21, false
-  else
-    newest, total, ring, o, changed = c, 0, string.rep(Z7, s + 1), 0, true
+    newest, total = num(old, 0), num(old, 7)
   end
-  if c > newest then
-    -- Move to c: the counts of newest - s .. c - s - 1 leave, all dead.
-    local first, last = newest - s, math.min(newest, c - s - 1)
-    if last - first >= s then
-      ring, o, total = string.rep(Z7, s + 1), 0, 0
-    elseif last >= first then
-      for j = first, last do
-        total = total - num(ring, o + 7 * math.fmod(j, s + 1))
-      end
-      local i0, k = math.fmod(first, s + 1), last - first + 1
-      if i0 + k <= s + 1 then
-        ring = string.sub(ring, o + 1, o + 7 * i0) .. string.rep(Z7, k) .. string.sub(ring, o + 7 * (i0 + k) + 1)
-      else
-        local k2 = i0 + k - (s + 1)
-        ring = string.rep(Z7, k2) .. string.sub(ring, o + 7 * k2 + 1, o + 7 * i0) .. string.rep(Z7, s + 1 - i0)
-      end
-      o = 0
-    end
-    newest, changed = c, true
-  end
-  local allowed, granted, p, v = 0, 0, 0, 0
-  if total + n <= limit then
-    -- The count to change, written as the new state is built.
-    p = 7 * math.fmod(math.max(c, newest - s), s + 1)
-    v = num(ring, o + p) + n
-    total, changed, allowed, granted = total + n, true, 1, n
-  end
-  local new = old or ''
-  if changed then
-    if o == 21 then
-      -- The old state with its total and one count changed: its newest
-      -- and sub-window bytes stand.
-      new = string.sub(old, 1, 7) .. enc(total) .. string.sub(old, 15, 21 + p) .. enc(v) .. string.sub(old, 29 + p)
-    elseif allowed == 1 then
-      new = enc(newest) .. enc(total) .. enc(gu) .. string.sub(ring, o + 1, o + p) .. enc(v) .. string.sub(ring, o + p + 8)
+  -- Moving to c: the k sub-windows after newest up to c take the slots
+  -- of newest - s .. c - s - 1, whose counts leave, all dead at c (all S+1
+  -- slots when k passes s). Their slots are a run (wrapping around the
+  -- ring) from r0 to c's slot.
+  local k, r0 = 0, 0
+  if old and c > newest then
+    k, r0 = math.min(c - newest, s1), math.fmod(newest + 1, s1)
+    if k == s1 then
+      total = 0
     else
-      new = enc(newest) .. enc(total) .. enc(gu) .. string.sub(ring, o + 1)
+      for j = newest + 1, c do
+        total = total - num(old, 21 + 7 * math.fmod(j, s1))
+      end
     end
-    -- The TTL: until the newest sub-window's count has left, S+1
-    -- sub-windows after its start, in ms rounded up, plus the margin.
-    local left = (newest + s + 1) * gu - tus
-    local r = math.fmod(left, 1000)
-    left = (left - r) / 1000
-    if r > 0 then
-      left = left + 1
-    end
-    redis.call('SET', key, new, 'PX', string.format('%d', left + ARGV[ARG_MARGIN]))
+    newest = c
   end
+  -- p is the slot an admission is counted in: c's, or the oldest kept
+  -- one's after a reservation (newest - s); x its new 7 bytes.
+  local p = math.fmod(math.max(c, newest - s), s1)
+  local allowed, granted, x = 0, 0, Z7
+  if total + n <= limit then
+    local v = n
+    if old and k == 0 then
+      v = v + num(old, 21 + 7 * p)
+    end
+    total, allowed, granted, x = total + n, 1, n, enc(v)
+  end
+  -- The new state, built in one concatenation from the old one's bytes.
+  local new
+  if not old or k == s1 then
+    -- Every slot zero but p's (c's when k > 0).
+    new = enc(newest) .. enc(total) .. enc(gu) .. string.rep(Z7, p) .. x .. string.rep(Z7, s - p)
+  elseif k == 0 then
+    if allowed == 0 then
+      return {t[1] + 0, t[2] * 1000, old, string.sub(old, 1, 21), 0, 0}
+    end
+    -- The total and one count change: the newest and sub-window bytes stand.
+    new = string.sub(old, 1, 7) .. enc(total) .. string.sub(old, 15, 21 + 7 * p) .. x .. string.sub(old, 29 + 7 * p)
+  elseif r0 + k <= s1 then
+    -- The run r0 .. r0 + k - 1 = p, zeros then x.
+    new = enc(newest) .. enc(total) .. string.sub(old, 15, 21 + 7 * r0) .. string.rep(Z7, k - 1) .. x .. string.sub(old, 22 + 7 * (r0 + k))
+  else
+    -- The run wraps: r0 .. s, then 0 .. p = k2 - 1.
+    local k2 = r0 + k - s1
+    new = enc(newest) .. enc(total) .. enc(gu) .. string.rep(Z7, k2 - 1) .. x .. string.sub(old, 22 + 7 * k2, 21 + 7 * r0) .. string.rep(Z7, s1 - r0)
+  end
+  -- The TTL: until the newest sub-window's count has left, S+1
+  -- sub-windows after its start, in ms rounded up, plus the margin.
+  local left = (newest + s1) * gu - tus
+  local r = math.fmod(left, 1000)
+  left = (left - r) / 1000
+  if r > 0 then
+    left = left + 1
+  end
+  redis.call('SET', key, new, 'PX', string.format('%d', left + ARGV[ARG_MARGIN]))
   return {t[1] + 0, t[2] * 1000, old or '', string.sub(new, 1, 21), allowed, granted}
 end
