@@ -69,22 +69,46 @@ var joinedPool = sync.Pool{New: func() any { return &joined{done: make(chan stru
 func (c *coalescer) take(ctx context.Context, lim *floodgate.Limiter, key string, n int64) (floodgate.Result, error) {
 	k := flightKey{lim, key}
 	c.mu.Lock()
-	f := c.flights[k]
-	if f == nil {
-		if c.flights == nil {
-			c.flights = map[flightKey]*flight{}
-		}
-		c.flights[k] = &flight{}
+	if f := c.flights[k]; f != nil {
+		j := f.join(ctx, n)
 		c.mu.Unlock()
-		res, err := lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
-		c.next(k)
-		return res, err
+		return c.await(ctx, j, lim, key, n)
 	}
+	if c.flights == nil {
+		c.flights = map[flightKey]*flight{}
+	}
+	c.flights[k] = &flight{}
+	c.mu.Unlock()
+	res, err := lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
+	c.next(k)
+	return res, err
+}
+
+// join adds a take of n units to the call in flight for the counter, and
+// returns what await takes; it returns nil, and does nothing, when no
+// call is in flight for it (take then makes the call). It lets a caller
+// do other work while the take waits.
+func (c *coalescer) join(ctx context.Context, lim *floodgate.Limiter, key string, n int64) *joined {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.flights[flightKey{lim, key}]; f != nil {
+		return f.join(ctx, n)
+	}
+	return nil
+}
+
+// join adds a take to f's waiting ones; c.mu is held.
+func (f *flight) join(ctx context.Context, n int64) *joined {
 	j := joinedPool.Get().(*joined)
 	j.n = n
 	j.deadline, _ = ctx.Deadline()
 	f.waiting = append(f.waiting, j)
-	c.mu.Unlock()
+	return j
+}
+
+// await returns the answer of j, a take of n units of lim's key that
+// joined a call in flight.
+func (c *coalescer) await(ctx context.Context, j *joined, lim *floodgate.Limiter, key string, n int64) (floodgate.Result, error) {
 	select {
 	case <-j.done:
 	case <-ctx.Done():

@@ -268,22 +268,3 @@ func strs(out []outcome) []string {
 	}
 	return s
 }
-
-// slowStore gives every call of its store a round trip of 200µs more, as
-// a network would, so that concurrent calls overlap.
-type slowStore struct{ floodgate.Store }
-
-func (s slowStore) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
-	b, err := s.Store.Bind(name, alg)
-	if err != nil {
-		return nil, err
-	}
-	return slowBound{b}, nil
-}
-
-type slowBound struct{ floodgate.Bound }
-
-func (b slowBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
-	time.Sleep(200 * time.Microsecond)
-	return b.Bound.Apply(ctx, key, req, each)
-}

@@ -60,6 +60,11 @@ func stores(t *testing.T) []storeKind {
 		}
 		return s
 	}}}
+	// memstore behind a network's latency, so that concurrent calls overlap
+	// as they do on Redis (and Coalesce groups them) without a server.
+	kinds = append(kinds, storeKind{"memstore+latency", func(t *testing.T, now func() time.Time) floodgate.Store {
+		return slowStore{kinds[0].make(t, now)}
+	}})
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		kinds = append(kinds, storeKind{"redis", func(t *testing.T, now func() time.Time) floodgate.Store {
 			rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -196,3 +201,22 @@ func answerOf(r *pb.RateLimitResponse) answer {
 }
 
 const headersAll = headers.StyleIETF | headers.StyleDraft | headers.StyleX
+
+// slowStore gives every call of its store a round trip of 200µs more, as
+// a network would, so that concurrent calls overlap.
+type slowStore struct{ floodgate.Store }
+
+func (s slowStore) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := s.Store.Bind(name, alg)
+	if err != nil {
+		return nil, err
+	}
+	return slowBound{b}, nil
+}
+
+type slowBound struct{ floodgate.Bound }
+
+func (b slowBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	time.Sleep(200 * time.Microsecond)
+	return b.Bound.Apply(ctx, key, req, each)
+}

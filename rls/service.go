@@ -436,18 +436,39 @@ func (s *Service) decideInOrder(ctx context.Context, items []item) error {
 func (s *Service) decideParallel(ctx context.Context, items []item) error {
 	first := -1
 	var wg sync.WaitGroup
+	// The takes that joined a call in flight for their counter wait for
+	// it without a goroutine of their own.
+	type waiting struct {
+		i int
+		j *joined
+	}
+	var joinedBuf [4]waiting
+	joins := joinedBuf[:0]
 	for i := range items {
-		if items[i].limit == nil {
+		it := &items[i]
+		if it.limit == nil {
 			continue
+		}
+		if s.coalesces(it) {
+			if j := s.coalesce.join(ctx, it.lim, it.key, int64(min(it.hits, math.MaxInt64))); j != nil {
+				joins = append(joins, waiting{i, j})
+				continue
+			}
 		}
 		if first < 0 {
 			first = i
 			continue
 		}
-		wg.Go(func() { s.decide(ctx, &items[i], false) })
+		wg.Go(func() { s.decide(ctx, it, false) })
 	}
 	if first >= 0 {
 		s.decide(ctx, &items[first], false)
+	}
+	for _, w := range joins {
+		it := &items[w.i]
+		it.decided = true
+		res, err := s.coalesce.await(ctx, w.j, it.lim, it.key, int64(min(it.hits, math.MaxInt64)))
+		s.record(ctx, it, false, res, err)
 	}
 	wg.Wait()
 	denied, failed := false, ""
@@ -510,11 +531,18 @@ func (s *Service) decide(ctx context.Context, it *item, check bool) {
 	}
 	var res floodgate.Result
 	var err error
-	if !req.Check && s.opts.Coalesce && coalesces(it.limit.alg) {
+	if !req.Check && s.coalesces(it) {
 		res, err = s.coalesce.take(ctx, it.lim, it.key, hits)
 	} else {
 		res, err = it.lim.Apply(ctx, it.key, req, nil)
 	}
+	s.record(ctx, it, check, res, err)
+}
+
+// record records what the store answered for an item: res and err of
+// the take (or, with check, the check) of its hits.
+func (s *Service) record(ctx context.Context, it *item, check bool, res floodgate.Result, err error) {
+	hits := int64(min(it.hits, math.MaxInt64))
 	if errors.Is(err, floodgate.ErrExceedsLimit) {
 		// More units than the limit can ever admit: over the limit, and
 		// the remaining count is what a check of one unit reports.
@@ -569,11 +597,14 @@ func (s *Service) decide(ctx context.Context, it *item, check bool) {
 	s.countDecision(it)
 }
 
-// coalesces reports whether the takes of a limit of algorithm a are
-// coalesced (see coalescer): those of fixed windows, whose answers do not
-// depend on how the units of one instant are split.
-func coalesces(a floodgate.Algorithm) bool {
-	switch a.(type) {
+// coalesces reports whether the takes of an item are coalesced (see
+// coalescer): with Options.Coalesce, those of fixed windows, whose answers
+// do not depend on how the units of one instant are split, spending units.
+func (s *Service) coalesces(it *item) bool {
+	if !s.opts.Coalesce || it.lim == nil || it.hits == 0 {
+		return false
+	}
+	switch it.limit.alg.(type) {
 	case floodgate.FixedWindow, floodgate.CalendarWindow:
 		return true
 	}
