@@ -23,9 +23,6 @@ import (
 type server struct {
 	addr string
 	mini *miniredis.Miniredis // nil on a real Redis
-	// The clocks' last time set on mini, under mu (see clock).
-	mu   sync.Mutex
-	last time.Time
 }
 
 func newServer(t testing.TB) *server {
@@ -80,30 +77,16 @@ func (s *server) client(t testing.TB) *redis.Client {
 
 // clock returns a Now function reading c that also moves miniredis' clock
 // (TIME and TTLs) along, so that keys expire on the test's virtual time.
-// Keys expire at fixed instants of that time, as on Redis: miniredis counts
-// TTLs down on its clock's forward moves and ignores the backward ones, so
-// when the test's clock steps back by d, clock gives every TTL d back (a
-// key written before the step would otherwise expire d early; the
-// harness's calendar traces step back by hours, and then found day
-// windows' counts gone on miniredis alone).
 func (s *server) clock(c interface{ Now() time.Time }) func() time.Time {
 	if s.mini == nil {
 		return c.Now
 	}
 	var mu sync.Mutex
-	var last time.Time
 	return func() time.Time {
 		mu.Lock()
 		defer mu.Unlock()
 		t := c.Now()
-		if back := last.Sub(t); back > 0 && !last.IsZero() {
-			s.mini.Keys()     // counts TTLs down to last first
-			s.mini.SetTime(t) // changes no TTL
-			s.mini.FastForward(-back)
-		} else {
-			s.mini.SetTime(t)
-		}
-		last = t
+		s.mini.SetTime(t)
 		return t
 	}
 }
