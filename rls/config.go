@@ -490,18 +490,20 @@ func (c *Config) lookup(domain string, entries []Entry) match {
 	}
 	var m match
 	cur := d
-	var detailed, valued strings.Builder
-	detailed.WriteString(domain)
-	valued.WriteString(domain)
+	// The stat keys and each level's "key_value" are built in buffers on
+	// the stack: a call allocates only the stat key it keeps, when it is
+	// not the limit's FullKey.
+	var detailedBuf, valuedBuf, finalBuf [128]byte
+	detailed := append(detailedBuf[:0], domain...)
+	valued := append(valuedBuf[:0], domain...)
 	for i, e := range entries {
-		final := e.Key + "_" + e.Value
-		detailed.WriteString(".")
-		detailed.WriteString(final)
-		next := cur.children[final]
+		final := append(append(append(finalBuf[:0], e.Key...), '_'), e.Value...)
+		detailed = append(append(detailed, '.'), final...)
+		next := cur.children[string(final)]
 		var wildKey string
 		if next == nil {
 			for _, w := range cur.wildcard {
-				if strings.HasPrefix(final, strings.TrimSuffix(w, "*")) {
+				if bytes.HasPrefix(final, []byte(strings.TrimSuffix(w, "*"))) {
 					next, wildKey = cur.children[w], w
 					break
 				}
@@ -511,8 +513,7 @@ func (c *Config) lookup(domain string, entries []Entry) match {
 		if next == nil {
 			next = cur.children[e.Key]
 		}
-		valued.WriteString(".")
-		valued.WriteString(e.Key)
+		valued = append(append(valued, '.'), e.Key...)
 		if next != nil {
 			v := ""
 			switch {
@@ -532,8 +533,7 @@ func (c *Config) lookup(domain string, entries []Entry) match {
 				v = e.Value
 			}
 			if v != "" {
-				valued.WriteString("_")
-				valued.WriteString(v)
+				valued = append(append(valued, '_'), v...)
 			}
 		}
 		if next != nil && next.limit != nil && i == len(entries)-1 {
@@ -549,7 +549,7 @@ func (c *Config) lookup(domain string, entries []Entry) match {
 	}
 	switch {
 	case m.limit.DetailedMetric:
-		m.statKey = detailed.String()
+		m.statKey = string(detailed)
 		if m.patterns != nil {
 			var b strings.Builder
 			b.WriteString(domain)
@@ -565,8 +565,8 @@ func (c *Config) lookup(domain string, entries []Entry) match {
 			m.statKey = b.String()
 		}
 	default:
-		if k := valued.String(); k != m.limit.FullKey {
-			m.statKey = k
+		if string(valued) != m.limit.FullKey {
+			m.statKey = string(valued)
 		}
 	}
 	return m

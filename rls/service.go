@@ -264,6 +264,7 @@ type item struct {
 	statKey string
 	hits    uint64
 
+	unlimited bool // unlimited: true; limit is nil
 	decided   bool
 	failed    bool
 	taken     bool // units were taken and must be refunded on a denial
@@ -292,13 +293,15 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	descs := req.GetDescriptors()
 	items := make([]item, len(descs))
-	unlimited := make([]bool, len(descs))
 	var replacing map[string]bool
+	// A descriptor's entries, on the stack when few (lookup and entryKey
+	// keep none of them).
+	var entryBuf [8]Entry
 	for i, d := range descs {
 		it := &items[i]
-		entries := make([]Entry, len(d.GetEntries()))
-		for j, e := range d.GetEntries() {
-			entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+		entries := entryBuf[:0]
+		for _, e := range d.GetEntries() {
+			entries = append(entries, Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		if o := d.GetLimit(); o != nil {
 			lim, l, err := s.override(req.GetDomain(), entries, o)
@@ -324,7 +327,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			replacing[r] = true
 		}
 		if it.limit.Unlimited {
-			unlimited[i] = true
+			it.unlimited = true
 			it.limit = nil
 		}
 		if hv := d.GetHitsAddend(); hv != nil {
@@ -358,7 +361,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	for i := range items {
 		it := &items[i]
 		switch {
-		case unlimited[i]:
+		case it.unlimited:
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		case it.limit == nil:
@@ -859,22 +862,22 @@ func (s *Service) override(domain string, entries []Entry, o *rlpb.RateLimitDesc
 // share_threshold wildcard standing for the value where it applies, and
 // hashed when longer than floodgate.MaxKeyLen.
 func entryKey(entries []Entry, patterns map[int]string) string {
-	var b strings.Builder
+	// Built on the stack: one allocation, the key.
+	var buf [128]byte
+	b := buf[:0]
 	for i, e := range entries {
 		v := e.Value
 		if p, ok := patterns[i]; ok {
 			v = p
 		}
 		if i > 0 {
-			b.WriteByte('|')
+			b = append(b, '|')
 		}
-		b.WriteString(e.Key)
-		b.WriteByte('=')
-		b.WriteString(strconv.Itoa(len(v)))
-		b.WriteByte(':')
-		b.WriteString(v)
+		b = append(append(b, e.Key...), '=')
+		b = append(strconv.AppendInt(b, int64(len(v)), 10), ':')
+		b = append(b, v...)
 	}
-	k := b.String()
+	k := string(b)
 	if len(k) > floodgate.MaxKeyLen {
 		sum := sha256.Sum256([]byte(k))
 		k = k[:64] + "#" + base64.RawURLEncoding.EncodeToString(sum[:])

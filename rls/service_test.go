@@ -527,3 +527,42 @@ func TestStoreFailureLogs(t *testing.T) {
 	require.Contains(t, lines[1], "unlogged=49")
 	require.Equal(t, uint64(51), svc.Stats().Snapshot()["ratelimit.service.call.should_rate_limit.redis_error"])
 }
+
+// BenchmarkServiceShouldRateLimit: a call of two descriptors on memstore,
+// the service's own CPU and allocations without gRPC.
+func BenchmarkServiceShouldRateLimit(b *testing.B) {
+	const yml = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: route
+    rate_limit: {unit: minute, requests_per_unit: 1000000000}
+`
+	ms, err := memstore.New(nil)
+	require.NoError(b, err)
+	cfg, err := ParseConfig(File{Name: "bench.yaml", Data: []byte(yml)})
+	require.NoError(b, err)
+	svc, err := New(ms, cfg, &Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	req := request("bench", desc("user=17"), desc("route=/api"))
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := svc.ShouldRateLimit(context.Background(), req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
