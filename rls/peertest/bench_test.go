@@ -144,11 +144,14 @@ func TestSideBySide(t *testing.T) {
 	}}}
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		prefix := fmt.Sprintf("bench%d:", time.Now().UnixNano())
-		ours := func(parallel bool, batch int) func() pb.RateLimitServiceServer {
+		ours := func(parallel bool) func() pb.RateLimitServiceServer {
 			return func() pb.RateLimitServiceServer {
 				rdb := redis.NewClient(&redis.Options{Addr: addr})
 				t.Cleanup(func() { _ = rdb.Close() })
-				rs, err := redisstore.New(rdb, &redisstore.Options{Prefix: "fg" + prefix, Timeout: 10 * time.Millisecond, BatchSize: batch})
+				// The options floodgate-rls gives the store (its
+				// redisOptions, with its default -redis-timeout), under a
+				// prefix of the bench's own.
+				rs, err := redisstore.New(rdb, &redisstore.Options{Prefix: "fg" + prefix, Timeout: 10 * time.Millisecond, OnFailure: redisstore.FailError, Name: "rls", BatchPipelines: 1})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -161,7 +164,7 @@ func TestSideBySide(t *testing.T) {
 				return svc
 			}
 		}
-		rows = append(rows, row{"floodgate redis parallel", ours(true, 0)}, row{"floodgate redis in order", ours(false, 0)}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
+		rows = append(rows, row{"floodgate redis parallel", ours(true)}, row{"floodgate redis in order", ours(false)}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
 			s := settings.NewSettings()
 			store := gostats.NewStore(gostats.NewNullSink(), false)
 			sm := stats.NewStatManager(store, s)
