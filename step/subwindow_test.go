@@ -34,6 +34,33 @@ func maxInWindow(adm []admission, w time.Duration) int64 {
 	return most
 }
 
+// randomRequest draws a take of up to a third of a's Limit: now and then a
+// reservation, a take up to n or a check, and with settles a charge or a
+// give-back for an instant of the last Window.
+func randomRequest(rng *rand.Rand, a floodgate.SlidingWindow, now time.Time, settles bool) floodgate.Request {
+	req := floodgate.Request{Op: floodgate.OpTake, N: 1 + rng.Int64N(max(a.Limit/3, 1))}
+	kinds := 6
+	if settles {
+		kinds = 7
+	}
+	switch rng.IntN(kinds) {
+	case 0:
+		req.MaxDelay = time.Duration(rng.Int64N(int64(2 * a.Window)))
+	case 1:
+		req.Op = floodgate.OpTakeUpTo
+	case 2:
+		req.Check = true
+	case 3:
+		if settles {
+			req.Op, req.At = floodgate.OpSettle, now.Add(-time.Duration(rng.Int64N(int64(a.Window))))
+			if rng.IntN(2) == 0 {
+				req.N = -req.N
+			}
+		}
+	}
+	return req
+}
+
 // TestSubWindowNeverAboveLimit runs random traces of takes, reservations
 // and takes-up-to at random instants, admitting what the reference admits,
 // and checks that no interval of length Window holds more than Limit
@@ -56,15 +83,7 @@ func TestSubWindowNeverAboveLimit(t *testing.T) {
 		now := base
 		for range 2000 {
 			now = now.Add(time.Duration(rng.Int64N(int64(a.Window) / 8)))
-			req := floodgate.Request{Op: floodgate.OpTake, N: 1 + rng.Int64N(max(a.Limit/3, 1))}
-			switch rng.IntN(6) {
-			case 0:
-				req.MaxDelay = time.Duration(rng.Int64N(int64(2 * a.Window)))
-			case 1:
-				req.Op = floodgate.OpTakeUpTo
-			case 2:
-				req.Check = true
-			}
+			req := randomRequest(rng, a, now, false)
 			res, err := step.SubWindow(a, &st, now, req)
 			if err != nil {
 				t.Fatalf("seed %d: %v", seed, err)
@@ -216,20 +235,7 @@ func TestSubWindowNarrowCounts(t *testing.T) {
 		now := base
 		for i := range 1000 {
 			now = now.Add(time.Duration(rng.Int64N(int64(a.Window) / 6)))
-			req := floodgate.Request{Op: floodgate.OpTake, N: 1 + rng.Int64N(max(a.Limit/3, 1))}
-			switch rng.IntN(7) {
-			case 0:
-				req.MaxDelay = time.Duration(rng.Int64N(int64(2 * a.Window)))
-			case 1:
-				req.Op = floodgate.OpTakeUpTo
-			case 2:
-				req.Check = true
-			case 3:
-				req.Op, req.At = floodgate.OpSettle, now.Add(-time.Duration(rng.Int64N(int64(a.Window))))
-				if rng.IntN(2) == 0 {
-					req.N = -req.N
-				}
-			}
+			req := randomRequest(rng, a, now, true)
 			want, werr := step.SubWindow(a, &wide, now, req)
 			var got floodgate.Result
 			var gerr error
