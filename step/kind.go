@@ -6,8 +6,9 @@ import (
 	"github.com/floodgate-go/floodgate"
 )
 
-// Kind names one of the five algorithms. A store keeps the state of a key
-// per Kind.
+// Kind names the kind of state a configuration keeps: one per algorithm,
+// and one each for the sliding window with sub-windows and the calendar
+// window. A store keeps the state of a key per Kind.
 type Kind uint8
 
 // The algorithms floodgate implements.
@@ -27,9 +28,9 @@ const (
 	KindCalendarWindow
 )
 
-// String returns the name of the algorithm's configuration type:
-// "TokenBucket", "LeakyBucket", "FixedWindow", "SlidingWindow" or
-// "SlidingLog".
+// String returns the name of the kind's configuration type:
+// "TokenBucket", "LeakyBucket", "FixedWindow", "SlidingWindow",
+// "SlidingLog", "SlidingWindow/sub-windows" or "CalendarWindow".
 func (k Kind) String() string {
 	switch k {
 	case KindTokenBucket:
