@@ -78,7 +78,8 @@
 // search of up to 2^20 with HashKeys) and kept with its hints and ledger,
 // for Options.MaxKeys keys per limiter. A key evicted to make room loses
 // them: its shard keys are computed again, and the units of its earlier
-// admissions can no longer be given back (ErrGiveBack). On a memstore, a
+// admissions are given back as another process's are (see Settlements).
+// On a memstore, a
 // sharded Allow on one hot key took 186–203 ns against 163–181 ns for the
 // memstore alone, with 0 allocations (go test ./shard -run '^$' -bench
 // ShardAllow -benchmem -count 3, 2 goroutines on the 2-core development
@@ -98,18 +99,25 @@
 // # Settlements
 //
 // A settlement that charges units (an OpSettle of a positive N) is charged
-// to a random shard. Units given back must go to the shard that admitted
-// them: giving them to another would let it admit units the quota does
-// not have. So each key keeps a ledger of its last Options.Ledger (32)
-// admissions made through Apply (Reserve, Wait, a Limiter's Apply, the
-// lease layer's refills), each with its shard, instant and units; a
-// give-back (an OpSettle of a negative N at instant At) takes its units
-// from the admissions at or before At, newest first, and gives each part
-// back to its shard at its admission's instant. Result.Granted is the
-// units the shards took back; never more than the ledger holds. A
-// give-back the ledger has nothing for (units admitted through another
-// process, through Take, which Allow and AllowN use and which reports no
-// instant to settle at, or older than the ledger) fails with ErrGiveBack.
+// to a random shard. Units given back (an OpSettle of a negative N at
+// instant At, a Limiter's refund) go first to the shards that admitted
+// them when this Store knows which: each key keeps a ledger of its last
+// Options.Ledger (32) admissions made through Apply (Reserve, Wait, a
+// Limiter's Apply, the lease layer's refills), each with its shard,
+// instant and units, and a give-back takes its units from the admissions
+// at or before At, newest first, giving each part back to its shard at
+// its admission's instant (where a sliding window or log counted it).
+// What is not back then (units admitted through another process, through
+// Take, which Allow and AllowN use, or older than the ledger, and ledger
+// parts their shard no longer counts, another Store having given them
+// back) is given back to the shards in turn from a random one, at At,
+// each taking back what it counts there, until all of it is back or
+// every shard was asked. Units are interchangeable between shards: each shard enforces
+// its part of the quota on what it counts, so admissions net of the units
+// taken back never pass the quota, whichever shard takes them back. As on
+// an unsharded limit, a give-back of units the caller was not admitted
+// returns units others were. Result.Granted is the units the shards took
+// back (0, not an error, when none counted any at At), at most -N.
 //
 // # Start-up
 //

@@ -221,3 +221,95 @@ func TestRedisSpread(t *testing.T) {
 		})
 	}
 }
+
+// TestRedisGiveBack: 4 processes (each its own default-options client,
+// redisstore and shard Store) × 8 goroutines on one limit of 1,600 over 16
+// shards, on Redis and on the Cluster, take units (AllowN, which keeps no
+// ledger, and Apply, which does) and give units back through a random
+// process, often not the one that admitted them. Give-backs of units
+// still counted all come back; at the end, with every shard probed, the
+// limit admits exactly the quota net of what is held: admitted minus
+// given back equals 1,600, never more.
+func TestRedisGiveBack(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "standalone", true: "cluster"}[cluster], func(t *testing.T) {
+			client, _ := testkit.Clients(t, cluster)
+			prefix := testkit.Prefix(t, client(), "giveback")
+			alg := floodgate.FixedWindow{Limit: 1600, Window: 30 * 24 * time.Hour}
+			lims := make([]*floodgate.Limiter, 4)
+			for p := range lims {
+				rs, err := redisstore.New(client(), &redisstore.Options{Prefix: prefix})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = rs.Close() })
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				require.NoError(t, rs.Ping(ctx))
+				cancel()
+				lims[p], err = floodgate.New(newShard(t, rs, shard.Options{Shards: 16, Probes: 15}), alg, &floodgate.Options{Name: "global"})
+				require.NoError(t, err)
+			}
+			var net atomic.Int64
+			var wg sync.WaitGroup
+			for p := range lims {
+				for g := range 8 {
+					wg.Go(func() {
+						ctx := context.Background()
+						var held []time.Time // instants of units this goroutine holds, one each
+						for i := range 150 {
+							lim := lims[(p+i)%len(lims)]
+							if i%3 == 2 && len(held) > 0 {
+								at := held[len(held)-1]
+								held = held[:len(held)-1]
+								res, err := lim.Apply(ctx, "quota", floodgate.Request{Op: floodgate.OpSettle, N: -1, At: at}, nil)
+								if err != nil || res.Granted != 1 {
+									t.Errorf("give-back of a held unit: %+v, %v", res, err)
+									return
+								}
+								net.Add(-1)
+								continue
+							}
+							var res floodgate.Result
+							var err error
+							if g%2 == 0 {
+								var d floodgate.Decision
+								d, err = lim.AllowN(ctx, "quota", 1)
+								res = floodgate.Result{Decision: d, Granted: 1, At: time.Now()}
+								if !d.Allowed {
+									res.Granted = 0
+								}
+							} else {
+								res, err = lim.Apply(ctx, "quota", floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
+							}
+							if err != nil {
+								t.Errorf("take: %v", err)
+								return
+							}
+							if res.Allowed {
+								net.Add(1)
+								held = append(held, res.At.Add(res.Delay))
+							}
+						}
+					})
+				}
+			}
+			wg.Wait()
+			require.LessOrEqual(t, net.Load(), alg.Limit)
+			// Fill what is left through a fresh process, which has no hints
+			// of shards that denied before units were given back to them:
+			// every shard is probed.
+			rs, err := redisstore.New(client(), &redisstore.Options{Prefix: prefix})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = rs.Close() })
+			fill, err := floodgate.New(newShard(t, rs, shard.Options{Shards: 16, Probes: 15}), alg, &floodgate.Options{Name: "global"})
+			require.NoError(t, err)
+			for {
+				d, err := fill.AllowN(context.Background(), "quota", 1)
+				require.NoError(t, err)
+				if !d.Allowed {
+					break
+				}
+				net.Add(1)
+			}
+			require.Equal(t, alg.Limit, net.Load(), "admitted net of units given back, once the limit is full")
+		})
+	}
+}

@@ -53,12 +53,6 @@ const (
 	DefaultMaxHint = 250 * time.Millisecond
 )
 
-// ErrGiveBack is the error of a settlement that gives units back (an
-// OpSettle of a negative N, a Limiter's refund) on a sharded limit: the
-// store does not know which shard admitted the units, and giving them to
-// another would let that shard admit units the quota does not have.
-var ErrGiveBack = errors.New("shard: a sharded limit cannot give units back: which shard admitted them is not known")
-
 // Store is a floodgate.Store that splits every limit bound to it over
 // Shards shards on its inner Store. See the package doc.
 type Store struct {
@@ -315,7 +309,7 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 	home := int(rand.Uint32N(uint32(k)))
 	if req.Op == floodgate.OpSettle {
 		if req.N < 0 {
-			return b.giveBack(ctx, e, req, each)
+			return b.giveBack(ctx, e, home, req, each)
 		}
 		// A charge counts on any shard: the home one.
 		res, err := b.bounds[home].Apply(ctx, e.keys[home], req, each)
@@ -486,33 +480,53 @@ func (b *bound) undo(ctx context.Context, e *entry, parts []admission) {
 	}
 }
 
-// giveBack gives -req.N units back to the shards whose admissions of this
-// Store's ledger, at or before req.At, newest first, hold them: each part
-// to its shard, at its admission's instant. Result.Granted is the units
-// the shards took back; the Result is otherwise the last shard's. With
-// no such admission it returns ErrGiveBack.
-func (b *bound) giveBack(ctx context.Context, e *entry, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
-	parts := e.claim(req.At, -req.N)
-	if len(parts) == 0 {
-		return floodgate.Result{}, ErrGiveBack
-	}
-	var out floodgate.Result
-	var back int64
-	var errs []error
-	for _, a := range parts {
-		res, err := b.bounds[a.shard].Apply(ctx, e.keys[a.shard], floodgate.Request{Op: floodgate.OpSettle, N: -a.left, At: a.at}, each)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("shard %d: %w", a.shard, err))
-			continue
+// giveBack gives -req.N units back: first to the shards whose admissions
+// of this Store's ledger, at or before req.At, newest first, hold them,
+// each part to its shard at its admission's instant; then what is not
+// back yet (units another process or Take admitted, or ledger parts their
+// shard no longer counts) to the shards in turn from home, at req.At,
+// each taking back what it counts there. Units
+// are interchangeable between shards: each shard enforces its part of the
+// quota on what it counts, so the limit's admissions net of what the
+// shards took back never pass the quota, whichever shard takes them back
+// (as on the unsharded limit, a give-back of units the caller was not
+// admitted returns units others were). Result.Granted is the units the
+// shards took back; the Result is otherwise the last shard's that took
+// some back, or the home shard's.
+func (b *bound) giveBack(ctx context.Context, e *entry, home int, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	var (
+		out  floodgate.Result
+		got  bool // out is a shard's Result
+		back int64
+		errs []error
+		give = func(i int, n int64, at time.Time) {
+			res, err := b.bounds[i].Apply(ctx, e.keys[i], floodgate.Request{Op: floodgate.OpSettle, N: -n, At: at}, each)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
+				return
+			}
+			if !got || res.Granted > 0 {
+				out, got = res, true
+			}
+			if res.Granted > 0 {
+				back += res.Granted
+				e.hints[i].until.Store(0)
+			}
 		}
-		out = res
-		back += max(res.Granted, 0)
-		e.hints[a.shard].until.Store(0)
+	)
+	for _, a := range e.claim(req.At, -req.N) {
+		give(a.shard, a.left, a.at)
+	}
+	// The rest, the ledger's shortfall included (its shard no longer
+	// counting a part, another Store having given those units back in
+	// turn): the shards take back what they count at req.At, in turn.
+	for j := 0; j < b.s.k && back < -req.N; j++ {
+		give((home+j)%b.s.k, -req.N-back, req.At)
 	}
 	if back == 0 && len(errs) > 0 {
 		return floodgate.Result{}, errors.Join(errs...)
 	}
-	out.Granted = back
+	out.Granted, out.Allowed = back, back > 0
 	return b.fix(out, each), nil
 }
 
