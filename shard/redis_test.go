@@ -35,6 +35,21 @@ func scriptCalls(t *testing.T, c redis.UniversalClient, real bool) map[string]in
 	return out
 }
 
+// pingedStore returns a redisstore on c under prefix, closed when the test
+// ends, after Ping: as the package doc advises, so that a fresh client's
+// first calls, many at once, do not outlast the timeout and take units
+// nobody is told of.
+func pingedStore(t *testing.T, c redis.UniversalClient, prefix string) *redisstore.Store {
+	t.Helper()
+	rs, err := redisstore.New(c, &redisstore.Options{Prefix: prefix})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = rs.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, rs.Ping(ctx))
+	return rs
+}
+
 // TestRedisExact: 8 processes (each its own default-options client,
 // redisstore and shard Store) × 64 goroutines on one global limit of
 // 2,000 split over 16 shards, on Redis and on the Cluster. With every
@@ -183,12 +198,7 @@ func TestRedisSpread(t *testing.T) {
 			var admitted, failed atomic.Int64
 			var wg sync.WaitGroup
 			for p := range 8 {
-				rs, err := redisstore.New(client(), &redisstore.Options{Prefix: prefix})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = rs.Close() })
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				require.NoError(t, rs.Ping(ctx))
-				cancel()
+				rs := pingedStore(t, client(), prefix)
 				lim, err := floodgate.New(newShard(t, rs, shard.Options{Shards: 16, Probes: 15}), alg, &floodgate.Options{Name: "global"})
 				require.NoError(t, err)
 				for g := range 16 {
@@ -238,13 +248,8 @@ func TestRedisGiveBack(t *testing.T) {
 			alg := floodgate.FixedWindow{Limit: 1600, Window: 30 * 24 * time.Hour}
 			lims := make([]*floodgate.Limiter, 4)
 			for p := range lims {
-				rs, err := redisstore.New(client(), &redisstore.Options{Prefix: prefix})
-				require.NoError(t, err)
-				t.Cleanup(func() { _ = rs.Close() })
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				require.NoError(t, rs.Ping(ctx))
-				cancel()
-				lims[p], err = floodgate.New(newShard(t, rs, shard.Options{Shards: 16, Probes: 15}), alg, &floodgate.Options{Name: "global"})
+				lim, err := floodgate.New(newShard(t, pingedStore(t, client(), prefix), shard.Options{Shards: 16, Probes: 15}), alg, &floodgate.Options{Name: "global"})
+				lims[p] = lim
 				require.NoError(t, err)
 			}
 			var net atomic.Int64
@@ -296,9 +301,7 @@ func TestRedisGiveBack(t *testing.T) {
 			// Fill what is left through a fresh process, which has no hints
 			// of shards that denied before units were given back to them:
 			// every shard is probed.
-			rs, err := redisstore.New(client(), &redisstore.Options{Prefix: prefix})
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = rs.Close() })
+			rs := pingedStore(t, client(), prefix)
 			fill, err := floodgate.New(newShard(t, rs, shard.Options{Shards: 16, Probes: 15}), alg, &floodgate.Options{Name: "global"})
 			require.NoError(t, err)
 			for {
