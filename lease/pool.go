@@ -261,8 +261,13 @@ func (l *binding) startRefill(e *entry, need int64, wait bool) (*refill, error) 
 }
 
 // sizeLocked updates e's consumption rate and batch size and returns the
-// units a refill asks for: enough to bring the usable units up to the batch
-// (or to need), so that a pool and its refill never hold more than MaxBatch.
+// units a refill asks for: a batch (about TargetInterval's consumption) on
+// top of the usable units, or enough to bring them up to need, and never so
+// many that a pool and its refill hold more than MaxBatch. Asking a whole
+// batch, rather than topping the pool up to one from its low-water mark,
+// makes refills come about once per TargetInterval under steady demand
+// (half as many round trips as a top-up, which the low-water mark would
+// make every TargetInterval·(1−LowWater)).
 func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 	p := e.pool.Load()
 	held := int64(0)
@@ -286,15 +291,19 @@ func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 		b = want
 	}
 	batch := max(int64(b), e.waiters) // room for the callers that waited last time
-	if float64(now-e.lastLease) < (1-l.cfg.lowWater)*float64(l.cfg.targetInterval)/4 {
-		// The last lease fell to its low-water mark four times faster
-		// than a batch is meant to: a burst, which the rate estimate lags
-		// (and does not see on a clock that has not moved). Double.
+	if now-e.lastLease < l.cfg.targetInterval/4 {
+		// The last lease was used down to the low-water mark four times
+		// faster than a batch is meant to last: a burst, which the rate
+		// estimate lags (and does not see on a clock that has not moved).
+		// Double.
 		batch = max(batch, 2*e.batch)
 	}
 	batch = min(max(batch, l.cfg.minBatch), l.cfg.maxBatch)
 	e.batch = batch
-	return max(batch, need) - have
+	if need > have {
+		return max(batch, need) - have
+	}
+	return min(batch, l.cfg.maxBatch-have)
 }
 
 // runRefill makes the round trip of r for e and installs what it leased.

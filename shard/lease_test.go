@@ -17,13 +17,13 @@ import (
 )
 
 // TestShardedLease150Pods simulates 150 pods on a virtual clock
-// (testing/synctest), each a lease Store (TargetInterval 200 ms) over its
+// (testing/synctest), each a lease Store with default options over its
 // own shard Store (16 shards) over one shared memstore standing for
 // Redis, deciding one global token bucket of 30,000 per second. Under a
 // steady demand of 27,000 per second (180 per pod, every 10 ms) every
 // decision is admitted and each pod calls the store at most 12 times per
-// second (9.7 in this simulation; 16.7 at the lease's default
-// TargetInterval of 100 ms, with or without shards); at 1.5× the limit
+// second (10.0 in this simulation: a refill a TargetInterval; 16.7 when a
+// refill only topped the pool up from its low-water mark); at 1.5× the limit
 // (270 per pod), the pods never admit more than Burst + Rate·T over the
 // run, and admit at least Rate·T less the units the pools may hold.
 func TestShardedLease150Pods(t *testing.T) {
@@ -32,9 +32,6 @@ func TestShardedLease150Pods(t *testing.T) {
 		rate  = 30_000
 		k     = 16
 		every = 10 * time.Millisecond
-		// targetInterval is the lease batch's: a refill asks for the units of
-		// about this long.
-		targetInterval = 200 * time.Millisecond
 	)
 	alg := floodgate.TokenBucket{Rate: rate, Per: time.Second, Burst: rate}
 	synctest.Test(t, func(t *testing.T) {
@@ -46,7 +43,7 @@ func TestShardedLease150Pods(t *testing.T) {
 		for i := range pods {
 			calls[i] = &testkit.Counting{Store: mem}
 			sh := newShard(t, calls[i], shard.Options{Shards: k})
-			ls, err := lease.New(sh, &lease.Options{TargetInterval: targetInterval})
+			ls, err := lease.New(sh, nil)
 			require.NoError(t, err)
 			leases[i] = ls
 			defer ls.Close()
