@@ -87,9 +87,10 @@ type Options struct {
 	// default decides them in order, stopping at the first denial, which
 	// spends less store work on denials. On Redis with Coalesce it served
 	// more calls (peertest's TestSideBySide, two descriptors a call, on
-	// the 2-core build machine: medians of four runs 17,630 calls/s at
-	// once against 15,442 in order); memstore gains nothing from
-	// goroutines.
+	// the 2-core build machine, medians of four runs: 17,356 calls/s at
+	// once against 16,973 in order at 32 calls at a time, 23,045 against
+	// 22,735 at 128; README.md, Speed); memstore gains nothing from
+	// goroutines. floodgate-rls sets it on Redis (its -descriptors flag).
 	Parallel bool
 
 	// Coalesce decides the takes of one fixed-window counter that arrive

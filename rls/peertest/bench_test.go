@@ -1,6 +1,7 @@
 package peertest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand"
@@ -47,14 +48,15 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1000000}
 `
 
-// serve runs svc on a loopback gRPC server and returns a client of it.
-func serve(t *testing.T, svc pb.RateLimitServiceServer) pb.RateLimitServiceClient {
+// serve runs svc on a loopback gRPC server with opts and returns a client
+// of it.
+func serve(t *testing.T, svc pb.RateLimitServiceServer, opts ...grpc.ServerOption) pb.RateLimitServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(srv, svc)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -106,13 +108,28 @@ func load(t *testing.T, c pb.RateLimitServiceClient, workers int, d time.Duratio
 	return float64(len(all)) / elapsed.Seconds(), all[len(all)/2], all[len(all)*99/100]
 }
 
+// row is a service the side-by-side benchmark measures.
+type row struct {
+	name string
+	svc  func() pb.RateLimitServiceServer
+	// opts are the gRPC server's options, as each binary runs: for
+	// floodgate-rls its default -grpc-workers (cmd/floodgate-rls); the
+	// peer's binary adds keepalive and OpenTelemetry interceptors, which
+	// cost it CPU, and runs here without them.
+	opts []grpc.ServerOption
+}
+
 // TestSideBySide measures ShouldRateLimit calls per second and their
 // latency over gRPC on loopback, for floodgate's service on memstore and
-// on Redis and for envoyproxy/ratelimit on the same Redis, in one run.
-// It runs only with FLOODGATE_RLS_BENCH=1 (and REDIS_ADDR for the Redis
-// rows):
+// on Redis and for envoyproxy/ratelimit on the same Redis, in one run,
+// at 32 and at 128 calls at a time. It runs only with FLOODGATE_RLS_BENCH=1
+// (and REDIS_ADDR for the Redis rows):
 //
 //	FLOODGATE_RLS_BENCH=1 REDIS_ADDR=127.0.0.1:6379 go test -run SideBySide -v .
+//
+// FLOODGATE_RLS_BENCH_ROWS keeps the rows whose name contains it,
+// FLOODGATE_RLS_BENCH_WORKERS runs one load, FLOODGATE_RLS_BENCH_TIME sets
+// a round's length (3s).
 func TestSideBySide(t *testing.T) {
 	if os.Getenv("FLOODGATE_RLS_BENCH") == "" {
 		t.Skip("set FLOODGATE_RLS_BENCH=1 to run the side-by-side benchmark")
@@ -122,15 +139,18 @@ func TestSideBySide(t *testing.T) {
 	if v, err := time.ParseDuration(os.Getenv("FLOODGATE_RLS_BENCH_TIME")); err == nil {
 		dur = v
 	}
-	workers := 32
+	// 32 calls at a time leave part of the 2-core build machine idle, so
+	// latency decides them; 128 keep its CPU busy, so the CPU each call
+	// costs decides them. FLOODGATE_RLS_BENCH_WORKERS runs one load.
+	loads := []int{32, 128}
+	if v, err := strconv.Atoi(os.Getenv("FLOODGATE_RLS_BENCH_WORKERS")); err == nil && v > 0 {
+		loads = []int{v}
+	}
 	cfg, err := rls.ParseConfig(rls.File{Name: "bench.yaml", Data: []byte(benchConfig)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	type row struct {
-		name string
-		svc  func() pb.RateLimitServiceServer
-	}
+	ours := []grpc.ServerOption{grpc.NumStreamWorkers(256)}
 	rows := []row{{"floodgate memstore", func() pb.RateLimitServiceServer {
 		ms, err := memstore.New(nil)
 		if err != nil {
@@ -141,10 +161,10 @@ func TestSideBySide(t *testing.T) {
 			t.Fatal(err)
 		}
 		return svc
-	}}}
+	}, ours}}
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		prefix := fmt.Sprintf("bench%d:", time.Now().UnixNano())
-		ours := func(parallel bool) func() pb.RateLimitServiceServer {
+		redisRow := func(parallel bool) func() pb.RateLimitServiceServer {
 			return func() pb.RateLimitServiceServer {
 				rdb := redis.NewClient(&redis.Options{Addr: addr})
 				t.Cleanup(func() { _ = rdb.Close() })
@@ -164,7 +184,9 @@ func TestSideBySide(t *testing.T) {
 				return svc
 			}
 		}
-		rows = append(rows, row{"floodgate redis parallel", ours(true)}, row{"floodgate redis in order", ours(false)}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
+		// floodgate-rls decides the descriptors at once on Redis by default
+		// (-descriptors=auto).
+		rows = append(rows, row{"floodgate redis parallel", redisRow(true), ours}, row{"floodgate redis in order", redisRow(false), ours}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
 			s := settings.NewSettings()
 			store := gostats.NewStore(gostats.NewNullSink(), false)
 			sm := stats.NewStatManager(store, s)
@@ -176,17 +198,30 @@ func TestSideBySide(t *testing.T) {
 			p := &staticProvider{ch: make(chan provider.ConfigUpdateEvent, 1)}
 			p.ch <- event{pc}
 			return peersvc.NewService(cache, p, sm, server.NewHealthChecker(health.NewServer(), "ratelimit", false), wallClock{}, false, false, false)
-		}})
+		}, nil})
 	}
 	if only := os.Getenv("FLOODGATE_RLS_BENCH_ROWS"); only != "" {
 		rows = slices.DeleteFunc(rows, func(r row) bool { return !strings.Contains(r.name, only) })
 	}
-	// The rows take turns, rounds times, so that the noise of a shared host
-	// falls on all of them alike; each reports its median round.
-	const rounds = 3
 	clients := make([]pb.RateLimitServiceClient, len(rows))
 	for i, r := range rows {
-		clients[i] = serve(t, r.svc())
+		clients[i] = serve(t, r.svc(), r.opts...)
+	}
+	peer := slices.IndexFunc(rows, func(r row) bool { return strings.HasPrefix(r.name, "envoyproxy") })
+	for _, workers := range loads {
+		compare(t, rows, clients, peer, workers, dur)
+	}
+}
+
+// compare measures the rows' services under the load of workers
+// goroutines. The rows take turns, rounds times, so that the noise of a
+// shared host falls on all of them alike; each reports its median round
+// and, for a Redis row when the peer (rows[peer]) ran too, the median of
+// its rounds' ratios to the peer's round of the same turn.
+func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, peer, workers int, dur time.Duration) {
+	t.Helper()
+	const rounds = 3
+	for i := range rows {
 		load(t, clients[i], workers, 500*time.Millisecond) // warm-up
 	}
 	type result struct {
@@ -202,9 +237,19 @@ func TestSideBySide(t *testing.T) {
 	}
 	for i, r := range rows {
 		rs := results[i]
-		slices.SortFunc(rs, func(a, b result) int { return int(a.perSec - b.perSec) })
-		m := rs[len(rs)/2]
-		t.Logf("%-28s %8.0f calls/s  p50 %v  p99 %v  (median of %d rounds of %v; rounds: %.0f..%.0f calls/s; %d goroutines, two descriptors a call)",
-			r.name, m.perSec, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), rounds, dur, rs[0].perSec, rs[len(rs)-1].perSec, workers)
+		ratio := ""
+		if peer >= 0 && i != peer && strings.Contains(r.name, "redis") {
+			q := make([]float64, rounds)
+			for k := range rounds {
+				q[k] = rs[k].perSec / results[peer][k].perSec
+			}
+			slices.Sort(q)
+			ratio = fmt.Sprintf("  %.2f× the peer (rounds %.2f..%.2f)", q[rounds/2], q[0], q[rounds-1])
+		}
+		byRate := slices.Clone(rs)
+		slices.SortFunc(byRate, func(a, b result) int { return cmp.Compare(a.perSec, b.perSec) })
+		m := byRate[len(byRate)/2]
+		t.Logf("%3d goroutines  %-28s %8.0f calls/s  p50 %v  p99 %v%s  (median of %d rounds of %v; rounds: %.0f..%.0f calls/s; two descriptors a call)",
+			workers, r.name, m.perSec, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), ratio, rounds, dur, byRate[0].perSec, byRate[len(byRate)-1].perSec)
 	}
 }
