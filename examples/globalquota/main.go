@@ -151,8 +151,12 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]int64, error) {
 				for now := time.Now(); now.Before(end); now = time.Now() {
 					due += perStep
 					for ; due >= 1; due-- {
+						sent := time.Now()
 						d, err := lim.Allow(ctx, "partner")
 						s := at(time.Now())
+						if err == nil && d.Allowed {
+							s = at(window(sent, time.Now(), d.ResetAfter))
+						}
 						switch {
 						case s == nil:
 						case err != nil:
@@ -192,6 +196,20 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]int64, error) {
 		fmt.Fprintf(out, "%-7d %9d %9d %7d  %s\n", i+1, s.admitted.Load(), s.denied.Load(), s.failed.Load(), strings.Join(parts, ", "))
 	}
 	return admitted, nil
+}
+
+// window returns the start of the one-second window an admission sent at
+// sent and answered at answered was counted in. The store decided at some
+// instant between the two (on Redis TIME), and an admitted decision's
+// ResetAfter is the time from then to its window's end, so the window ends
+// near the midpoint plus ResetAfter, within half the call's latency: the
+// rounding is right while calls take under a second. Counting an admission
+// in the second it returned instead would move one decided just before a
+// boundary into the next second, and that second could show more than the
+// limit though no window admitted more.
+func window(sent, answered time.Time, resetAfter time.Duration) time.Time {
+	mid := sent.Add(answered.Sub(sent) / 2)
+	return mid.Add(resetAfter).Round(time.Second).Add(-time.Second)
 }
 
 // clients returns a function making a client per gateway (default options),
