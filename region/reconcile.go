@@ -29,12 +29,26 @@ type work struct {
 // The background reconciler calls it every Interval; call it directly
 // with Options.Manual. Calls are serialized. It returns the first error
 // of the interval; a failed call leaves the region on the grants it holds.
+//
+// With Options.Peers, Reconcile first syncs with the region's other
+// processes (see Peers): it adds this process's demand to the region's and
+// learns the grants the region holds; only the region's leader goes on to
+// reconcile, with the demand of every process, and then publishes the
+// grants it learned.
 func (s *Store) Reconcile(ctx context.Context) error {
 	s.recMu.Lock()
 	defer s.recMu.Unlock()
 	if s.closed.Load() {
 		return errClosed
 	}
+	if s.opts.Peers != nil {
+		return s.shared(ctx)
+	}
+	return s.reconcile(ctx)
+}
+
+// reconcile is Reconcile's protocol with the coordinator; recMu is held.
+func (s *Store) reconcile(ctx context.Context) error {
 	s.stats.intervals.Add(1)
 	calls := int64(0)
 	defer func() {
@@ -464,6 +478,12 @@ func (e *entry) observe(asked int64, elapsed time.Duration) float64 {
 		e.nh++
 	} else {
 		e.h0 = (e.h0 + 1) % rateHistory
+	}
+	if e.partial > 0 {
+		// One of the first intervals a new leader measures: dropped at
+		// the next, as an interval demand changed in is.
+		e.partial--
+		e.changed = true
 	}
 	return e.rate()
 }

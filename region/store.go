@@ -76,6 +76,16 @@ type Options struct {
 	// Close the Store from another goroutine, or build a new one).
 	Hook func(Step) error
 
+	// Peers, when set, lets the processes of this region share one
+	// reconciler: every process runs a Store with the region's name on
+	// the region's local store and one Peers (rediscoord.NewPeers on the
+	// region's Redis), and only the leader they elect calls the
+	// coordinator, with the demand of all of them. Without it, each
+	// Store reconciles alone: run one process per region, or accept that
+	// each reports only its own demand and makes its own calls (see the
+	// package doc).
+	Peers Peers
+
 	// OnError, when set, receives the errors of the background
 	// reconciler's intervals. It is called outside every lock.
 	OnError func(error)
@@ -138,11 +148,14 @@ type Store struct {
 
 	entries sync.Map // entryKey → *entry
 
-	recMu sync.Mutex // one reconcile at a time; guards the entries' reconciler fields
-	seq   uint64
+	recMu   sync.Mutex // one reconcile at a time; guards the entries' reconciler fields
+	seq     uint64
+	led     bool      // this Store led the region at its last Sync (with Peers)
+	drained time.Time // when it last drained the region's demand as its leader
 
 	stats struct {
 		intervals, calls, failed, maxCalls, debits, debited, stranded, late atomic.Int64
+		syncs, failedSyncs, led                                             atomic.Int64
 	}
 
 	closed  atomic.Bool
@@ -246,21 +259,67 @@ func (s *Store) run(ctx context.Context) {
 		if err := s.Reconcile(ctx); err != nil && ctx.Err() == nil && s.opts.OnError != nil {
 			s.opts.OnError(err)
 		}
-		t.Reset(s.opts.Interval)
+		end := s.opts.Now()
+		t.Reset(s.NextReconcile(end).Sub(end))
 	}
+}
+
+// NextReconcile returns when the background reconciler runs next after a
+// Reconcile that ended at end (on the Store's clock); simulators that
+// drive a Manual Store use it to run one as the background reconciler
+// would.
+//
+// Alone, that is Interval after end. With Peers, the region's processes
+// keep to one schedule so that the leader counts each process's demand
+// once per interval: the others sync at every multiple of Interval since
+// the Unix epoch, and the leader reconciles half an interval after them,
+// at the first such instant at least half an interval after end.
+func (s *Store) NextReconcile(end time.Time) time.Time {
+	I := s.opts.Interval
+	if s.opts.Peers == nil {
+		return end.Add(I)
+	}
+	s.recMu.Lock()
+	led := s.led
+	s.recMu.Unlock()
+	off := time.Duration(0)
+	if led {
+		off = I / 2
+	}
+	from := end.Add(I / 2).Add(-off)
+	next := windowStart(windowIndex(from, I)+1, I).Add(off)
+	return next
+}
+
+// Leader reports whether this Store led its region at its last Sync with
+// the Peers: whether it is the one that calls the coordinator. It is
+// false without Peers.
+func (s *Store) Leader() bool {
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	return s.led
 }
 
 // Close stops the reconciler and waits for it; later steps fail with an
 // error matching floodgate.ErrUnavailable and floodgate.ErrClosed. It does
 // not close the local store or the coordinator. Units the region holds
 // stay with it until their windows end (they are stranded, never handed
-// to another region). Close is safe to call twice.
+// to another region). With Peers, a leader gives the lead up (one call to
+// the Peers, bounded by Timeout). Close is safe to call twice.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	s.closed.Store(true)
 	s.stop()
 	<-s.done
+	s.recMu.Lock()
+	defer s.recMu.Unlock()
+	if s.opts.Peers != nil && s.led {
+		// Give the lead up, so that another process takes it at its next
+		// Sync rather than when the lease ends.
+		s.led = false
+		_, _ = s.sync(context.Background(), &PeerMessage{Member: s.nonce})
+	}
 	return nil
 }
 
@@ -509,9 +568,11 @@ type entry struct {
 	pending  []Debit         // debits taken locally, not yet acknowledged
 	local    map[int64]int64 // units debited locally per window
 	idle     int             // intervals in a row without demand
+	pidle    int             // Syncs in a row without demand (with Peers)
 	hist     [rateHistory]sample
 	h0, nh   int  // the history is hist[h0 : h0+nh], circular
 	changed  bool // the history holds only the interval demand changed in
+	partial  int  // intervals a new leader measures that are dropped at the next (with Peers)
 }
 
 // grants holds the grants the region knows of, for up to three windows:
@@ -638,6 +699,10 @@ type Stats struct {
 	// sign that Margin is shorter than the clock skew plus the local
 	// store's latency.
 	LateSteps int64
+	// With Options.Peers: Syncs is the number of calls to the Peers
+	// (local calls), failed ones included, FailedSyncs those that failed,
+	// and Led the intervals this Store reconciled as the region's leader.
+	Syncs, FailedSyncs, Led int64
 }
 
 // Stats returns the counts so far.
@@ -647,6 +712,7 @@ func (s *Store) Stats() Stats {
 		MaxCallsPerInterval: s.stats.maxCalls.Load(),
 		Debits:              s.stats.debits.Load(), DebitedUnits: s.stats.debited.Load(), StrandedUnits: s.stats.stranded.Load(),
 		LateSteps: s.stats.late.Load(),
+		Syncs:     s.stats.syncs.Load(), FailedSyncs: s.stats.failedSyncs.Load(), Led: s.stats.led.Load(),
 	}
 }
 

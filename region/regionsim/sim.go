@@ -63,6 +63,13 @@ type Config struct {
 	// Sample, when set, is called at every Interval boundary with the
 	// state so far (for plots).
 	Sample func(Sample)
+	// Processes is the number of processes per region (the default is
+	// 1): with more than one, a region's processes each run a Store on the
+	// region's local store, share its traffic round robin and elect one
+	// reconciler through a region.MemPeers (region.Options.Peers), each
+	// with its own phase and clock skew. Kill then applies to whichever
+	// process is at that step.
+	Processes int
 }
 
 // Sample is the state at one instant.
@@ -92,10 +99,15 @@ type Result struct {
 	// MaxHeld is the largest Σ(granted − debited) the coordinator held in
 	// any window it was sampled in.
 	MaxHeld int64
-	// Stats are each region's Store's counts, summed over restarts.
+	// Stats are each region's Store's counts, summed over restarts and
+	// over the region's processes (MaxCallsPerInterval is the largest of
+	// one Store's).
 	Stats []region.Stats
 	// Samples are the samples at every Interval boundary.
 	Samples []Sample
+	// Calls counts, per region, the calls its processes made to the
+	// coordinator (failed ones included), counted outside the Stores.
+	Calls []int64
 }
 
 // Name and Key are the limiter name and key of the simulated quota.
@@ -108,15 +120,21 @@ var errCut = errors.New("regionsim: link cut")
 var errKilled = errors.New("regionsim: killed")
 
 type regionState struct {
-	local  *memstore.Store
+	local *memstore.Store
+	peers *region.MemPeers // with Processes > 1
+	lskew time.Duration    // the local store's clock
+	procs []*process
+	turn  int     // the process the next arrival goes to
+	rate  float64 // this interval's noisy rate
+	carry float64 // arrivals due, for even arrivals
+}
+
+// process is one process of a region: a Store and its schedule.
+type process struct {
 	store  *region.Store
 	bound  floodgate.Bound
 	skew   time.Duration // the Store's clock
-	lskew  time.Duration // the local store's clock
-	phase  time.Duration
 	next   time.Duration // next reconcile
-	rate   float64       // this interval's noisy rate
-	carry  float64       // arrivals due, for even arrivals
 	stats  region.Stats  // of Stores replaced
 	killed bool
 }
@@ -129,6 +147,7 @@ type faulty struct {
 
 func (f *faulty) Exchange(ctx context.Context, m *region.Message) (*region.Reply, error) {
 	s := f.sim
+	s.calls[f.r]++
 	if s.cfg.Cut != nil && s.cfg.Cut(f.r, s.t) {
 		return nil, errCut
 	}
@@ -153,6 +172,7 @@ type sim struct {
 	coord *region.MemCoordinator
 	rs    []*regionState
 	alg   floodgate.FixedWindow
+	calls []int64
 }
 
 // Run runs the simulation. It returns an error for an unusable Config.
@@ -179,24 +199,42 @@ func Run(cfg Config) (*Result, error) {
 	start := int64(1_000_000_000_000) / int64(cfg.Window)
 	s.t0 = time.Unix(0, start*int64(cfg.Window))
 	res := &Result{Start: start, Stats: make([]region.Stats, len(cfg.Regions))}
+	s.calls = make([]int64, len(cfg.Regions))
+	res.Calls = s.calls
 	nw := int(cfg.Duration/cfg.Window) + 2
 	res.Admitted, res.Asked = make([][]int64, nw), make([][]int64, nw)
 	for i := range nw {
 		res.Admitted[i], res.Asked[i] = make([]int64, len(cfg.Regions)), make([]int64, len(cfg.Regions))
 	}
 	for r := range cfg.Regions {
-		rs := &regionState{phase: time.Duration(s.rng.Int64N(int64(cfg.Interval)))}
+		// The draws of the first process come in the order of the
+		// simulator with one process per region, so seeds give the same
+		// runs as before Processes existed.
+		rs := &regionState{}
+		p := &process{next: time.Duration(s.rng.Int64N(int64(cfg.Interval)))}
 		if cfg.MaxSkew > 0 {
-			rs.skew = time.Duration(s.rng.Int64N(int64(cfg.MaxSkew))) - cfg.MaxSkew/2
+			p.skew = time.Duration(s.rng.Int64N(int64(cfg.MaxSkew))) - cfg.MaxSkew/2
 			rs.lskew = time.Duration(s.rng.Int64N(int64(cfg.MaxSkew))) - cfg.MaxSkew/2
 		}
-		rs.next = rs.phase
+		rs.procs = append(rs.procs, p)
+		for range cfg.Processes - 1 {
+			p := &process{next: time.Duration(s.rng.Int64N(int64(cfg.Interval)))}
+			if cfg.MaxSkew > 0 {
+				p.skew = time.Duration(s.rng.Int64N(int64(cfg.MaxSkew))) - cfg.MaxSkew/2
+			}
+			rs.procs = append(rs.procs, p)
+		}
+		if len(rs.procs) > 1 {
+			rs.peers = region.NewMemPeers(func() time.Time { return s.t0.Add(s.t) })
+		}
 		rs.local, err = memstore.New(&memstore.Options{Now: func() time.Time { return s.t0.Add(s.t + rs.lskew) }})
 		if err != nil {
 			return nil, err
 		}
-		if err := s.build(r, rs); err != nil {
-			return nil, err
+		for _, p := range rs.procs {
+			if err := s.build(r, rs, p); err != nil {
+				return nil, err
+			}
 		}
 		s.rs = append(s.rs, rs)
 	}
@@ -213,16 +251,25 @@ func Run(cfg Config) (*Result, error) {
 			}
 		}
 		for r, rs := range s.rs {
-			for s.t >= rs.next {
-				err := rs.store.Reconcile(ctx)
-				if rs.killed || errors.Is(err, errKilled) {
-					rs.killed = false
-					if err := s.restart(r, rs); err != nil {
-						return nil, err
+			for _, p := range rs.procs {
+				for s.t >= p.next {
+					err := p.store.Reconcile(ctx)
+					if p.killed || errors.Is(err, errKilled) {
+						p.killed = false
+						if err := s.restart(r, rs, p); err != nil {
+							return nil, err
+						}
 					}
+					if rs.peers != nil {
+						// The background reconciler's schedule (the
+						// Store's clock is the virtual time plus its skew).
+						end := s.t0.Add(s.t + p.skew)
+						p.next = s.t + p.store.NextReconcile(end).Sub(end)
+						continue
+					}
+					jitter := time.Duration(s.rng.Int64N(int64(cfg.Interval)/10+1)) - cfg.Interval/20
+					p.next += cfg.Interval + jitter
 				}
-				jitter := time.Duration(s.rng.Int64N(int64(cfg.Interval)/10+1)) - cfg.Interval/20
-				rs.next += cfg.Interval + jitter
 			}
 			n := 0
 			if cfg.Poisson {
@@ -237,7 +284,9 @@ func Run(cfg Config) (*Result, error) {
 				if wi >= 0 && wi < nw {
 					res.Asked[wi][r]++
 				}
-				got, err := rs.bound.Apply(ctx, Key, floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
+				p := rs.procs[rs.turn]
+				rs.turn = (rs.turn + 1) % len(rs.procs)
+				got, err := p.bound.Apply(ctx, Key, floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
 				if err != nil {
 					return nil, err
 				}
@@ -251,8 +300,10 @@ func Run(cfg Config) (*Result, error) {
 		}
 	}
 	for r, rs := range s.rs {
-		res.Stats[r] = add(rs.stats, rs.store.Stats())
-		_ = rs.store.Close()
+		for _, p := range rs.procs {
+			res.Stats[r] = add(res.Stats[r], add(p.stats, p.store.Stats()))
+			_ = p.store.Close()
+		}
 	}
 	for i := range res.Admitted {
 		h := coord.Held(region.QuotaID(Name, Key), cfg.Limit, cfg.Window, start+int64(i))
@@ -275,16 +326,19 @@ func (s *sim) poisson(m float64) int {
 	return k
 }
 
-func (s *sim) build(r int, rs *regionState) error {
+func (s *sim) build(r int, rs *regionState, p *process) error {
 	opts := &region.Options{Interval: s.cfg.Interval, Margin: s.cfg.Margin, Manual: true,
-		Now: func() time.Time { return s.t0.Add(s.t + rs.skew) },
+		Now: func() time.Time { return s.t0.Add(s.t + p.skew) },
 		Hook: func(st region.Step) error {
 			if s.cfg.Kill != nil && s.cfg.Kill(r, s.t, st) {
-				rs.killed = true
+				p.killed = true
 				return errKilled
 			}
 			return nil
 		}}
+	if rs.peers != nil {
+		opts.Peers = rs.peers
+	}
 	st, err := region.New(rs.local, &faulty{sim: s, r: r}, s.cfg.Regions, s.cfg.Regions[r].Name, opts)
 	if err != nil {
 		return err
@@ -293,20 +347,21 @@ func (s *sim) build(r int, rs *regionState) error {
 	if err != nil {
 		return err
 	}
-	rs.store, rs.bound = st, b
+	p.store, p.bound = st, b
 	return nil
 }
 
-func (s *sim) restart(r int, rs *regionState) error {
-	rs.stats = add(rs.stats, rs.store.Stats())
-	_ = rs.store.Close()
-	return s.build(r, rs)
+func (s *sim) restart(r int, rs *regionState, p *process) error {
+	p.stats = add(p.stats, p.store.Stats())
+	_ = p.store.Close()
+	return s.build(r, rs, p)
 }
 
 func add(a, b region.Stats) region.Stats {
 	return region.Stats{Intervals: a.Intervals + b.Intervals, Calls: a.Calls + b.Calls, FailedCalls: a.FailedCalls + b.FailedCalls,
 		MaxCallsPerInterval: max(a.MaxCallsPerInterval, b.MaxCallsPerInterval), Debits: a.Debits + b.Debits,
-		DebitedUnits: a.DebitedUnits + b.DebitedUnits, StrandedUnits: a.StrandedUnits + b.StrandedUnits, LateSteps: a.LateSteps + b.LateSteps}
+		DebitedUnits: a.DebitedUnits + b.DebitedUnits, StrandedUnits: a.StrandedUnits + b.StrandedUnits, LateSteps: a.LateSteps + b.LateSteps,
+		Syncs: a.Syncs + b.Syncs, FailedSyncs: a.FailedSyncs + b.FailedSyncs, Led: a.Led + b.Led}
 }
 
 // sample reads the coordinator's ledger at the virtual time, with a

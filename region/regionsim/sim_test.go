@@ -57,6 +57,16 @@ func checkSafe(t *testing.T, res *Result) {
 			t.Fatalf("region %d: %d calls in %d intervals, at most %d in one; want at most 2 per interval", r, st.Calls, st.Intervals, st.MaxCallsPerInterval)
 		}
 	}
+	// Counted outside the Stores, per region whatever its processes:
+	// reconciles start an Interval apart on average (their jitter is
+	// symmetric), so a region makes at most 2 calls per interval of the
+	// run; 4 more for the rounding at both ends.
+	intervals := int64(len(res.Samples))
+	for r, n := range res.Calls {
+		if n > 2*intervals+4 {
+			t.Fatalf("region %d: %d calls to the coordinator in %d intervals, above 2 per interval", r, n, intervals)
+		}
+	}
 }
 
 // oracle is what each region should hold of the current window at a
@@ -350,4 +360,89 @@ func TestPoisson(t *testing.T) {
 	t.Logf("Poisson arrivals, %d seeds: least use of a window %.2f%%; distance from the fair share of the true rates: median %d, p99 %d, max %d units of %d",
 		seeds, 100*minUse, devs[len(devs)/2], devs[len(devs)*99/100], maxDev, q)
 	t.Logf("the largest: %s", worst)
+}
+
+// TestProcesses runs TestConvergence's scenario with three processes per
+// region, sharing each region's traffic round robin and one reconciler
+// through region.MemPeers: the same bounds hold as with one process per
+// region (Σ admitted ≤ Q, at most 2 calls per region per interval, ≥ 95%
+// of Q admitted, within 2% of the fair share from 3 intervals after the
+// start and the step), since the leader reports the demand of all three.
+func TestProcesses(t *testing.T) {
+	const cold = 8 * interval
+	minUse, maxDev, lastOff, lastCold := 1.0, int64(0), time.Duration(0), time.Duration(0)
+	var leaders int64
+	defer func() {
+		t.Logf("over %d seeds, 3 processes per region: least use of a window %.2f%% of Q; largest distance from the fair share from 3 intervals on %d units (%.2f%% of Q); %d intervals led in all; the latest sample off by more than 2%% was %.2f intervals after the step, and at %.2f intervals from the start",
+			seeds, 100*minUse, maxDev, 100*float64(maxDev)/float64(q), leaders, lastOff.Seconds()/interval.Seconds(), lastCold.Seconds()/interval.Seconds())
+	}()
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 1))
+			step := 2*window + time.Duration(rng.Int64N(int64(50*time.Second))) + 5*time.Second
+			step = step.Truncate(10 * time.Millisecond)
+			res, err := Run(Config{Seed: seed, Regions: regions, Limit: q, Window: window, Duration: 5 * window,
+				Noise: 0.02, MaxSkew: 200 * time.Millisecond, Demand: shifting(step), Processes: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSafe(t, res)
+			for r, st := range res.Stats {
+				leaders += st.Led
+				if st.Syncs < int64(len(res.Samples)) {
+					t.Errorf("region %d: %d syncs in %d intervals of 3 processes", r, st.Syncs, len(res.Samples))
+				}
+			}
+			for i, a := range res.Admitted[:5] {
+				minUse = min(minUse, float64(a[0]+a[1]+a[2])/float64(q))
+				if sum := a[0] + a[1] + a[2]; sum < q*95/100 {
+					t.Errorf("window %d: admitted %v = %d in all, below 95%% of the quota", i, a, sum)
+				}
+			}
+			for _, s := range res.Samples {
+				switch {
+				case s.T > step && !converged(t, s):
+					lastOff = max(lastOff, s.T-step)
+				case s.T < step && !converged(t, s):
+					lastCold = max(lastCold, s.T)
+				}
+				if s.T < cold || (s.T >= step && s.T < step+3*interval) {
+					continue
+				}
+				for r, want := range oracle(t, s) {
+					maxDev = max(maxDev, s.Held[r]-want, want-s.Held[r])
+				}
+				if !converged(t, s) {
+					t.Errorf("at %v (step at %v): regions hold %v, want %v ± %d (used %v)", s.T, step, s.Held, oracle(t, s), q/50, s.Used)
+				}
+			}
+		})
+	}
+}
+
+// TestProcessesFaults is TestFaults' scenario with three processes per
+// region: lost calls and replies, cut links, and processes killed at
+// random steps (a killed leader keeps its lease until it ends, and the
+// restarted process is a new member). Σ admitted ≤ Q in every window and
+// at most 2 calls per region per interval, always.
+func TestProcessesFaults(t *testing.T) {
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 4))
+			res, err := Run(Config{Seed: seed, Regions: regions, Limit: q, Window: window, Duration: 4 * window,
+				Noise: 0.2, MaxSkew: 200 * time.Millisecond, Loss: 0.1, Processes: 3,
+				Demand: func(r int, t time.Duration) float64 {
+					return perSecond([]float64{0.6, 0.3, 0.1}[(r+int(t/(37*time.Second)))%3])
+				},
+				Cut: func(r int, t time.Duration) bool {
+					return r == int(t/(50*time.Second))%3 && t%(50*time.Second) < 8*time.Second
+				},
+				Kill: func(int, time.Duration, region.Step) bool { return rng.Float64() < 0.02 },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSafe(t, res)
+		})
+	}
 }
