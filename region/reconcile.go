@@ -60,6 +60,9 @@ func (s *Store) reconcile(ctx context.Context) error {
 		}
 	}()
 	exchange := func(m *Message) (*Reply, error) {
+		if err := s.space(ctx); err != nil {
+			return nil, err
+		}
 		calls++
 		s.stats.calls.Add(1)
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
@@ -504,4 +507,33 @@ func (e *entry) rate() float64 {
 type sample struct {
 	asked   int64
 	elapsed time.Duration
+}
+
+// space holds a call to the coordinator until it is at least Interval
+// after the call before the last, so that no span of one Interval holds
+// more than two of this Store's calls: alone, reconciles start Interval
+// after the end of the last and never wait here; with Peers, the leader
+// keeps to a schedule and its second call can come sooner after the last
+// interval's than its first did, by a few milliseconds. A Manual Store
+// does not wait (its clock may not be the wall's): it only records. A
+// wait longer than Timeout skips the call with an error.
+func (s *Store) space(ctx context.Context) error {
+	now := s.opts.Now()
+	if !s.opts.Manual && !s.callAt[0].IsZero() {
+		if wait := s.callAt[0].Add(s.opts.Interval).Sub(now); wait > 0 {
+			if wait > s.opts.Timeout {
+				return fmt.Errorf("region: coordinator: a third call within one interval (%v to wait)", wait)
+			}
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+			now = s.opts.Now()
+		}
+	}
+	s.callAt[0], s.callAt[1] = s.callAt[1], now
+	return nil
 }

@@ -150,8 +150,9 @@ type Store struct {
 
 	recMu   sync.Mutex // one reconcile at a time; guards the entries' reconciler fields
 	seq     uint64
-	led     bool      // this Store led the region at its last Sync (with Peers)
-	drained time.Time // when it last drained the region's demand as its leader
+	led     bool         // this Store led the region at its last Sync (with Peers)
+	drained time.Time    // when it last drained the region's demand as its leader
+	callAt  [2]time.Time // the starts of the last two calls to the coordinator, older first
 
 	stats struct {
 		intervals, calls, failed, maxCalls, debits, debited, stranded, late atomic.Int64
