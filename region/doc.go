@@ -142,14 +142,44 @@
 // local store's clock and its latency, not only clock skew, decide which
 // window a step lands in.
 //
+// # Several processes per region
+//
+// A region usually runs many processes (a gateway's pods) on one local
+// Redis. Give their Stores one Peers (Options.Peers; rediscoord.NewPeers
+// on the region's Redis):
+//
+//	peers, _ := rediscoord.NewPeers(localClient, "eu-west", nil)
+//	store, _ := region.New(local, coord, regions, "eu-west", &region.Options{Peers: peers})
+//
+// Every interval each Store syncs once with the Peers (a local call): it
+// adds the units its process was asked for to the region's demand and
+// reads the grants the region holds, which it decides under. The Store
+// holding the Peers' lease (3 intervals, renewed at each sync) is the
+// leader: it drains the region's demand, runs the protocol above with
+// it, and publishes the grants it learned (a second local call). The
+// others make no cross-region call. The processes keep to one schedule,
+// so that the leader counts each one's demand once per interval: the
+// others sync at every multiple of Interval since the Unix epoch, the
+// leader half an interval later (Store.NextReconcile).
+//
+// Safety does not rest on the lease. Two Stores that both lead for a
+// while (a stalled leader past its lease) are two reconcilers of one
+// region, which was always safe: they share the local count and every
+// debit has its own transfer id. A process admits under the larger of the
+// grants it learned and those it reads, and grants only grow within a
+// window, so a stale or lost publication only admits less. A new leader
+// measures for an interval before it reconciles, and uses its first two
+// intervals' measures for one interval each (the processes' counts of
+// them may straddle their starts). A leader that closes gives the lease
+// up; one that dies is replaced when its lease ends, within 3 intervals,
+// during which the region reconciles with no one and keeps its grants.
+//
+// Without Peers, each process's Store reconciles alone: still safe, but
+// each reports only its own demand (the coordinator keeps the last
+// report) and makes its own calls.
+//
 // # What is not built
 //
-//   - One process per region. Several processes of one region may share
-//     its local store and run a Store each under the region's name: that
-//     stays safe (the local count is shared, every debit has its own id),
-//     but each reports only its own demand, the coordinator keeps the last
-//     report, and each makes its own two calls per interval. Pods sharing
-//     demand through the local Redis is not built.
 //   - FixedWindow only: no CalendarWindow, sliding windows, buckets or
 //     Limits.
 //   - Keys: every key of a limiter is its own quota; at most

@@ -27,9 +27,11 @@ const (
 // the zero value of each field.
 type Options struct {
 	// Interval is the time from the end of one reconcile to the start of
-	// the next: each makes at most two calls to the coordinator, so any
-	// span of one Interval holds at most two. Allocation follows a change
-	// of demand within about three intervals. The default is 1s.
+	// the next (with Peers, the period of the region's schedule; see
+	// NextReconcile): each makes at most two calls to the coordinator, and
+	// a Store never starts a third within one Interval of the first.
+	// Allocation follows a change of demand within about three intervals.
+	// The default is 1s.
 	Interval time.Duration
 
 	// Margin is how close to a window boundary the Store treats the time
@@ -243,10 +245,12 @@ func New(local floodgate.Store, coord Coordinator, regions []Region, self string
 	return s, nil
 }
 
-// run reconciles until ctx ends. The next interval starts Interval after
-// the end of the last, not on a ticker: a reconcile that ran long is not
-// followed at once by another, so no span of one Interval ever holds more
-// than one reconcile's two calls.
+// run reconciles until ctx ends. Alone, the next interval starts
+// Interval after the end of the last, not on a ticker: a reconcile that
+// ran long is not followed at once by another, so no span of one Interval
+// ever holds more than one reconcile's two calls. With Peers it keeps to
+// the region's schedule (NextReconcile), and space holds a call that
+// would be a third within one Interval.
 func (s *Store) run(ctx context.Context) {
 	defer close(s.done)
 	t := time.NewTimer(0)

@@ -373,7 +373,7 @@ func TestProcesses(t *testing.T) {
 	minUse, maxDev, lastOff, lastCold := 1.0, int64(0), time.Duration(0), time.Duration(0)
 	var leaders int64
 	defer func() {
-		t.Logf("over %d seeds, 3 processes per region: least use of a window %.2f%% of Q; largest distance from the fair share from 3 intervals on %d units (%.2f%% of Q); %d intervals led in all; the latest sample off by more than 2%% was %.2f intervals after the step, and at %.2f intervals from the start",
+		t.Logf("over %d seeds, 3 processes per region: least use of a window %.2f%% of Q; largest distance from the fair share from 8 intervals after the start and 3 after the step %d units (%.2f%% of Q); %d intervals led in all; the latest sample off by more than 2%% was %.2f intervals after the step, and at %.2f intervals from the start",
 			seeds, 100*minUse, maxDev, 100*float64(maxDev)/float64(q), leaders, lastOff.Seconds()/interval.Seconds(), lastCold.Seconds()/interval.Seconds())
 	}()
 	for seed := range uint64(seeds) {
