@@ -131,8 +131,17 @@ type QuotaMessage struct {
 	ID string
 	// Limit is the global quota, units per window: at least 1.
 	Limit int64
-	// Window is the window length: positive.
+	// Window is the window length: positive. For Indexed windows, the
+	// longest window (see floodgate.CalendarWindow's Policy).
 	Window time.Duration
+	// Indexed, when set, names the current window by Index rather than by
+	// At and Window: for windows whose lengths vary (calendar windows),
+	// which At and Window cannot number. Window stays part of the quota's
+	// identity and bounds how long the coordinator keeps its state.
+	Indexed bool
+	// Index is the index of the current window, when Indexed: windows are
+	// numbered consecutively.
+	Index int64
 	// Report is the region's demand; nil sends none.
 	Report *Report
 	// Debits are units the region has taken out of its local store and

@@ -16,7 +16,9 @@
 //	limiter, _ := floodgate.New(store, floodgate.FixedWindow{Limit: 10000, Window: time.Minute},
 //		&floodgate.Options{Name: "api"})
 //
-// The quota is the FixedWindow's Limit per window, worldwide, per key.
+// The quota is the FixedWindow's Limit per window, worldwide, per key; a
+// CalendarWindow splits the same way ("1,000,000 a month per tenant,
+// worldwide", see Calendar windows below).
 //
 // # The allocator
 //
@@ -178,10 +180,24 @@
 // each reports only its own demand (the coordinator keeps the last
 // report) and makes its own calls.
 //
+// # Calendar windows
+//
+// A CalendarWindow's windows vary in length (23 to 25 hours for a day in
+// a zone with clock shifts, 28 to 31 days for a month), so they are not
+// numbered by their start over their length: a calendar window's index is
+// its first date's (days since 1970-01-01 for Day, weeks for Week, months
+// for Month, the year for Year), the Store sends it to the coordinator
+// (QuotaMessage.Indexed), and every step above uses the window's own start,
+// end and length. The quota's ID carries the calendar (CalendarTag), so
+// two calendars of one name keep apart. WindowOf gives a window's index
+// and bounds. Processes and regions must name their zones
+// (time.LoadLocation), not use time.Local. The simulator's TestCalendar
+// splits a day in New York's zone over the night its clocks go forward.
+//
 // # What is not built
 //
-//   - FixedWindow only: no CalendarWindow, sliding windows, buckets or
-//     Limits.
+//   - FixedWindow and CalendarWindow only: no sliding windows, buckets or
+//     Limits. A token bucket's rate is not split across regions.
 //   - Keys: every key of a limiter is its own quota; at most
 //     Options.MaxKeys (1,000) with the most demand are reconciled per
 //     interval, the others keep the grants they hold, and their floors in

@@ -81,6 +81,9 @@ func (c *MemCoordinator) apply(r int, at time.Time, q QuotaMessage) QuotaReply {
 		c.quotas[id] = l
 	}
 	w := windowIndex(at, q.Window)
+	if q.Indexed {
+		w = q.Index
+	}
 	for i := range l.windows {
 		if i < w-1 {
 			delete(l.windows, i)

@@ -3,8 +3,11 @@ package region
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,12 +72,17 @@ type PeerMessage struct {
 	Grants  []PeerGrant
 }
 
-// PeerQuota names one quota (limiter name, key and FixedWindow) and
-// carries units asked of it.
+// PeerQuota names one quota (limiter name, key and FixedWindow or
+// CalendarWindow) and carries units asked of it.
 type PeerQuota struct {
 	Name, Key string
 	Limit     int64
-	Window    time.Duration
+	// Window is a FixedWindow's Window, or a CalendarWindow's longest
+	// (its Policy's Window).
+	Window time.Duration
+	// Calendar is "" for a FixedWindow; for a CalendarWindow, the rest of
+	// its configuration (CalendarTag).
+	Calendar string
 	// Asked is units asked (admitted or denied): at least 0.
 	Asked int64
 }
@@ -85,6 +93,7 @@ type PeerGrant struct {
 	Name, Key string
 	Limit     int64
 	Window    time.Duration
+	Calendar  string // as PeerQuota's
 	Windows   []WindowGrant
 }
 
@@ -128,20 +137,27 @@ func CheckPeerMessage(m *PeerMessage) error {
 	if len(m.Quotas) > maxPeerQuotas || len(m.Grants) > maxPeerQuotas {
 		return fmt.Errorf("%w: peer message of %d quotas and %d grants, above %d", ErrInvalid, len(m.Quotas), len(m.Grants), maxPeerQuotas)
 	}
-	check := func(name, key string, limit int64, w time.Duration) error {
+	check := func(name, key string, limit int64, w time.Duration, cal string) error {
 		if err := floodgate.CheckName(name); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		if err := floodgate.CheckKey(key); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
-		if err := (floodgate.FixedWindow{Limit: limit, Window: w}).Validate(); err != nil {
+		if cal != "" {
+			if _, err := parseCalendarTag(cal, limit, false); err != nil {
+				return err
+			}
+		} else if err := (floodgate.FixedWindow{Limit: limit, Window: w}).Validate(); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		if w <= 0 {
+			return fmt.Errorf("%w: window %v", ErrInvalid, w)
 		}
 		return nil
 	}
 	for _, q := range m.Quotas {
-		if err := check(q.Name, q.Key, q.Limit, q.Window); err != nil {
+		if err := check(q.Name, q.Key, q.Limit, q.Window, q.Calendar); err != nil {
 			return err
 		}
 		if q.Asked < 0 {
@@ -149,7 +165,7 @@ func CheckPeerMessage(m *PeerMessage) error {
 		}
 	}
 	for _, g := range m.Grants {
-		if err := check(g.Name, g.Key, g.Limit, g.Window); err != nil {
+		if err := check(g.Name, g.Key, g.Limit, g.Window, g.Calendar); err != nil {
 			return err
 		}
 		if len(g.Windows) > 3 {
@@ -184,6 +200,7 @@ type peerKey struct {
 	name, key string
 	limit     int64
 	window    time.Duration
+	calendar  string
 }
 
 // NewMemPeers returns a MemPeers whose leases run on now (time.Now when
@@ -220,29 +237,86 @@ func (p *MemPeers) Sync(ctx context.Context, m *PeerMessage) (*PeerReply, error)
 	leads := p.leader == m.Member
 	for _, q := range m.Quotas {
 		if q.Asked > 0 {
-			p.demand[peerKey{q.Name, q.Key, q.Limit, q.Window}] += q.Asked
+			p.demand[peerKey{q.Name, q.Key, q.Limit, q.Window, q.Calendar}] += q.Asked
 		}
 	}
 	if leads && m.Publish {
 		p.grants = make(map[peerKey][]WindowGrant, len(m.Grants))
 		for _, g := range m.Grants {
-			p.grants[peerKey{g.Name, g.Key, g.Limit, g.Window}] = append([]WindowGrant(nil), g.Windows...)
+			p.grants[peerKey{g.Name, g.Key, g.Limit, g.Window, g.Calendar}] = append([]WindowGrant(nil), g.Windows...)
 		}
 	}
 	r := &PeerReply{Leader: leads, Grants: make([][]WindowGrant, len(m.Quotas))}
 	for i, q := range m.Quotas {
-		if g := p.grants[peerKey{q.Name, q.Key, q.Limit, q.Window}]; g != nil {
+		if g := p.grants[peerKey{q.Name, q.Key, q.Limit, q.Window, q.Calendar}]; g != nil {
 			r.Grants[i] = append([]WindowGrant(nil), g...)
 		}
 	}
 	if leads {
 		for k, n := range p.demand {
-			r.Demand = append(r.Demand, PeerQuota{Name: k.name, Key: k.key, Limit: k.limit, Window: k.window, Asked: n})
+			r.Demand = append(r.Demand, PeerQuota{Name: k.name, Key: k.key, Limit: k.limit, Window: k.window, Calendar: k.calendar, Asked: n})
 		}
 		clear(p.demand)
 		slices.SortFunc(r.Demand, func(a, b PeerQuota) int {
-			return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Window, b.Window))
+			return ComparePeerQuotas(a, b)
 		})
 	}
 	return r, nil
+}
+
+// ComparePeerQuotas orders PeerQuotas by name, key, limit, window and
+// calendar: the order of PeerReply.Demand.
+func ComparePeerQuotas(a, b PeerQuota) int {
+	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit),
+		cmp.Compare(a.Window, b.Window), cmp.Compare(a.Calendar, b.Calendar))
+}
+
+// CalendarTag returns PeerQuota.Calendar of a CalendarWindow: its unit,
+// week start, reset offset in seconds and time zone name, such as
+// "month/0/3600/Europe/Paris". Processes that share quotas must name
+// their zones (time.LoadLocation), not use time.Local.
+func CalendarTag(a floodgate.CalendarWindow) string {
+	loc := "UTC"
+	if a.Location != nil {
+		loc = a.Location.String()
+	}
+	return fmt.Sprintf("%v/%d/%d/%s", a.Unit, int(a.WeekStart), int64(a.Offset/time.Second), loc)
+}
+
+// parseCalendarTag inverts CalendarTag for a quota of limit units; with
+// load, it loads the time zone, else it checks the syntax only.
+func parseCalendarTag(tag string, limit int64, load bool) (floodgate.CalendarWindow, error) {
+	parts := strings.SplitN(tag, "/", 4)
+	bad := func(err error) (floodgate.CalendarWindow, error) {
+		return floodgate.CalendarWindow{}, fmt.Errorf("%w: calendar %q: %w", ErrInvalid, tag, err)
+	}
+	if len(parts) != 4 || parts[3] == "" {
+		return bad(errors.New("not unit/weekstart/offset/zone"))
+	}
+	a := floodgate.CalendarWindow{Limit: limit}
+	for u := floodgate.Day; u <= floodgate.Year; u++ {
+		if u.String() == parts[0] {
+			a.Unit = u
+		}
+	}
+	ws, err1 := strconv.Atoi(parts[1])
+	off, err2 := strconv.ParseInt(parts[2], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return bad(err)
+	}
+	if off < 0 || off >= 86400 || ws < 0 || ws > 6 {
+		return bad(errors.New("week start or offset out of range"))
+	}
+	a.WeekStart, a.Offset = time.Weekday(ws), time.Duration(off)*time.Second
+	if load {
+		loc, err := time.LoadLocation(parts[3])
+		if err != nil {
+			return bad(err)
+		}
+		a.Location = loc
+	}
+	if err := a.Validate(); err != nil {
+		return bad(err)
+	}
+	return a, nil
 }

@@ -185,13 +185,13 @@ func (s *Store) collect(ctx context.Context, now time.Time) []work {
 		e := v.(*entry)
 		if e.asked.Load() == 0 && len(e.pending) == 0 {
 			e.idle++
-			if time.Duration(e.idle)*s.opts.Interval > 2*e.b.alg.Window {
+			if time.Duration(e.idle)*s.opts.Interval > 2*e.b.win.longest() {
 				s.entries.Delete(k)
 				return true
 			}
 			// An idle quota is still reported (its demand is now 0) while
 			// it holds more than its floor.
-			i := windowIndex(now, e.b.alg.Window)
+			i := e.b.win.index(now)
 			if v := e.view.Load(); v.of(i, e.b.floor) <= e.b.floor && v.of(i+1, e.b.floor) <= e.b.floor && e.idle > 1 {
 				return true
 			}
@@ -214,7 +214,7 @@ func (s *Store) collect(ctx context.Context, now time.Time) []work {
 		}
 		e.lastTick = now
 		rate := e.observe(e.asked.Swap(0), elapsed)
-		w := windowIndex(now, b.alg.Window)
+		w := b.win.index(now)
 		rep := &Report{Rate: rate, Window: w}
 		if used, ok := s.count(ctx, e, w); ok {
 			rep.Used = max(used-e.local[w], 0)
@@ -224,8 +224,9 @@ func (s *Store) collect(ctx context.Context, now time.Time) []work {
 				delete(e.local, i)
 			}
 		}
-		works = append(works, work{e: e, w: w, msg: QuotaMessage{ID: e.id, Limit: b.alg.Limit, Window: b.alg.Window,
-			Report: rep, Debits: slices.Clone(e.pending)}})
+		msg := b.quota(e.id, w)
+		msg.Report, msg.Debits = rep, slices.Clone(e.pending)
+		works = append(works, work{e: e, w: w, msg: msg})
 	}
 	return works
 }
@@ -233,17 +234,17 @@ func (s *Store) collect(ctx context.Context, now time.Time) []work {
 // count reads the local store's count of e's key in window w (admissions
 // and local debits), without changing it.
 func (s *Store) count(ctx context.Context, e *entry, w int64) (int64, bool) {
-	ib, err := e.b.at(e.b.alg.Limit)
+	ib, err := e.b.at(e.b.limit)
 	if err != nil {
 		return 0, false
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	res, err := ib.Apply(cctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: 1, Check: true}, nil)
-	if err != nil || windowIndex(res.At, e.b.alg.Window) != w {
+	if err != nil || e.b.win.index(res.At) != w {
 		return 0, false
 	}
-	return e.b.alg.Limit - res.Remaining, true
+	return e.b.limit - res.Remaining, true
 }
 
 // settle applies a reply: the grants it names, and the debits it
@@ -267,28 +268,27 @@ func hysteresis(limit int64) int64 { return max(1, limit/200) }
 // acknowledged) and raises.
 func (s *Store) plan(ctx context.Context, now time.Time, wk *work) (QuotaMessage, error) {
 	e, b, q := wk.e, wk.e.b, wk.reply
-	W := b.alg.Window
-	msg := QuotaMessage{ID: e.id, Limit: b.alg.Limit, Window: W}
 	cur := q.Windows[0]
-	if windowIndex(now, W) != cur.Index || len(cur.Granted) != len(s.regions) || len(q.Reports) != len(s.regions) {
+	msg := b.quota(e.id, cur.Index)
+	if b.win.index(now) != cur.Index || len(cur.Granted) != len(s.regions) || len(q.Reports) != len(s.regions) {
 		return msg, nil // the window changed since the first call: next interval
 	}
-	end := windowStart(cur.Index+1, W)
-	targets, err := CurrentTargets(b.alg.Limit, s.regions, cur, q.Reports, s.self, now, end.Sub(now), s.opts.Stale)
+	end := b.win.start(cur.Index + 1)
+	targets, err := CurrentTargets(b.limit, s.regions, cur, q.Reports, s.self, now, end.Sub(now), s.opts.Stale)
 	if err != nil {
 		return msg, err
 	}
 	held := cur.Granted[s.self] - cur.Debited[s.self]
-	t, h := targets[s.self], hysteresis(b.alg.Limit)
+	t, h := targets[s.self], hysteresis(b.limit)
 	var err2 error
 	switch {
 	case t > held+h:
 		msg.Raises = append(msg.Raises, Raise{Window: cur.Index, To: cur.Granted[s.self] + t - held})
-	case held > t+h && now.Sub(windowStart(cur.Index, W)) >= s.opts.Margin && end.Sub(now) > s.opts.Margin:
+	case held > t+h && now.Sub(b.win.start(cur.Index)) >= s.opts.Margin && end.Sub(now) > s.opts.Margin:
 		err2 = s.debit(ctx, e, cur.Index, cur.Granted[s.self], held-t)
 	}
 	if end.Sub(now) <= 2*s.opts.Interval+s.opts.Margin {
-		next, err := NextTargets(b.alg.Limit, s.regions, q.Reports, s.self, now, W, s.opts.Stale)
+		next, err := NextTargets(b.limit, s.regions, q.Reports, s.self, now, b.win.length(cur.Index+1), s.opts.Stale)
 		if err != nil {
 			return msg, err
 		}
@@ -323,7 +323,7 @@ func (s *Store) debit(ctx context.Context, e *entry, w, g, x int64) error {
 	}
 	s.stats.debits.Add(1)
 	s.stats.debited.Add(res.Granted)
-	if windowIndex(res.At, e.b.alg.Window) != w {
+	if e.b.win.index(res.At) != w {
 		// Counted in another window by the local store's clock: reporting
 		// it for w would free units w still counts on.
 		s.stats.stranded.Add(res.Granted)
@@ -536,4 +536,10 @@ func (s *Store) space(ctx context.Context) error {
 	}
 	s.callAt[0], s.callAt[1] = s.callAt[1], now
 	return nil
+}
+
+// quota returns the coordinator's message about e's quota (of id) with w
+// as the current window, without news.
+func (b *binding) quota(id string, w int64) QuotaMessage {
+	return QuotaMessage{ID: id, Limit: b.limit, Window: b.win.longest(), Indexed: b.win.fixed == 0, Index: w}
 }

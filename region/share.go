@@ -105,7 +105,7 @@ func (s *Store) peerQuotas(now time.Time) ([]PeerQuota, []*entry) {
 		e := v.(*entry)
 		if e.asked.Load() == 0 && len(e.pending) == 0 {
 			e.pidle++
-			if time.Duration(e.pidle)*s.opts.Interval > 2*e.b.alg.Window {
+			if time.Duration(e.pidle)*s.opts.Interval > 2*e.b.win.longest() {
 				s.entries.Delete(k)
 				return true
 			}
@@ -122,7 +122,8 @@ func (s *Store) peerQuotas(now time.Time) ([]PeerQuota, []*entry) {
 	qs := make([]PeerQuota, len(all))
 	for i, e := range all {
 		b := e.b
-		qs[i] = PeerQuota{Name: b.name, Key: e.key, Limit: b.alg.Limit, Window: b.alg.Window, Asked: e.asked.Swap(0)}
+		qs[i] = b.peerQuota(e.key)
+		qs[i].Asked = e.asked.Swap(0)
 	}
 	return qs, all
 }
@@ -133,26 +134,44 @@ func (s *Store) peerQuotas(now time.Time) ([]PeerQuota, []*entry) {
 // reconcile, at last.
 func (s *Store) absorb(demand []PeerQuota, last time.Time) {
 	for _, q := range demand {
-		b, err := s.bind(q.Name, q.Limit, q.Window)
+		b, err := s.bind(q)
 		if err != nil {
 			continue // a limiter this process cannot run: not ours to reconcile
 		}
 		k := entryKey{b, q.Key}
 		v, ok := s.entries.Load(k)
 		if !ok {
-			v, _ = s.entries.LoadOrStore(k, &entry{b: b, key: q.Key, id: QuotaID(b.name, q.Key), lastTick: last, partial: leaderPartial})
+			v, _ = s.entries.LoadOrStore(k, &entry{b: b, key: q.Key, id: b.quotaID(q.Key), lastTick: last, partial: leaderPartial})
 		}
 		v.(*entry).asked.Add(q.Asked)
 	}
 }
 
-// bind returns the binding of a FixedWindow under name.
-func (s *Store) bind(name string, limit int64, w time.Duration) (*binding, error) {
-	bd, err := s.Bind(name, floodgate.FixedWindow{Limit: limit, Window: w})
+// bind returns the binding of q's limiter, binding it if this process has
+// not.
+func (s *Store) bind(q PeerQuota) (*binding, error) {
+	var alg floodgate.Algorithm = floodgate.FixedWindow{Limit: q.Limit, Window: q.Window}
+	if q.Calendar != "" {
+		a, err := parseCalendarTag(q.Calendar, q.Limit, true)
+		if err != nil {
+			return nil, err
+		}
+		alg = a
+	}
+	bd, err := s.Bind(q.Name, alg)
 	if err != nil {
 		return nil, err
 	}
 	return bd.(*binding), nil
+}
+
+// peerQuota names key's quota of b for the Peers.
+func (b *binding) peerQuota(key string) PeerQuota {
+	q := PeerQuota{Name: b.name, Key: key, Limit: b.limit, Window: b.win.longest()}
+	if b.win.fixed == 0 {
+		q.Calendar = CalendarTag(b.win.cal)
+	}
+	return q
 }
 
 // published returns the grants this Store knows of, for the quotas that
@@ -167,7 +186,7 @@ func (s *Store) published(now time.Time) []PeerGrant {
 			return true
 		}
 		b := e.b
-		cur := windowIndex(now, b.alg.Window)
+		cur := b.win.index(now)
 		var ws []WindowGrant
 		above := false
 		for k := range g.n {
@@ -177,7 +196,8 @@ func (s *Store) published(now time.Time) []PeerGrant {
 			}
 		}
 		if above {
-			out = append(out, PeerGrant{Name: b.name, Key: e.key, Limit: b.alg.Limit, Window: b.alg.Window, Windows: ws})
+			q := b.peerQuota(e.key)
+			out = append(out, PeerGrant{Name: q.Name, Key: q.Key, Limit: q.Limit, Window: q.Window, Calendar: q.Calendar, Windows: ws})
 		}
 		return len(out) < maxPeerQuotas
 	})

@@ -133,7 +133,8 @@ func Steps() []Step { return []Step{StepRead, StepSynced, StepDebited, StepSettl
 // Store is a floodgate.Store for one region: it decides every step on the
 // region's local store, under the part of the global quota the region
 // holds, and a reconciler moves that part between the regions through a
-// Coordinator. It runs FixedWindow only. See the package doc.
+// Coordinator. It runs FixedWindow and CalendarWindow only. See the
+// package doc.
 //
 // A Store is safe for concurrent use. The zero value is not usable: create
 // one with New, and Close it to stop its reconciler.
@@ -171,7 +172,20 @@ var _ floodgate.Store = (*Store)(nil)
 
 type bindKey struct {
 	name string
-	alg  floodgate.FixedWindow
+	alg  string // algID of a FixedWindow or a CalendarWindow
+}
+
+// algID identifies a FixedWindow or a CalendarWindow by value, its time
+// zone by name: two processes, or two LoadLocation calls, give one zone
+// two pointers.
+func algID(alg floodgate.Algorithm) string {
+	switch a := alg.(type) {
+	case floodgate.FixedWindow:
+		return fmt.Sprintf("f/%d/%d", a.Limit, int64(a.Window))
+	case floodgate.CalendarWindow:
+		return fmt.Sprintf("c/%d/%s", a.Limit, CalendarTag(a))
+	}
+	return ""
 }
 
 type entryKey struct {
@@ -328,11 +342,12 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Bind binds alg, which must be a FixedWindow, under name: its Limit is the
-// global quota per window, shared by the regions. Binding one name and
-// configuration twice gives Bounds that decide on the same state. It
-// returns an error matching floodgate.ErrInvalidConfig for another
-// algorithm or a window shorter than 4·Interval + 2·Margin.
+// Bind binds alg, which must be a FixedWindow or a CalendarWindow, under
+// name: its Limit is the global quota per window, shared by the regions.
+// Binding one name and configuration twice gives Bounds that decide on the
+// same state. It returns an error matching floodgate.ErrInvalidConfig for
+// another algorithm or a window shorter than 4·Interval + 2·Margin (a
+// calendar day counts as 23 hours).
 func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
 	if err := floodgate.CheckName(name); err != nil {
 		return nil, err
@@ -340,52 +355,78 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	if s.closed.Load() {
 		return nil, errClosed
 	}
-	var fw floodgate.FixedWindow
+	var limit int64
+	var shortest time.Duration
 	switch a := alg.(type) {
-	case floodgate.FixedWindow:
-		fw = a
 	case *floodgate.FixedWindow:
 		if a == nil {
 			return nil, fmt.Errorf("%w: region: nil algorithm", floodgate.ErrInvalidConfig)
 		}
-		fw = *a
-	default:
-		return nil, fmt.Errorf("%w: region: %v: only a FixedWindow can be split across regions", floodgate.ErrInvalidConfig, alg)
+		alg = *a
+	case *floodgate.CalendarWindow:
+		if a == nil {
+			return nil, fmt.Errorf("%w: region: nil algorithm", floodgate.ErrInvalidConfig)
+		}
+		alg = *a
 	}
-	if err := fw.Validate(); err != nil {
+	switch a := alg.(type) {
+	case floodgate.FixedWindow:
+		limit, shortest = a.Limit, a.Window
+	case floodgate.CalendarWindow:
+		limit, shortest = a.Limit, 23*time.Hour
+	default:
+		return nil, fmt.Errorf("%w: region: %v: only a FixedWindow or a CalendarWindow can be split across regions", floodgate.ErrInvalidConfig, alg)
+	}
+	if err := alg.Validate(); err != nil {
 		return nil, fmt.Errorf("region: %w", err)
 	}
-	if min := 4*s.opts.Interval + 2*s.opts.Margin; fw.Window < min {
-		return nil, fmt.Errorf("%w: region: window %v is shorter than 4·Interval + 2·Margin = %v", floodgate.ErrInvalidConfig, fw.Window, min)
+	if min := 4*s.opts.Interval + 2*s.opts.Margin; shortest < min {
+		return nil, fmt.Errorf("%w: region: window %v is shorter than 4·Interval + 2·Margin = %v", floodgate.ErrInvalidConfig, shortest, min)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := bindKey{name, fw}
+	k := bindKey{name, algID(alg)}
 	if b := s.bindings[k]; b != nil {
 		return b, nil
 	}
 	// Bind the local store once now, so that a configuration it refuses
 	// fails here rather than on the first step.
-	inner, err := s.local.Bind(name, fw)
+	inner, err := s.local.Bind(name, alg)
 	if err != nil {
 		return nil, err
 	}
-	b := &binding{s: s, name: name, alg: fw, floor: floorUnits(fw.Limit, s.regions[s.self].Floor),
-		inner: map[int64]floodgate.Bound{fw.Limit: inner}}
+	b := &binding{s: s, name: name, alg: alg, limit: limit, win: newWindows(alg), floor: floorUnits(limit, s.regions[s.self].Floor),
+		inner: map[int64]floodgate.Bound{limit: inner}}
 	s.bindings[k] = b
 	return b, nil
 }
 
-// binding is the Bound of one name and FixedWindow.
+// binding is the Bound of one name and FixedWindow or CalendarWindow.
 type binding struct {
 	s     *Store
 	name  string
-	alg   floodgate.FixedWindow
+	alg   floodgate.Algorithm // as bound
+	limit int64               // the global quota per window: alg's Limit
+	win   *windows
 	floor int64 // the region's floor, in units
 
 	mu    sync.Mutex // guards inner
 	inner map[int64]floodgate.Bound
 	last  atomic.Pointer[limitBound] // the Bound at was last asked for: most decisions' limit
+}
+
+// algAt returns the binding's algorithm with limit units per window: the
+// algorithm the local store decides under.
+func (b *binding) algAt(limit int64) floodgate.Algorithm {
+	switch a := b.alg.(type) {
+	case floodgate.CalendarWindow:
+		a.Limit = limit
+		return a
+	case floodgate.FixedWindow:
+		a.Limit = limit
+		return a
+	}
+	return b.alg // Bind makes bindings of the two above only
 }
 
 type limitBound struct {
@@ -413,12 +454,12 @@ func (b *binding) at(limit int64) (floodgate.Bound, error) {
 		b.last.Store(&limitBound{limit, ib})
 		return ib, nil
 	}
-	ib, err := b.s.local.Bind(b.name, floodgate.FixedWindow{Limit: limit, Window: b.alg.Window})
+	ib, err := b.s.local.Bind(b.name, b.algAt(limit))
 	if err != nil {
 		return nil, err
 	}
 	if len(b.inner) >= maxInner {
-		b.inner = map[int64]floodgate.Bound{b.alg.Limit: b.inner[b.alg.Limit]}
+		b.inner = map[int64]floodgate.Bound{b.limit: b.inner[b.limit]}
 	}
 	b.inner[limit] = ib
 	b.last.Store(&limitBound{limit, ib})
@@ -430,8 +471,18 @@ func (b *binding) entry(key string) *entry {
 	if e, ok := b.s.entries.Load(k); ok {
 		return e.(*entry)
 	}
-	e, _ := b.s.entries.LoadOrStore(k, &entry{b: b, key: key, id: QuotaID(b.name, key), lastTick: b.s.opts.Now()})
+	e, _ := b.s.entries.LoadOrStore(k, &entry{b: b, key: key, id: b.quotaID(key), lastTick: b.s.opts.Now()})
 	return e.(*entry)
+}
+
+// quotaID is the coordinator's QuotaMessage.ID of key's quota: QuotaID,
+// and for a CalendarWindow its CalendarTag after a "|", so that calendars
+// of one name that differ only in their zone or reset keep apart.
+func (b *binding) quotaID(key string) string {
+	if b.win.fixed > 0 {
+		return QuotaID(b.name, key)
+	}
+	return QuotaID(b.name, key) + "|" + CalendarTag(b.win.cal)
 }
 
 // QuotaID is the coordinator's QuotaMessage.ID of the quota of key under
@@ -443,11 +494,11 @@ func QuotaID(name, key string) string {
 
 // Take is Apply of an OpTake of n units without delay; see Apply.
 func (b *binding) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	if !floodgate.ValidTake(key, n, b.alg.Limit) {
+	if !floodgate.ValidTake(key, n, b.limit) {
 		if err := floodgate.CheckKey(key); err != nil {
 			return floodgate.Decision{}, err
 		}
-		return floodgate.Decision{}, floodgate.CheckRequest(floodgate.Request{Op: floodgate.OpTake, N: n}, b.alg.Limit)
+		return floodgate.Decision{}, floodgate.CheckRequest(floodgate.Request{Op: floodgate.OpTake, N: n}, b.limit)
 	}
 	if b.s.closed.Load() {
 		return floodgate.Decision{}, errClosed
@@ -479,8 +530,7 @@ func (b *binding) decide(ctx context.Context, e *entry, key string, req floodgat
 	if err != nil || res.Granted <= 0 || req.Check {
 		return res, err
 	}
-	w := b.alg.Window
-	if i := windowIndex(res.At, w); i != windowIndex(now, w) && a > e.view.Load().of(i, b.floor) {
+	if i := b.win.index(res.At); i != b.win.index(now) && a > e.view.Load().of(i, b.floor) {
 		b.s.stats.late.Add(1)
 		_, _ = ib.Apply(context.WithoutCancel(ctx), key, floodgate.Request{Op: floodgate.OpSettle, N: -res.Granted, At: res.At}, nil)
 		d := b.denial(res.At, a)
@@ -492,8 +542,7 @@ func (b *binding) decide(ctx context.Context, e *entry, key string, req floodgat
 // denial is the Result of a step the region's allocation a cannot admit,
 // decided without the local store.
 func (b *binding) denial(now time.Time, a int64) floodgate.Result {
-	w := b.alg.Window
-	end := windowStart(windowIndex(now, w)+1, w)
+	end := b.win.start(b.win.index(now) + 1)
 	wait := max(end.Sub(now), time.Nanosecond)
 	return floodgate.Result{At: now, Decision: floodgate.Decision{Limit: a, RetryAfter: wait, ResetAfter: wait}}
 }
@@ -514,7 +563,7 @@ func (b *binding) Apply(ctx context.Context, key string, req floodgate.Request, 
 	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
-	if err := floodgate.CheckRequest(req, b.alg.Limit); err != nil {
+	if err := floodgate.CheckRequest(req, b.limit); err != nil {
 		return floodgate.Result{}, err
 	}
 	if b.s.closed.Load() {
@@ -540,7 +589,7 @@ func (b *binding) Apply(ctx context.Context, key string, req floodgate.Request, 
 			return b.denial(now, a), nil
 		}
 	case req.Op == floodgate.OpSettle && req.N > 0:
-		if windowIndex(req.At, b.alg.Window) != windowIndex(now, b.alg.Window) || a < 1 {
+		if b.win.index(req.At) != b.win.index(now) || a < 1 {
 			res := b.denial(now, a)
 			res.RetryAfter = 0
 			return res, nil
@@ -604,14 +653,13 @@ func (v *grants) of(i int64, floor int64) int64 {
 // windows the local store's clock may be in.
 func (e *entry) limitAt(now time.Time) int64 {
 	b, v := e.b, e.view.Load()
-	w := b.alg.Window
-	i := windowIndex(now, w)
+	i := b.win.index(now)
 	a := v.of(i, b.floor)
 	m := b.s.opts.Margin
-	if now.Sub(windowStart(i, w)) < m {
+	if now.Sub(b.win.start(i)) < m {
 		a = min(a, v.of(i-1, b.floor))
 	}
-	if windowStart(i+1, w).Sub(now) <= m {
+	if b.win.start(i+1).Sub(now) <= m {
 		a = min(a, v.of(i+1, b.floor))
 	}
 	return a
@@ -666,21 +714,31 @@ type Allocation struct {
 // Allocation reports the region's allocation of the quota that the
 // limiter named name (bound to this Store with alg) has for key, at the
 // Store's clock. A quota the Store has not seen reports the floor.
-func (s *Store) Allocation(name string, alg floodgate.FixedWindow, key string) Allocation {
+func (s *Store) Allocation(name string, alg floodgate.Algorithm, key string) Allocation {
+	switch a := alg.(type) {
+	case *floodgate.FixedWindow:
+		if a != nil {
+			alg = *a
+		}
+	case *floodgate.CalendarWindow:
+		if a != nil {
+			alg = *a
+		}
+	}
 	s.mu.Lock()
-	b := s.bindings[bindKey{name, alg}]
+	b := s.bindings[bindKey{name, algID(alg)}]
 	s.mu.Unlock()
 	if b == nil {
 		return Allocation{}
 	}
 	e := b.entry(key)
 	now := s.opts.Now()
-	i := windowIndex(now, alg.Window)
+	i := b.win.index(now)
 	v := e.view.Load()
 	s.recMu.Lock()
 	debited := e.local[i]
 	s.recMu.Unlock()
-	return Allocation{Window: windowStart(i, alg.Window), Granted: v.of(i, b.floor), Next: v.of(i+1, b.floor),
+	return Allocation{Window: b.win.start(i), Granted: v.of(i, b.floor), Next: v.of(i+1, b.floor),
 		Debited: debited, Limit: e.limitAt(now)}
 }
 

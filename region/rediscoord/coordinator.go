@@ -108,6 +108,7 @@ type wireQuota struct {
 	Lim int64   `json:"lim"`
 	W   int64   `json:"w"`
 	WM  int64   `json:"wm"`
+	IX  bool    `json:"ix,omitempty"`
 	F   []int64 `json:"f"`
 	Rep []any   `json:"rep,omitempty"`
 	Deb [][]any `json:"deb,omitempty"`
@@ -130,9 +131,12 @@ func (c *Coordinator) Exchange(ctx context.Context, m *region.Message) (*region.
 			// The quota's configuration is part of its identity, as in
 			// MemCoordinator.
 			ID:  fmt.Sprintf("%s|%d|%d", q.ID, q.Limit, int64(q.Window)),
-			Lim: q.Limit, W: region.WindowIndex(m.At, q.Window),
+			Lim: q.Limit, W: region.WindowIndex(m.At, q.Window), IX: q.Indexed,
 			WM: int64((q.Window + time.Millisecond - 1) / time.Millisecond),
 			F:  make([]int64, len(c.regions)),
+		}
+		if q.Indexed {
+			wq.W = q.Index
 		}
 		for s, rg := range c.regions {
 			wq.F[s] = rg.FloorUnits(q.Limit)

@@ -14,7 +14,8 @@
 --            r   the sender's region, 1-based     n   the number of regions
 --            at  the sender's clock, Unix ms; ats the same as a string
 --            q   the quotas: {id, lim, w (the sender's current window),
---                wm (window, ms), f (floors, units, per region),
+--                wm (window, ms), ix (true: w is the sender's index of a
+--                window of varying length), f (floors, units, per region),
 --                rep ([rate as a string, window, used], absent for none),
 --                deb ([[transfer id, window, units]]), rai ([[window, to]])}
 -- Reply    per quota: {granted(w), debited(w), granted(w+1), debited(w+1),
@@ -30,7 +31,13 @@ local r, n = m.r, m.n
 local out = {}
 for qi, q in ipairs(m.q) do
   local function wkey(i) return p .. q.id .. ':w' .. string.format('%d', i) end
-  local function ttl(i) return math.max((i + 3) * q.wm - m.at, 1000) end
+  -- A window's state lives until two windows after it ends; an indexed
+  -- (calendar) window's index is not its start divided by wm, so its
+  -- state lives three of its longest windows after the last write.
+  local function ttl(i)
+    if q.ix then return 3 * q.wm end
+    return math.max((i + 3) * q.wm - m.at, 1000)
+  end
   local function granted(k, s)
     return math.max(tonumber(redis.call('HGET', k, 'g' .. s) or '0'), q.f[s])
   end

@@ -42,6 +42,12 @@ func testTwin(t *testing.T, client redis.UniversalClient, prefix string) {
 			for k := range 1 + rng.IntN(2) {
 				q := region.QuotaMessage{ID: fmt.Sprint("q", k), Limit: 100 + int64(k)*900, Window: 10 * time.Second}
 				w := region.WindowIndex(at, q.Window)
+				if k == 1 && seed%2 == 0 {
+					// A calendar quota (in every message of the seed):
+					// windows numbered by the sender.
+					w = w/7 + 5000
+					q.Indexed, q.Index = true, w
+				}
 				if rng.IntN(2) == 0 {
 					q.Report = &region.Report{Rate: rng.Float64() * 100, Window: w, Used: rng.Int64N(50)}
 				}

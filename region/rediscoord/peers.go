@@ -1,7 +1,6 @@
 package rediscoord
 
 import (
-	"cmp"
 	"context"
 	_ "embed"
 	"fmt"
@@ -80,24 +79,28 @@ func NewPeers(client redis.UniversalClient, name string, opts *PeersOptions) (*P
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
 
 // field is a quota's field in the demand and grants hashes: its
-// configuration, then the name's length, so that no two quotas share one.
-func field(name, key string, limit int64, w time.Duration) string {
-	return strconv.FormatInt(limit, 10) + ":" + strconv.FormatInt(int64(w), 10) + ":" + strconv.Itoa(len(name)) + ":" + name + key
+// configuration, then the calendar's and the name's lengths, so that no
+// two quotas share one.
+func field(q region.PeerQuota) string {
+	return strconv.FormatInt(q.Limit, 10) + ":" + strconv.FormatInt(int64(q.Window), 10) + ":" +
+		strconv.Itoa(len(q.Calendar)) + ":" + strconv.Itoa(len(q.Name)) + ":" + q.Calendar + q.Name + q.Key
 }
 
 // parseField inverts field.
 func parseField(f string) (q region.PeerQuota, ok bool) {
-	parts := strings.SplitN(f, ":", 4)
-	if len(parts) != 4 {
+	parts := strings.SplitN(f, ":", 5)
+	if len(parts) != 5 {
 		return q, false
 	}
 	limit, err1 := strconv.ParseInt(parts[0], 10, 64)
 	w, err2 := strconv.ParseInt(parts[1], 10, 64)
-	nl, err3 := strconv.Atoi(parts[2])
-	if err1 != nil || err2 != nil || err3 != nil || nl < 0 || nl > len(parts[3]) {
+	cl, err3 := strconv.Atoi(parts[2])
+	nl, err4 := strconv.Atoi(parts[3])
+	rest := parts[4]
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil || cl < 0 || nl < 0 || cl > len(rest) || nl > len(rest)-cl {
 		return q, false
 	}
-	return region.PeerQuota{Name: parts[3][:nl], Key: parts[3][nl:], Limit: limit, Window: time.Duration(w)}, true
+	return region.PeerQuota{Calendar: rest[:cl], Name: rest[cl : cl+nl], Key: rest[cl+nl:], Limit: limit, Window: time.Duration(w)}, true
 }
 
 // Sync applies m in one script call and answers it; see region.Peers. It
@@ -116,7 +119,7 @@ func (p *Peers) Sync(ctx context.Context, m *region.PeerMessage) (*region.PeerRe
 	}
 	args = append(args, m.Member, ms(m.Lead), p.ttl, publish, len(m.Quotas))
 	for _, q := range m.Quotas {
-		args = append(args, field(q.Name, q.Key, q.Limit, q.Window), strconv.FormatInt(q.Asked, 10))
+		args = append(args, field(q), strconv.FormatInt(q.Asked, 10))
 	}
 	args = append(args, len(m.Grants))
 	var b strings.Builder
@@ -130,7 +133,7 @@ func (p *Peers) Sync(ctx context.Context, m *region.PeerMessage) (*region.PeerRe
 			b.WriteByte(':')
 			b.WriteString(strconv.FormatInt(w.Granted, 10))
 		}
-		args = append(args, field(g.Name, g.Key, g.Limit, g.Window), b.String())
+		args = append(args, field(region.PeerQuota{Name: g.Name, Key: g.Key, Limit: g.Limit, Window: g.Window, Calendar: g.Calendar}), b.String())
 	}
 	type result struct {
 		v   any
@@ -191,8 +194,6 @@ func decodePeers(v any, quotas int) (*region.PeerReply, error) {
 		r.Demand = append(r.Demand, q)
 	}
 	// In MemPeers' order, so that replies of one state compare equal.
-	slices.SortFunc(r.Demand, func(a, b region.PeerQuota) int {
-		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit), cmp.Compare(a.Window, b.Window))
-	})
+	slices.SortFunc(r.Demand, region.ComparePeerQuotas)
 	return r, nil
 }

@@ -130,13 +130,14 @@ func TestNewPeers(t *testing.T) {
 
 // FuzzParseField checks that parseField inverts field and never panics.
 func FuzzParseField(f *testing.F) {
-	f.Add("api", "k", int64(10), int64(time.Second))
-	f.Add("a:b", ":x:", int64(1), int64(1))
-	f.Fuzz(func(t *testing.T, name, key string, limit, w int64) {
-		q, ok := parseField(field(name, key, limit, time.Duration(w)))
-		if !ok || q.Name != name || q.Key != key || q.Limit != limit || q.Window != time.Duration(w) {
-			t.Fatalf("parseField(field(%q, %q, %d, %d)) = %+v, %v", name, key, limit, w, q, ok)
+	f.Add("api", "k", int64(10), int64(time.Second), "")
+	f.Add("a:b", ":x:", int64(1), int64(1), "month/0/3600/Europe/Paris")
+	f.Fuzz(func(t *testing.T, name, key string, limit, w int64, cal string) {
+		want := region.PeerQuota{Name: name, Key: key, Limit: limit, Window: time.Duration(w), Calendar: cal}
+		q, ok := parseField(field(want))
+		if !ok || q != want {
+			t.Fatalf("parseField(field(%+v)) = %+v, %v", want, q, ok)
 		}
-		_, _ = parseField(name + key)
+		_, _ = parseField(name + key + cal)
 	})
 }

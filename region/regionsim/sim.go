@@ -63,6 +63,13 @@ type Config struct {
 	// Sample, when set, is called at every Interval boundary with the
 	// state so far (for plots).
 	Sample func(Sample)
+	// Calendar, when set, is the quota instead of a FixedWindow of Limit
+	// per Window: Limit must be its Limit, and Window its Policy's Window
+	// (the longest of its windows). The simulation starts at the start of
+	// the calendar window holding Start (a zero Start: 2026-03-06 12:00
+	// UTC, two days before New York's clocks go forward).
+	Calendar *floodgate.CalendarWindow
+	Start    time.Time
 	// Processes is the number of processes per region (the default is
 	// 1): with more than one, a region's processes each run a Store on the
 	// region's local store, share its traffic round robin and elect one
@@ -83,9 +90,10 @@ type Sample struct {
 	// Rate is each region's true demand (Demand, without noise), in units
 	// per second.
 	Rate []float64
-	// Window is the current window's index, Elapsed the time into it.
-	Window  int64
-	Elapsed time.Duration
+	// Window is the current window's index, Elapsed the time into it and
+	// Left the time left in it.
+	Window        int64
+	Elapsed, Left time.Duration
 }
 
 // Result is what a simulation measured.
@@ -171,7 +179,7 @@ type sim struct {
 	t0    time.Time
 	coord *region.MemCoordinator
 	rs    []*regionState
-	alg   floodgate.FixedWindow
+	alg   floodgate.Algorithm
 	calls []int64
 }
 
@@ -195,9 +203,19 @@ func Run(cfg Config) (*Result, error) {
 	}
 	s := &sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), coord: coord,
 		alg: floodgate.FixedWindow{Limit: cfg.Limit, Window: cfg.Window}}
+	if cfg.Calendar != nil {
+		s.alg = *cfg.Calendar
+	}
 	// A start on a window boundary, far from the epoch.
 	start := int64(1_000_000_000_000) / int64(cfg.Window)
 	s.t0 = time.Unix(0, start*int64(cfg.Window))
+	if cfg.Calendar != nil {
+		if cfg.Start.IsZero() {
+			cfg.Start = time.Date(2026, 3, 6, 12, 0, 0, 0, time.UTC)
+		}
+		start, s.t0, _ = region.WindowOf(s.alg, cfg.Start)
+		s.cfg = cfg
+	}
 	res := &Result{Start: start, Stats: make([]region.Stats, len(cfg.Regions))}
 	s.calls = make([]int64, len(cfg.Regions))
 	res.Calls = s.calls
@@ -280,7 +298,7 @@ func Run(cfg Config) (*Result, error) {
 				rs.carry -= float64(n)
 			}
 			for range n {
-				wi := int(windowIndex(s.t0.Add(s.t+rs.lskew), cfg.Window) - start)
+				wi := int(s.index(s.t0.Add(s.t+rs.lskew)) - start)
 				if wi >= 0 && wi < nw {
 					res.Asked[wi][r]++
 				}
@@ -291,7 +309,7 @@ func Run(cfg Config) (*Result, error) {
 					return nil, err
 				}
 				if got.Allowed {
-					wi := int(windowIndex(got.At, cfg.Window) - start)
+					wi := int(s.index(got.At) - start)
 					if wi >= 0 && wi < nw {
 						res.Admitted[wi][r]++
 					}
@@ -306,7 +324,7 @@ func Run(cfg Config) (*Result, error) {
 		}
 	}
 	for i := range res.Admitted {
-		h := coord.Held(region.QuotaID(Name, Key), cfg.Limit, cfg.Window, start+int64(i))
+		h := coord.Held(s.quotaID(), cfg.Limit, cfg.Window, start+int64(i))
 		res.MaxHeld = max(res.MaxHeld, h)
 	}
 	return res, nil
@@ -369,11 +387,11 @@ func add(a, b region.Stats) region.Stats {
 func (s *sim) sample(res *Result) Sample {
 	now := s.t0.Add(s.t)
 	n := len(s.cfg.Regions)
-	w := windowIndex(now, s.cfg.Window)
-	smp := Sample{T: s.t, Window: w, Elapsed: now.Sub(time.Unix(0, w*int64(s.cfg.Window))),
+	w, ws, we := region.WindowOf(s.alg, now)
+	smp := Sample{T: s.t, Window: w, Elapsed: now.Sub(ws), Left: we.Sub(now),
 		Held: make([]int64, n), Next: make([]int64, n), Used: make([]int64, n), Rate: make([]float64, n)}
 	rep, err := s.coord.Exchange(context.Background(), &region.Message{Region: s.cfg.Regions[0].Name, At: now,
-		Quotas: []region.QuotaMessage{{ID: region.QuotaID(Name, Key), Limit: s.cfg.Limit, Window: s.cfg.Window}}})
+		Quotas: []region.QuotaMessage{{ID: s.quotaID(), Limit: s.cfg.Limit, Window: s.cfg.Window, Indexed: s.cfg.Calendar != nil, Index: w}}})
 	if err == nil {
 		q := rep.Quotas[0]
 		var held int64
@@ -391,6 +409,24 @@ func (s *sim) sample(res *Result) Sample {
 		}
 	}
 	return smp
+}
+
+// quotaID is the coordinator's ID of the simulated quota (see
+// region.QuotaID; a calendar's carries its region.CalendarTag).
+func (s *sim) quotaID() string {
+	if s.cfg.Calendar != nil {
+		return region.QuotaID(Name, Key) + "|" + region.CalendarTag(*s.cfg.Calendar)
+	}
+	return region.QuotaID(Name, Key)
+}
+
+// index returns the index of the quota's window holding t.
+func (s *sim) index(t time.Time) int64 {
+	if s.cfg.Calendar == nil {
+		return windowIndex(t, s.cfg.Window)
+	}
+	i, _, _ := region.WindowOf(s.alg, t)
+	return i
 }
 
 func windowIndex(t time.Time, w time.Duration) int64 {

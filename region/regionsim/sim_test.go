@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/region"
 )
 
@@ -443,6 +444,86 @@ func TestProcessesFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkSafe(t, res)
+		})
+	}
+}
+
+// TestCalendar splits a daily quota of 100,000 in New York's time zone,
+// over three days from 6 March 2026, the third of which is 23 hours long
+// (clocks go forward on 8 March), with a demand step on the second day:
+// Σ admitted ≤ Q on every day, at least 95% of Q used on each full day,
+// at most 2 calls per region per interval, and allocations within 2% of
+// the fair share from 3 intervals after the step on.
+func TestCalendar(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Skipf("no time zone database: %v", err)
+	}
+	const dq = int64(100_000)
+	cal := floodgate.CalendarWindow{Limit: dq, Unit: floodgate.Day, Location: ny}
+	const ival = time.Minute
+	for seed := range uint64(map[bool]int{false: 4, true: 1}[raceEnabled]) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			perSec := func(share float64) float64 { return share * 1.2 * float64(dq) / 86400 }
+			step := 36*time.Hour + time.Duration(seed)*17*time.Minute
+			res, err := Run(Config{Seed: seed, Regions: regions, Limit: dq, Window: cal.Policy().Window, Calendar: &cal,
+				Interval: ival, Margin: 5 * time.Second, Tick: time.Second, Duration: 3*24*time.Hour - time.Hour,
+				Noise: 0.02, MaxSkew: 2 * time.Second,
+				Demand: func(r int, at time.Duration) float64 {
+					shares := []float64{0.6, 0.3, 0.1}
+					if at >= step {
+						shares = []float64{0.1, 0.3, 0.6}
+					}
+					return perSec(shares[r])
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, a := range res.Admitted {
+				if sum := a[0] + a[1] + a[2]; sum > dq {
+					t.Fatalf("day %d: admitted %v = %d, above the quota %d", i, a, sum, dq)
+				}
+			}
+			if res.MaxHeld > dq {
+				t.Fatalf("the coordinator held %d of a day", res.MaxHeld)
+			}
+			intervals := int64(len(res.Samples))
+			for r, n := range res.Calls {
+				if n > 2*intervals+4 {
+					t.Fatalf("region %d: %d calls in %d intervals", r, n, intervals)
+				}
+			}
+			for i, a := range res.Admitted[:3] {
+				if sum := a[0] + a[1] + a[2]; sum < dq*95/100 {
+					t.Errorf("day %d: admitted %v = %d, below 95%% of the quota", i, a, sum)
+				}
+			}
+			for _, s := range res.Samples {
+				if s.T < 3*ival || (s.T >= step && s.T < step+3*ival) {
+					continue
+				}
+				reports := make([]region.RegionReport, len(regions))
+				ws := region.WindowState{Index: s.Window, Granted: make([]int64, len(regions)), Debited: make([]int64, len(regions))}
+				at := time.Unix(0, 0).Add(s.Elapsed) // only differences of times matter below
+				for r := range regions {
+					reports[r] = region.RegionReport{Report: region.Report{Rate: s.Rate[r], Window: s.Window, Used: s.Used[r]}, At: at}
+					ws.Granted[r] = dq
+				}
+				want, err := region.CurrentTargets(dq, regions, ws, reports, 0, at, s.Left, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for r := range regions {
+					if d := s.Held[r] - want[r]; d > dq/50 || d < -dq/50 {
+						t.Fatalf("at %v (step at %v): regions hold %v, want %v ± %d", s.T, step, s.Held, want, dq/50)
+					}
+				}
+			}
+			var sums []int64
+			for _, a := range res.Admitted[:3] {
+				sums = append(sums, a[0]+a[1]+a[2])
+			}
+			t.Logf("admitted per day: %v, in all %v (the third is 23 hours long)", res.Admitted[:3], sums)
 		})
 	}
 }
