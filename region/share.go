@@ -37,17 +37,17 @@ func (s *Store) shared(ctx context.Context) error {
 		for i, e := range entries {
 			e.asked.Add(quotas[i].Asked)
 		}
-		s.led = false
+		s.led.Store(false)
 		return err
 	}
 	for i, e := range entries {
 		e.adopt(reply.Grants[i])
 	}
 	if !reply.Leader {
-		s.led = false
+		s.led.Store(false)
 		return nil
 	}
-	if !s.led {
+	if !s.led.Load() {
 		// Taking over: the demand drained now was counted since the last
 		// drain, at an instant this process does not know, and the history
 		// of its own demand is not the region's. It drops both, measures
@@ -58,7 +58,8 @@ func (s *Store) shared(ctx context.Context) error {
 			e.lastTick, e.nh, e.changed, e.partial = now, 0, false, leaderPartial
 			return true
 		})
-		s.led, s.drained = true, now
+		s.led.Store(true)
+		s.drained = now
 		return nil
 	}
 	s.stats.led.Add(1)

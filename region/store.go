@@ -153,7 +153,7 @@ type Store struct {
 
 	recMu   sync.Mutex // one reconcile at a time; guards the entries' reconciler fields
 	seq     uint64
-	led     bool         // this Store led the region at its last Sync (with Peers)
+	led     atomic.Bool  // this Store led the region at its last Sync (with Peers)
 	drained time.Time    // when it last drained the region's demand as its leader
 	callAt  [2]time.Time // the starts of the last two calls to the coordinator, older first
 
@@ -298,11 +298,8 @@ func (s *Store) NextReconcile(end time.Time) time.Time {
 	if s.opts.Peers == nil {
 		return end.Add(I)
 	}
-	s.recMu.Lock()
-	led := s.led
-	s.recMu.Unlock()
 	off := time.Duration(0)
-	if led {
+	if s.led.Load() {
 		off = I / 2
 	}
 	from := end.Add(I / 2).Add(-off)
@@ -313,11 +310,7 @@ func (s *Store) NextReconcile(end time.Time) time.Time {
 // Leader reports whether this Store led its region at its last Sync with
 // the Peers: whether it is the one that calls the coordinator. It is
 // false without Peers.
-func (s *Store) Leader() bool {
-	s.recMu.Lock()
-	defer s.recMu.Unlock()
-	return s.led
-}
+func (s *Store) Leader() bool { return s.led.Load() }
 
 // Close stops the reconciler and waits for it; later steps fail with an
 // error matching floodgate.ErrUnavailable and floodgate.ErrClosed. It does
@@ -333,10 +326,10 @@ func (s *Store) Close() error {
 	<-s.done
 	s.recMu.Lock()
 	defer s.recMu.Unlock()
-	if s.opts.Peers != nil && s.led {
+	if s.opts.Peers != nil && s.led.Load() {
 		// Give the lead up, so that another process takes it at its next
 		// Sync rather than when the lease ends.
-		s.led = false
+		s.led.Store(false)
 		_, _ = s.sync(context.Background(), &PeerMessage{Member: s.nonce})
 	}
 	return nil

@@ -17,6 +17,12 @@
 // keeps what it holds of that window, then admits its floor (5%), and the
 // others take the rest from the next window on. Each window's admissions
 // add up to at most the quota, and close to it.
+//
+// Each region runs 3 pods (-pods): each pod has its own region.Store on
+// the region's Redis, and the pods of a region share one reconciler
+// through rediscoord.NewPeers on that Redis (region.Options.Peers), so
+// one pod per region calls the coordinator, with the whole region's
+// demand. With -pods 1 each region is one process.
 package main
 
 import (
@@ -50,6 +56,7 @@ func main() {
 	flag.DurationVar(&cfg.cutAfter, "cut-after", 5*time.Second, "cut eu-west off from the coordinator after this long; 0: never")
 	flag.StringVar(&cfg.redis, "redis", "", "three Redis addresses, comma-separated, one per region (default: embedded miniredis)")
 	flag.StringVar(&cfg.coord, "coord", "", "the coordinator's Redis address (default: embedded miniredis)")
+	flag.IntVar(&cfg.pods, "pods", 3, "processes (pods) per region, sharing its reconciler")
 	flag.Parse()
 	if err := run(context.Background(), cfg, log.Writer()); err != nil {
 		log.Fatal(err)
@@ -61,6 +68,7 @@ type config struct {
 	window, interval, duration time.Duration
 	shiftAfter, cutAfter       time.Duration
 	redis, coord               string
+	pods                       int
 }
 
 var regions = []region.Region{
@@ -112,22 +120,38 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		return err
 	}
 	alg := floodgate.FixedWindow{Limit: cfg.quota, Window: cfg.window}
+	pods := max(cfg.pods, 1)
 	links := make([]*cuttable, 3)
-	stores := make([]*region.Store, 3)
-	limiters := make([]*floodgate.Limiter, 3)
+	stores := make([][]*region.Store, 3)
+	limiters := make([][]*floodgate.Limiter, 3)
 	for i, r := range regions {
-		local, err := redisstore.New(clients[i], &redisstore.Options{Prefix: prefix + r.Name + ":", Timeout: 200 * time.Millisecond})
-		if err != nil {
-			return err
+		links[i] = &cuttable{Coordinator: coord} // cutting a region cuts all its pods
+		opts := region.Options{Interval: cfg.interval, Margin: 50 * time.Millisecond}
+		if pods > 1 {
+			// The region's pods elect one reconciler through its Redis.
+			peers, err := rediscoord.NewPeers(clients[i], r.Name, &rediscoord.PeersOptions{Prefix: prefix + "{" + r.Name + "}:"})
+			if err != nil {
+				return err
+			}
+			opts.Peers = peers
 		}
-		links[i] = &cuttable{Coordinator: coord}
-		stores[i], err = region.New(local, links[i], regions, r.Name, &region.Options{Interval: cfg.interval, Margin: 50 * time.Millisecond})
-		if err != nil {
-			return err
-		}
-		defer stores[i].Close()
-		if limiters[i], err = floodgate.New(stores[i], alg, &floodgate.Options{Name: "api"}); err != nil {
-			return err
+		for range pods {
+			// In a real deployment each pod is a process with its own
+			// client; here the pods of a region share one.
+			local, err := redisstore.New(clients[i], &redisstore.Options{Prefix: prefix + r.Name + ":", Timeout: 200 * time.Millisecond})
+			if err != nil {
+				return err
+			}
+			s, err := region.New(local, links[i], regions, r.Name, &opts)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			l, err := floodgate.New(s, alg, &floodgate.Options{Name: "api"})
+			if err != nil {
+				return err
+			}
+			stores[i], limiters[i] = append(stores[i], s), append(limiters[i], l)
 		}
 	}
 
@@ -176,8 +200,8 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 			go func() {
 				defer wg.Done()
 				for range work {
-					asked[r].Add(1)
-					res, err := limiters[r].Apply(ctx, "tenant", floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
+					n := asked[r].Add(1) // and the request goes to the region's pods in turn
+					res, err := limiters[r][n%int64(pods)].Apply(ctx, "tenant", floodgate.Request{Op: floodgate.OpTake, N: 1}, nil)
 					if err != nil || !res.Allowed {
 						continue
 					}
@@ -190,8 +214,8 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		}
 	}
 
-	fmt.Fprintf(w, "quota %d per %v over %d regions; demand 1.2× the quota, 60/30/10, then 10/30/60 after %v\n",
-		cfg.quota, cfg.window, len(regions), cfg.shiftAfter)
+	fmt.Fprintf(w, "quota %d per %v over %d regions of %d pods; demand 1.2× the quota, 60/30/10, then 10/30/60 after %v\n",
+		cfg.quota, cfg.window, len(regions), pods, cfg.shiftAfter)
 	fmt.Fprintf(w, "%5s  %-24s  %-24s  %s\n", "t", "asked/s", "admitted/s", "holds of the window")
 	fmt.Fprintf(w, "%5s  %-24s  %-24s  %-21s\n", "", "eu-west us-east ap-south", "eu-west us-east ap-south", "eu-west us-east ap-s.")
 	id := region.QuotaID("api", "tenant")
@@ -245,10 +269,20 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		over = over || perWindow[i] > cfg.quota
 	}
 	fmt.Fprintf(w, " (quota %d)\n", cfg.quota)
-	for i, s := range stores {
-		st := s.Stats()
-		fmt.Fprintf(w, "%s: %d intervals, %d calls to the coordinator (at most %d in one), %d failed, %d units debited, %d stranded\n",
-			regions[i].Name, st.Intervals, st.Calls, st.MaxCallsPerInterval, st.FailedCalls, st.DebitedUnits, st.StrandedUnits)
+	for i, ss := range stores {
+		var st region.Stats
+		callers := 0
+		for _, s := range ss {
+			p := s.Stats()
+			st.Intervals, st.Calls, st.FailedCalls = st.Intervals+p.Intervals, st.Calls+p.Calls, st.FailedCalls+p.FailedCalls
+			st.MaxCallsPerInterval = max(st.MaxCallsPerInterval, p.MaxCallsPerInterval)
+			st.DebitedUnits, st.StrandedUnits = st.DebitedUnits+p.DebitedUnits, st.StrandedUnits+p.StrandedUnits
+			if p.Calls > 0 {
+				callers++
+			}
+		}
+		fmt.Fprintf(w, "%s: %d intervals, %d calls to the coordinator (at most %d in one) from %d of %d pods, %d failed, %d units debited, %d stranded\n",
+			regions[i].Name, st.Intervals, st.Calls, st.MaxCallsPerInterval, callers, pods, st.FailedCalls, st.DebitedUnits, st.StrandedUnits)
 	}
 	if over {
 		return errors.New("a window admitted more than the quota")

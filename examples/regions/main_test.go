@@ -14,7 +14,7 @@ import (
 func TestRun(t *testing.T) {
 	var out bytes.Buffer
 	cfg := config{quota: 1000, window: time.Second, interval: 50 * time.Millisecond, duration: 3 * time.Second,
-		shiftAfter: 1500 * time.Millisecond, cutAfter: 2 * time.Second}
+		shiftAfter: 1500 * time.Millisecond, cutAfter: 2 * time.Second, pods: 3}
 	if err := run(context.Background(), cfg, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
