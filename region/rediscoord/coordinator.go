@@ -13,6 +13,11 @@
 // Options.Timeout), whatever the client's timeouts: a stalled server
 // holds no reconciler longer.
 //
+// Peers (NewPeers) is the other half of the package: the processes of one
+// region share one reconciler through it, on the region's own Redis (see
+// region.Peers). Its three keys share one hash tag too, and its script
+// reads the server's clock only for the leader's lease (SET PX).
+//
 // Replication is asynchronous: a failover that loses acknowledged writes
 // loses grants and debits the regions already acted on. A lost debit only
 // strands its units (they stay taken out of the region's local store). But
