@@ -114,7 +114,7 @@ type PeerReply struct {
 	Grants [][]WindowGrant
 	// Demand is, for the leader, the units asked of each quota by every
 	// process of the region since the demand was last drained: the
-	// sender's own units of this message included.
+	// sender's own units of this message included; in no particular order.
 	Demand []PeerQuota
 }
 
@@ -258,15 +258,15 @@ func (p *MemPeers) Sync(ctx context.Context, m *PeerMessage) (*PeerReply, error)
 		}
 		clear(p.demand)
 		slices.SortFunc(r.Demand, func(a, b PeerQuota) int {
-			return ComparePeerQuotas(a, b)
+			return comparePeerQuotas(a, b)
 		})
 	}
 	return r, nil
 }
 
-// ComparePeerQuotas orders PeerQuotas by name, key, limit, window and
-// calendar: the order of PeerReply.Demand.
-func ComparePeerQuotas(a, b PeerQuota) int {
+// comparePeerQuotas orders PeerQuotas by name, key, limit, window and
+// calendar: the order of MemPeers' Demand, for simulations that repeat.
+func comparePeerQuotas(a, b PeerQuota) int {
 	return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Key, b.Key), cmp.Compare(a.Limit, b.Limit),
 		cmp.Compare(a.Window, b.Window), cmp.Compare(a.Calendar, b.Calendar))
 }

@@ -183,28 +183,19 @@ func (s *Store) collect(ctx context.Context, now time.Time) []work {
 	var all []*entry
 	s.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
-		if e.asked.Load() == 0 && len(e.pending) == 0 {
-			e.idle++
-			if time.Duration(e.idle)*s.opts.Interval > 2*e.b.win.longest() {
-				s.entries.Delete(k)
-				return true
-			}
-			// An idle quota is still reported (its demand is now 0) while
-			// it holds more than its floor.
-			i := e.b.win.index(now)
-			if v := e.view.Load(); v.of(i, e.b.floor) <= e.b.floor && v.of(i+1, e.b.floor) <= e.b.floor && e.idle > 1 {
-				return true
-			}
-		} else {
-			e.idle = 0
+		if s.forgets(k, e, &e.idle) {
+			return true
+		}
+		// An idle quota is still reported (its demand is now 0) while it
+		// holds more than its floor.
+		i := e.b.win.index(now)
+		if v := e.view.Load(); e.idle > 1 && v.of(i, e.b.floor) <= e.b.floor && v.of(i+1, e.b.floor) <= e.b.floor {
+			return true
 		}
 		all = append(all, e)
 		return true
 	})
-	if len(all) > s.opts.MaxKeys {
-		slices.SortFunc(all, func(a, b *entry) int { return int(min(max(b.asked.Load()-a.asked.Load(), -1), 1)) })
-		all = all[:s.opts.MaxKeys]
-	}
+	all = s.busiest(all)
 	works := make([]work, 0, len(all))
 	for _, e := range all {
 		b := e.b
@@ -542,4 +533,30 @@ func (s *Store) space(ctx context.Context) error {
 // as the current window, without news.
 func (b *binding) quota(id string, w int64) QuotaMessage {
 	return QuotaMessage{ID: id, Limit: b.limit, Window: b.win.longest(), Indexed: b.win.fixed == 0, Index: w}
+}
+
+// forgets counts, in *idle, the intervals in a row in which e's quota was
+// asked for nothing and has no debit to send, and forgets the quota (its
+// entry, under key k) once that spans two of its windows: it reports
+// whether it did.
+func (s *Store) forgets(k any, e *entry, idle *int) bool {
+	if e.asked.Load() != 0 || len(e.pending) != 0 {
+		*idle = 0
+		return false
+	}
+	*idle++
+	if time.Duration(*idle)*s.opts.Interval > 2*e.b.win.longest() {
+		s.entries.Delete(k)
+		return true
+	}
+	return false
+}
+
+// busiest returns at most MaxKeys of all: those asked for most.
+func (s *Store) busiest(all []*entry) []*entry {
+	if len(all) > s.opts.MaxKeys {
+		slices.SortFunc(all, func(a, b *entry) int { return int(min(max(b.asked.Load()-a.asked.Load(), -1), 1)) })
+		all = all[:s.opts.MaxKeys]
+	}
+	return all
 }

@@ -104,22 +104,12 @@ func (s *Store) peerQuotas(now time.Time) ([]PeerQuota, []*entry) {
 	var all []*entry
 	s.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
-		if e.asked.Load() == 0 && len(e.pending) == 0 {
-			e.pidle++
-			if time.Duration(e.pidle)*s.opts.Interval > 2*e.b.win.longest() {
-				s.entries.Delete(k)
-				return true
-			}
-		} else {
-			e.pidle = 0
+		if !s.forgets(k, e, &e.pidle) {
+			all = append(all, e)
 		}
-		all = append(all, e)
 		return true
 	})
-	if len(all) > s.opts.MaxKeys {
-		slices.SortFunc(all, func(a, b *entry) int { return int(min(max(b.asked.Load()-a.asked.Load(), -1), 1)) })
-		all = all[:s.opts.MaxKeys]
-	}
+	all = s.busiest(all)
 	qs := make([]PeerQuota, len(all))
 	for i, e := range all {
 		b := e.b

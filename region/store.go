@@ -175,6 +175,22 @@ type bindKey struct {
 	alg  string // algID of a FixedWindow or a CalendarWindow
 }
 
+// value returns a *FixedWindow or *CalendarWindow as its value, and any
+// other algorithm (a nil pointer included) as it is.
+func value(alg floodgate.Algorithm) floodgate.Algorithm {
+	switch a := alg.(type) {
+	case *floodgate.FixedWindow:
+		if a != nil {
+			return *a
+		}
+	case *floodgate.CalendarWindow:
+		if a != nil {
+			return *a
+		}
+	}
+	return alg
+}
+
 // algID identifies a FixedWindow or a CalendarWindow by value, its time
 // zone by name: two processes, or two LoadLocation calls, give one zone
 // two pointers.
@@ -350,18 +366,7 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	}
 	var limit int64
 	var shortest time.Duration
-	switch a := alg.(type) {
-	case *floodgate.FixedWindow:
-		if a == nil {
-			return nil, fmt.Errorf("%w: region: nil algorithm", floodgate.ErrInvalidConfig)
-		}
-		alg = *a
-	case *floodgate.CalendarWindow:
-		if a == nil {
-			return nil, fmt.Errorf("%w: region: nil algorithm", floodgate.ErrInvalidConfig)
-		}
-		alg = *a
-	}
+	alg = value(alg)
 	switch a := alg.(type) {
 	case floodgate.FixedWindow:
 		limit, shortest = a.Limit, a.Window
@@ -708,18 +713,8 @@ type Allocation struct {
 // limiter named name (bound to this Store with alg) has for key, at the
 // Store's clock. A quota the Store has not seen reports the floor.
 func (s *Store) Allocation(name string, alg floodgate.Algorithm, key string) Allocation {
-	switch a := alg.(type) {
-	case *floodgate.FixedWindow:
-		if a != nil {
-			alg = *a
-		}
-	case *floodgate.CalendarWindow:
-		if a != nil {
-			alg = *a
-		}
-	}
 	s.mu.Lock()
-	b := s.bindings[bindKey{name, algID(alg)}]
+	b := s.bindings[bindKey{name, algID(value(alg))}]
 	s.mu.Unlock()
 	if b == nil {
 		return Allocation{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -193,7 +192,5 @@ func decodePeers(v any, quotas int) (*region.PeerReply, error) {
 		q.Asked = n
 		r.Demand = append(r.Demand, q)
 	}
-	// In MemPeers' order, so that replies of one state compare equal.
-	slices.SortFunc(r.Demand, region.ComparePeerQuotas)
 	return r, nil
 }
