@@ -62,7 +62,11 @@ func (l *binding) Take(ctx context.Context, key string, n int64) (floodgate.Deci
 		return d, err
 	}
 	l.s.forwarded.Add(1)
-	return l.remote.Take(ctx, key, n)
+	d, err = l.remote.Take(ctx, key, n)
+	if err == nil && !d.Allowed {
+		l.deniedRemotely(key, n)
+	}
+	return d, err
 }
 
 // Apply performs one step. A take (OpTake, not a check) is decided from
@@ -96,7 +100,22 @@ func (l *binding) Apply(ctx context.Context, key string, req floodgate.Request, 
 		return l.pooled(d, n), err
 	}
 	l.s.forwarded.Add(1)
-	return l.remote.Apply(ctx, key, req, each)
+	res, err := l.remote.Apply(ctx, key, req, each)
+	if err == nil && !res.Allowed {
+		l.deniedRemotely(key, n)
+	}
+	return res, err
+}
+
+// deniedRemotely counts n units of key that the remote denied, for the
+// demand a Fleet is told.
+func (l *binding) deniedRemotely(key string, n int64) {
+	if l.cfg.fleet == nil {
+		return
+	}
+	if e, ok := l.entries.Load(key); ok {
+		e.denied.Add(n)
+	}
 }
 
 // pooled returns the Result of a decision made by a pool.
@@ -199,6 +218,7 @@ func (l *binding) await(ctx context.Context, e *entry, r *refill, n int64, final
 		// The remote had no unit: that is the decision for one unit.
 		// For more units its RetryAfter (for one) would be too short.
 		l.waitedFor(r)
+		e.denied.Add(n)
 		return floodgate.Decision{
 			Limit:      l.policy.Quota,
 			Remaining:  max(r.res.Remaining, 0),

@@ -156,6 +156,36 @@
 // the fixed and sliding windows, at most processes × MaxBatch per key for
 // the token bucket and the sliding log.
 //
+// # A fleet
+//
+// Each process sizes a key's pool by its own demand, up to MaxBatch, so a
+// fleet of processes together may hold up to processes × MaxBatch units
+// of a key, and which of them holds the quota is whoever refilled first.
+// With Options.Fleet the processes share their demand for each key
+// (units consumed and denied per second, recorded at most once per
+// Options.FleetInterval from a refill's goroutine: never on a decision's
+// path, and only for keys that refill) and each holds at most its share
+// of Options.FleetBatch: the water-filling fair share (region.FairShare,
+// the allocator that splits a quota across regions) of the processes'
+// claims, a claim being what a process's demand consumes in two
+// TargetIntervals, plus an equal part of what the claims leave. A process
+// whose claim fits gets all of it; the busier ones share the rest. The
+// shares computed from one set of demands add up to FleetBatch at most,
+// each at least MinBatch, so with steady demand, once every process has
+// computed its share from the others' measured demands (two
+// FleetIntervals after the demand settles, and a pool's drain more), the
+// pools of a key hold at most FleetBatch + processes × MinBatch units
+// between them; while demands move, the processes compute their shares a
+// FleetInterval apart from different measures, and the shares may add up
+// to more. A key's first refill in a process, before the Fleet has
+// answered, is sized as without one (up to MaxBatch), and so are a
+// process's refills while its Fleet fails (Stats.ShareErrors). The Fleet
+// sizes pools only: the bound above is unchanged (no process admits a unit
+// the remote did not grant), and the under-admission it allows is smaller.
+// redisstore's Store.LeaseFleet keeps the demands in the Redis the fleet
+// leases from, beside each key's state; MemFleet shares them between
+// Stores in one process.
+//
 // # Failures
 //
 // Remote errors follow the remote's failure policy. With an

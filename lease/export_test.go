@@ -58,3 +58,22 @@ func (l *binding) held(key string) int64 {
 	}
 	return 0
 }
+
+// FleetShare is fleetShare, for tests.
+var FleetShare = fleetShare
+
+// Share returns the most units the Store may hold for key by its Fleet
+// share (0 before one): the largest over its bindings.
+func (s *Store) Share(key string) int64 {
+	n := int64(0)
+	for _, b := range s.bound() {
+		e, ok := b.entries.Load(key)
+		if !ok {
+			continue
+		}
+		e.mu.Lock()
+		n = max(n, e.share)
+		e.mu.Unlock()
+	}
+	return n
+}

@@ -26,6 +26,8 @@ const (
 	DefaultTTL = time.Second
 	// DefaultTimeout is the default of Options.Timeout.
 	DefaultTimeout = time.Second
+	// DefaultFleetInterval is the default of Options.FleetInterval.
+	DefaultFleetInterval = time.Second
 )
 
 // Options configures a Store. A nil *Options means the defaults; so does
@@ -100,6 +102,32 @@ type Options struct {
 	// (nil) reports nothing. Its other fields do not apply: wrap the Store
 	// with observe.Store to see its decisions.
 	Observer *observe.Observer
+
+	// Fleet, when set, sizes each key's pool by this process's share of
+	// the fleet's demand rather than by who refills first: the processes
+	// record their demand for the key (units consumed and denied per
+	// second) with the Fleet, at most once per FleetInterval from a
+	// refill's goroutine, and each then holds at most its fair share
+	// (water-filling, region.FairShare) of FleetBatch units, at least
+	// MinBatch and at most MaxBatch. A process whose demand fits in its
+	// share gets all of it; the busier ones share the rest equally, and
+	// what no one claims is split evenly (see the package doc, "A fleet").
+	// Until a key's first share is known (its first refill), and while the
+	// Fleet fails, its pool is sized as without one. Use redisstore.NewFleet for a fleet that
+	// leases from one Redis, NewMemFleet for Stores in one process. The
+	// default (nil) sizes pools by local demand alone, up to MaxBatch.
+	Fleet Fleet
+
+	// FleetBatch is the most units the pools of one key hold across the
+	// fleet, with a Fleet: the shares add up to it when the processes see
+	// the same demands. The default is each limiter's quota divided by 16,
+	// rounded up, and at least MinBatch: what one process holds by default
+	// without a Fleet. Values above the quota are treated as the quota.
+	FleetBatch int64
+
+	// FleetInterval is how often a key's demand is shared with the Fleet;
+	// only keys that refill share it. The default is 1s.
+	FleetInterval time.Duration
 }
 
 // config is Options resolved: by New for the Store (minBatch and maxBatch
@@ -117,6 +145,9 @@ type config struct {
 	baseNs         int64
 	onLease        func(context.Context, observe.Lease)  // nil: none
 	onReturn       func(context.Context, observe.Return) // nil: none
+	fleet          Fleet                                 // nil: none
+	fleetBatch     int64
+	fleetInterval  int64 // ns
 }
 
 // resolve validates o and fills in the defaults that depend on no quota;
@@ -141,6 +172,14 @@ func (o *Options) resolve() (config, error) {
 		return config{}, fmt.Errorf("%w: TTL must not be negative, got %v", ErrInvalidOptions, v.TTL)
 	case v.Timeout < 0:
 		return config{}, fmt.Errorf("%w: Timeout must not be negative, got %v", ErrInvalidOptions, v.Timeout)
+	case v.FleetBatch < 0:
+		return config{}, fmt.Errorf("%w: FleetBatch must not be negative, got %d", ErrInvalidOptions, v.FleetBatch)
+	case v.FleetBatch > 0 && v.MinBatch > v.FleetBatch:
+		return config{}, fmt.Errorf("%w: MinBatch %d is above FleetBatch %d", ErrInvalidOptions, v.MinBatch, v.FleetBatch)
+	case v.FleetInterval < 0:
+		return config{}, fmt.Errorf("%w: FleetInterval must not be negative, got %v", ErrInvalidOptions, v.FleetInterval)
+	case v.Fleet == nil && (v.FleetBatch != 0 || v.FleetInterval != 0):
+		return config{}, fmt.Errorf("%w: FleetBatch and FleetInterval need a Fleet", ErrInvalidOptions)
 	}
 	if err := v.Observer.Validate(); err != nil {
 		// Both ErrInvalidOptions and the Observer's ErrInvalidConfig match.
@@ -153,6 +192,9 @@ func (o *Options) resolve() (config, error) {
 		targetInterval: int64(v.TargetInterval),
 		ttl:            int64(v.TTL),
 		timeout:        v.Timeout,
+		fleet:          v.Fleet,
+		fleetBatch:     v.FleetBatch,
+		fleetInterval:  int64(v.FleetInterval),
 	}
 	if v.Observer != nil {
 		c.onLease, c.onReturn = v.Observer.OnLease, v.Observer.OnReturn
@@ -172,6 +214,9 @@ func (o *Options) resolve() (config, error) {
 	if c.timeout == 0 {
 		c.timeout = DefaultTimeout
 	}
+	if c.fleetInterval == 0 {
+		c.fleetInterval = int64(DefaultFleetInterval)
+	}
 	c.userNow = v.Now
 	c.base = time.Now()
 	c.baseNs = c.base.UnixNano()
@@ -179,23 +224,29 @@ func (o *Options) resolve() (config, error) {
 }
 
 // forQuota returns c, the Store's config, resolved for an algorithm of
-// quota units: MaxBatch defaults to the quota divided by
-// DefaultMaxBatchDivisor, rounded up, and at least MinBatch; both are at
-// most the quota. It returns an error matching ErrInvalidOptions and
+// quota units: MaxBatch (and FleetBatch) default to the quota divided by
+// DefaultMaxBatchDivisor, rounded up, and at least MinBatch; all three are
+// at most the quota. It returns an error matching ErrInvalidOptions and
 // floodgate.ErrInvalidConfig (the Store cannot run the algorithm) when
 // MinBatch is above the quota.
 func (c config) forQuota(quota int64) (config, error) {
 	if c.minBatch > quota {
 		return config{}, fmt.Errorf("%w: %w: MinBatch %d is above the quota %d", ErrInvalidOptions, floodgate.ErrInvalidConfig, c.minBatch, quota)
 	}
+	// quota/d rounded up, without overflowing near math.MaxInt64.
+	def := quota / DefaultMaxBatchDivisor
+	if quota%DefaultMaxBatchDivisor != 0 {
+		def++
+	}
+	def = max(def, c.minBatch)
 	if c.maxBatch == 0 {
-		// quota/d rounded up, without overflowing near math.MaxInt64.
-		c.maxBatch = max(quota/DefaultMaxBatchDivisor, c.minBatch)
-		if quota%DefaultMaxBatchDivisor != 0 {
-			c.maxBatch = max(quota/DefaultMaxBatchDivisor+1, c.minBatch)
-		}
+		c.maxBatch = def
 	}
 	c.maxBatch = min(c.maxBatch, quota)
+	if c.fleetBatch == 0 {
+		c.fleetBatch = def
+	}
+	c.fleetBatch = min(c.fleetBatch, quota)
 	return c, nil
 }
 

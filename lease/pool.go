@@ -56,6 +56,18 @@ type entry struct {
 	local   int64
 	waiters int64
 
+	// With Options.Fleet: share is the most units this process may hold
+	// (0 until the Fleet first answered); sharedAt the local instant the
+	// demand was last recorded and shareMark the units consumed and
+	// denied by then; sharing is true while it is being recorded.
+	share     int64
+	sharedAt  int64
+	shareMark int64
+	sharing   bool
+	// denied counts the units of takes denied, cumulative: with consumed
+	// units, the demand a Fleet is told.
+	denied atomic.Int64
+
 	// due and hidx are the janitor's, guarded by janitor.mu.
 	due  int64
 	hidx int
@@ -263,7 +275,8 @@ func (l *binding) startRefill(e *entry, need int64, wait bool) (*refill, error) 
 // sizeLocked updates e's consumption rate and batch size and returns the
 // units a refill asks for: a batch (about TargetInterval's consumption) on
 // top of the usable units, or enough to bring them up to need, and never so
-// many that a pool and its refill hold more than MaxBatch. Asking a whole
+// many that a pool and its refill hold more than MaxBatch, nor more than
+// the key's share with a Fleet (unless need asks for more). Asking a whole
 // batch, rather than topping the pool up to one from its low-water mark,
 // makes refills come about once per TargetInterval under steady demand
 // (half as many round trips as a top-up, which the low-water mark would
@@ -286,7 +299,11 @@ func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 		}
 	}
 	e.markOut, e.markAt = out, now
-	b := float64(l.cfg.maxBatch)
+	ceiling := l.cfg.maxBatch
+	if e.share > 0 {
+		ceiling = min(ceiling, e.share)
+	}
+	b := float64(ceiling)
 	if want := math.Ceil(e.rate * float64(l.cfg.targetInterval)); want < b {
 		b = want
 	}
@@ -298,12 +315,12 @@ func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 		// Double.
 		batch = max(batch, 2*e.batch)
 	}
-	batch = min(max(batch, l.cfg.minBatch), l.cfg.maxBatch)
+	batch = min(max(batch, l.cfg.minBatch), ceiling)
 	e.batch = batch
 	if need > have {
 		return max(batch, need) - have
 	}
-	return min(batch, l.cfg.maxBatch-have)
+	return min(batch, ceiling-have)
 }
 
 // runRefill makes the round trip of r for e and installs what it leased.
@@ -370,6 +387,9 @@ func (l *binding) runRefill(e *entry, r *refill) {
 			Latency: time.Duration(max(end-r.start, 0)), Local: local, Waited: r.decided.Load()})
 	}
 	_ = l.s.giveBack(jobs)
+	if l.cfg.fleet != nil {
+		l.shareFleet(e, end)
+	}
 }
 
 // refillError wraps the error of a lease round trip. A context error there

@@ -247,3 +247,98 @@ func TestRedisFailOpen(t *testing.T) {
 	assert.EqualValues(t, 50, res.Granted, "nothing was refunded into the recovered Redis")
 	assert.EqualValues(t, 0, l.Stats().Returned)
 }
+
+// TestFleetRedis: 4 gateways, each its own Redis client, redisstore,
+// LeaseFleet and lease Store, share their demand for one key through
+// Redis; one is busy, three are light. Each gateway's share follows the
+// demands (the busy one's is the largest), the shares add up to about
+// FleetBatch, and the lease bound is unchanged: after Close the remote
+// shows exactly the units admitted as consumed.
+func TestFleetRedis(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		name := "standalone"
+		if cluster {
+			name = "cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			client, real := newClient(t, cluster)
+			t.Logf("real Redis: %v", real)
+			runFleetRedis(t, client)
+		})
+	}
+}
+
+func runFleetRedis(t *testing.T, client func() redis.UniversalClient) {
+	const (
+		gateways   = 4
+		fleetBatch = 400
+		quota      = 1 << 30
+	)
+	alg := floodgate.FixedWindow{Limit: quota, Window: 30 * 24 * time.Hour}
+	prefix := testPrefix(t, client())
+	var lims []leased
+	for range gateways {
+		remote := redisRemote(t, client(), prefix)
+		fleet, err := remote.LeaseFleet(2 * time.Second)
+		require.NoError(t, err)
+		ls, err := lease.New(remote, &lease.Options{Fleet: fleet, FleetBatch: fleetBatch, MaxBatch: fleetBatch,
+			FleetInterval: 200 * time.Millisecond, Timeout: 10 * time.Second})
+		require.NoError(t, err)
+		lim, err := floodgate.New(ls, alg, &floodgate.Options{Name: gatewayName})
+		if err != nil {
+			_ = ls.Close()
+		}
+		require.NoError(t, err)
+		lims = append(lims, leased{Limiter: lim, Store: ls})
+	}
+	var admitted, errs atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(3 * time.Second)
+	for g, l := range lims {
+		goroutines, pause := 1, 20*time.Millisecond // light: up to 50/s
+		if g == 0 {
+			goroutines, pause = 8, 0 // busy: as fast as the machine goes
+		}
+		for range goroutines {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					d, err := l.Allow(context.Background(), "k")
+					switch {
+					case err != nil:
+						errs.Add(1)
+					case d.Allowed:
+						admitted.Add(1)
+					}
+					time.Sleep(pause)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	require.Zero(t, errs.Load(), "decisions that failed")
+	shares := make([]int64, gateways)
+	sum := int64(0)
+	for g, l := range lims {
+		shares[g] = l.Share("k")
+		sum += shares[g]
+		s := l.Stats()
+		assert.Zero(t, s.ShareErrors, "gateway %d", g)
+		assert.GreaterOrEqual(t, s.Shares, int64(2), "gateway %d shared its demand", g)
+	}
+	t.Logf("admitted %d; shares %v (sum %d of FleetBatch %d)", admitted.Load(), shares, sum, fleetBatch)
+	for g := 1; g < gateways; g++ {
+		assert.Greater(t, shares[0], shares[g], "the busy gateway's share against gateway %d's", g)
+	}
+	// Shares computed from the same demands add up to FleetBatch at most
+	// (each rounded down, at least MinBatch); the gateways measure at
+	// different instants, hence the slack.
+	assert.LessOrEqual(t, sum, int64(fleetBatch*5/4+gateways))
+	for _, l := range lims {
+		require.NoError(t, l.Close())
+	}
+	fresh, err := floodgate.New(redisRemote(t, client(), prefix), alg, &floodgate.Options{Name: gatewayName})
+	require.NoError(t, err)
+	res, err := fresh.Apply(context.Background(), "k", floodgate.Request{Op: floodgate.OpTakeUpTo, N: quota}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, quota-admitted.Load(), res.Granted, "units left at the remote after Close")
+}

@@ -22,6 +22,10 @@ type Stats struct {
 	Leased int64
 	// Returned is the number of unused units the remote took back.
 	Returned int64
+	// Shares is the number of demands recorded with Options.Fleet, and
+	// ShareErrors the number of those that failed.
+	Shares      int64
+	ShareErrors int64
 }
 
 // LocalRatio returns the fraction of decisions served without a round trip:

@@ -35,12 +35,14 @@ type Store struct {
 
 	// Totals for Stats. local holds the hits of pools once moved out of
 	// them (at each refill and when a pool is retired).
-	local     atomic.Int64
-	waited    atomic.Int64
-	forwarded atomic.Int64
-	leases    atomic.Int64
-	leased    atomic.Int64
-	returned  atomic.Int64
+	local       atomic.Int64
+	waited      atomic.Int64
+	forwarded   atomic.Int64
+	leases      atomic.Int64
+	leased      atomic.Int64
+	returned    atomic.Int64
+	shares      atomic.Int64
+	shareErrors atomic.Int64
 }
 
 // bindKey identifies a binding. alg is one of the four configurations
@@ -187,11 +189,13 @@ func (s *Store) enter() bool {
 // retirement at most once but possibly not at all.
 func (s *Store) Stats() Stats {
 	st := Stats{
-		Waited:    s.waited.Load(),
-		Forwarded: s.forwarded.Load(),
-		Leases:    s.leases.Load(),
-		Leased:    s.leased.Load(),
-		Returned:  s.returned.Load(),
+		Waited:      s.waited.Load(),
+		Forwarded:   s.forwarded.Load(),
+		Leases:      s.leases.Load(),
+		Leased:      s.leased.Load(),
+		Returned:    s.returned.Load(),
+		Shares:      s.shares.Load(),
+		ShareErrors: s.shareErrors.Load(),
 	}
 	local := s.local.Load()
 	for _, b := range s.bound() {
