@@ -77,3 +77,10 @@ func (s *Store) Share(key string) int64 {
 	}
 	return n
 }
+
+// Records returns the number of keys a MemFleet holds records for.
+func (f *MemFleet) Records() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.records)
+}

@@ -14,8 +14,9 @@ import (
 // Fleet shares the demand of the processes that lease one limiter's keys,
 // so that each sizes its pools by its share of Options.FleetBatch rather
 // than by who refills first (see Options.Fleet). A Fleet is shared by the
-// lease Stores of every process of the fleet: redisstore.NewFleet keeps it
-// in the Redis they lease from, MemFleet in one process.
+// lease Stores of every process of the fleet: redisstore's
+// Store.LeaseFleet keeps it in the Redis they lease from, MemFleet in one
+// process.
 type Fleet interface {
 	// Demand records demand, this process's demand for the key of the
 	// limiter named name in units per second, and returns the demands the
@@ -34,7 +35,16 @@ type MemFleet struct {
 	ttl     time.Duration
 	now     func() time.Time
 	records map[fleetKey]map[*memMember]memRecord
+	// calls counts Demand calls: every sweepEvery-th drops the expired
+	// records of every key, so that keys no one records any more do not
+	// pile up.
+	calls int
 }
+
+// sweepEvery is how many Demand calls a MemFleet makes between sweeps of
+// every key; a sweep costs about as many steps as records, so a call costs
+// O(1) amortized while the records are of the order of sweepEvery.
+const sweepEvery = 1024
 
 type fleetKey struct{ name, key string }
 
@@ -78,6 +88,9 @@ func (m *memMember) Demand(_ context.Context, name, key string, demand float64) 
 		f.records[k] = recs
 	}
 	recs[m] = memRecord{demand: demand, until: now.Add(f.ttl)}
+	if f.calls++; f.calls%sweepEvery == 0 {
+		f.sweepLocked(now, k)
+	}
 	var others []float64
 	for o, r := range recs {
 		switch {
@@ -88,6 +101,21 @@ func (m *memMember) Demand(_ context.Context, name, key string, demand float64) 
 		}
 	}
 	return others, nil
+}
+
+// sweepLocked drops the records expired at now, and the keys left with
+// none, except keep's.
+func (f *MemFleet) sweepLocked(now time.Time, keep fleetKey) {
+	for k, recs := range f.records {
+		for m, r := range recs {
+			if !now.Before(r.until) {
+				delete(recs, m)
+			}
+		}
+		if len(recs) == 0 && k != keep {
+			delete(f.records, k)
+		}
+	}
 }
 
 // CheckDemand returns an error matching ErrInvalidOptions unless demand is

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -88,6 +89,17 @@ func TestMemFleet(t *testing.T) {
 		}
 		_, err = lease.NewMemFleet(0, nil)
 		assert.ErrorIs(t, err, lease.ErrInvalidOptions)
+
+		// Keys no one records any more are dropped: the records stay
+		// bounded however many keys pass through.
+		for i := range 10000 {
+			_, err := a.Demand(ctx, "api", strconv.Itoa(i), 1)
+			require.NoError(t, err)
+			if i%100 == 0 {
+				time.Sleep(time.Second)
+			}
+		}
+		assert.LessOrEqual(t, f.Records(), 1100)
 	})
 }
 
