@@ -63,3 +63,39 @@ func Example() {
 	// 4 local, 1 waited, 1 lease
 	// 95 left
 }
+
+// The processes of a fleet that lease one global limit share their demand
+// for it, so that each holds its fair share of FleetBatch rather than up to
+// MaxBatch each. In production each process has its own redisstore on one
+// Redis and passes redis.LeaseFleet(3*time.Second) as the Fleet; here two
+// Stores in one process share a MemFleet.
+func ExampleOptions_fleet() {
+	remote, err := memstore.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	fleet, err := lease.NewMemFleet(3*time.Second, nil)
+	if err != nil {
+		panic(err)
+	}
+	alg := floodgate.FixedWindow{Limit: 100_000, Window: time.Minute}
+	var limiters []*floodgate.Limiter
+	for range 2 { // two processes
+		ls, err := lease.New(remote, &lease.Options{Fleet: fleet.Member(), FleetBatch: 1000})
+		if err != nil {
+			panic(err)
+		}
+		defer ls.Close()
+		lim, err := floodgate.New(ls, alg, &floodgate.Options{Name: "partner-api"})
+		if err != nil {
+			panic(err)
+		}
+		limiters = append(limiters, lim)
+	}
+	d, err := limiters[0].Allow(context.Background(), "global")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(d.Allowed)
+	// Output: true
+}
