@@ -5,13 +5,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/floodgate-go/floodgate"
-	"github.com/floodgate-go/floodgate/lease"
 )
 
 // LeaseFleet is a lease.Fleet on Redis: the lease Stores of a fleet that
@@ -22,7 +22,9 @@ import (
 // and returns the others', on Redis's TIME (the processes' clocks do not
 // matter). It reads the whole hash, which suits fleets of tens or hundreds
 // of processes. Create one per process with Store.LeaseFleet and give it
-// to lease.Options.Fleet; it is safe for concurrent use.
+// to lease.Options.Fleet (it implements lease.Fleet; redisstore does not
+// import package lease, so that it does not link it into every program
+// that uses Redis); it is safe for concurrent use.
 type LeaseFleet struct {
 	s      *Store
 	id     string // this process's field
@@ -49,8 +51,6 @@ for i = 1, #all, 2 do
 end
 return out
 `)
-
-var _ lease.Fleet = (*LeaseFleet)(nil)
 
 // LeaseFleet returns the LeaseFleet of this process, with a random id of
 // its own: a process that stops recording (killed, cut off, or whose key
@@ -83,8 +83,8 @@ func (s *Store) DemandKey(name, key string) string {
 
 // Demand implements lease.Fleet. It returns the errors of
 // floodgate.CheckName and floodgate.CheckKey for a name or key no limiter
-// accepts, one matching lease.ErrInvalidOptions for a demand
-// that is not a finite number ≥ 0, one matching floodgate.ErrUnavailable
+// accepts, one matching ErrInvalidOptions for a demand that is not a
+// finite number ≥ 0, one matching floodgate.ErrUnavailable
 // when Redis fails, and one matching ErrReply for a reply it cannot read
 // (a field another program wrote, say).
 func (f *LeaseFleet) Demand(ctx context.Context, name, key string, demand float64) ([]float64, error) {
@@ -94,7 +94,7 @@ func (f *LeaseFleet) Demand(ctx context.Context, name, key string, demand float6
 	if err := floodgate.CheckKey(key); err != nil {
 		return nil, err
 	}
-	if err := lease.CheckDemand(demand); err != nil {
+	if err := checkDemand(demand); err != nil {
 		return nil, err
 	}
 	if f.s.timeout != NoTimeout {
@@ -124,7 +124,7 @@ func (f *LeaseFleet) Demand(ctx context.Context, name, key string, demand float6
 	for i, v := range res {
 		d, err := strconv.ParseFloat(v, 64)
 		if err == nil {
-			err = lease.CheckDemand(d)
+			err = checkDemand(d)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%w: lease fleet demand %q: %v", ErrReply, v, err)
@@ -132,4 +132,13 @@ func (f *LeaseFleet) Demand(ctx context.Context, name, key string, demand float6
 		others[i] = d
 	}
 	return others, nil
+}
+
+// checkDemand returns an error matching ErrInvalidOptions unless demand is
+// a finite number ≥ 0 (lease.CheckDemand's rule).
+func checkDemand(demand float64) error {
+	if !(demand >= 0) || math.IsInf(demand, 0) {
+		return fmt.Errorf("%w: a demand must be a finite number ≥ 0, got %v", ErrInvalidOptions, demand)
+	}
+	return nil
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/floodgate-go/floodgate/step"
 )
 
+var _ lease.Fleet = (*LeaseFleet)(nil)
+
 // TestLeaseFleet: the LeaseFleets of one Store's Redis see each other's
 // demands for a key, not their own, nor those for other keys or limiters.
 func TestLeaseFleet(t *testing.T) {
@@ -73,7 +75,7 @@ func TestLeaseFleetInvalid(t *testing.T) {
 	require.NoError(t, err)
 	for _, d := range []float64{-1, math.NaN(), math.Inf(1), math.Inf(-1)} {
 		_, err := f.Demand(ctx, "api", "k", d)
-		assert.ErrorIs(t, err, lease.ErrInvalidOptions, "%v", d)
+		assert.ErrorIs(t, err, ErrInvalidOptions, "%v", d)
 	}
 	_, err = f.Demand(ctx, "a{b", "k", 1)
 	assert.ErrorIs(t, err, floodgate.ErrInvalidConfig)
