@@ -87,6 +87,15 @@
 // 1.5 µs (15.3 µs a call against 6.4 and 6.8, the least of twelve
 // redis-benchmark runs with INFO commandstats).
 //
+// # A lease fleet
+//
+// Store.LeaseFleet returns a lease.Fleet: the lease Stores of a fleet that
+// lease from this Redis share their demand for each key through a hash at
+// Prefix + "{k}:" + n + ":dm" (Store.DemandKey(n, k), on k's Cluster slot),
+// a field per process, so that each sizes its pools by its fair share
+// (see package lease, "A fleet"). One script call records a process's
+// demand and returns the others'.
+//
 // # In flight
 //
 // The Store is also an inflight.Store, for package inflight's limit of
@@ -242,7 +251,8 @@
 //     ClusterClient may make more round trips, following further
 //     redirections). A Limits decision, and package inflight's
 //     acquisitions, renewals and releases, are calls alike; so is a
-//     FleetSource's exchange, with Decisions 0. Outcome is
+//     FleetSource's exchange and a LeaseFleet's Demand, with Decisions
+//     0. Outcome is
 //     CallOK when Redis answered, an error reply about the script or the
 //     data included; CallTimeout when no answer came within
 //     Options.Timeout (or go-redis' own timeouts); CallError otherwise:
