@@ -83,3 +83,33 @@ func TestBatchGrowsWhenCallersWait(t *testing.T) {
 		require.NoError(t, l.Close())
 	})
 }
+
+// TestBatchNotDoubledWhenShort: while the remote grants fewer units than
+// asked (running low, or a region's store near its grant), the refills
+// that follow at once are not a burst: the batch keeps following the
+// key's rate instead of doubling to MaxBatch, so that once the remote has
+// units again a process does not grab MaxBatch of them.
+func TestBatchNotDoubledWhenShort(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		r := newRemote(t, floodgate.FixedWindow{Limit: 1 << 40, Window: 24 * time.Hour})
+		l := newLease(t, r, &lease.Options{MaxBatch: 1000, TTL: time.Hour})
+		r.short.Store(1)
+		for range 200 { // 100/s for 2s: a batch of about 10
+			d, err := l.Allow(ctx, "k")
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			time.Sleep(10 * time.Millisecond)
+		}
+		r.short.Store(0)
+		for range 10 {
+			_, err := l.Allow(ctx, "k")
+			require.NoError(t, err)
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Logf("batch %d, held %d", l.Batch("k"), l.Held("k"))
+		assert.LessOrEqual(t, l.Batch("k"), int64(40), "the batch follows 100/s, not the short grants")
+		assert.LessOrEqual(t, l.Held("k"), int64(40))
+		require.NoError(t, l.Close())
+	})
+}

@@ -49,6 +49,9 @@ type remote struct {
 	fail atomic.Pointer[error]
 	// fake, when set, replaces OpTakeUpTo's result (a store's fail-open).
 	fake func(n int64) floodgate.Result
+	// short, when above 0, is the most units a lease round trip is
+	// granted: a remote running low.
+	short atomic.Int64
 	// bindErr, when set, is the error of Bind.
 	bindErr error
 
@@ -150,6 +153,9 @@ func (c *counting) allowUpTo(ctx context.Context, key string, n int64) (floodgat
 	}
 	if r.fake != nil {
 		return r.fake(n), nil
+	}
+	if m := r.short.Load(); m > 0 {
+		n = min(n, m)
 	}
 	res, err := c.b.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: n}, nil)
 	r.granted.Add(res.Granted)

@@ -48,8 +48,10 @@ type entry struct {
 	// cumulative; what is neither left nor dropped was consumed.
 	leased  int64
 	dropped int64
-	// lastLease is the local instant the last lease round trip ended.
+	// lastLease is the local instant the last lease round trip ended;
+	// short is whether it granted fewer units than it asked for.
 	lastLease int64
+	short     bool
 	// local counts decisions served by retired pools since the last
 	// lease round trip; waiters counts those that waited for the last
 	// refill.
@@ -308,11 +310,14 @@ func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 		b = want
 	}
 	batch := max(int64(b), e.waiters) // room for the callers that waited last time
-	if now-e.lastLease < l.cfg.targetInterval/4 {
+	if now-e.lastLease < l.cfg.targetInterval/4 && !e.short {
 		// The last lease was used down to the low-water mark four times
 		// faster than a batch is meant to last: a burst, which the rate
 		// estimate lags (and does not see on a clock that has not moved).
-		// Double.
+		// Double. Not when the last lease came back short: a refill that
+		// follows it at once is the remote running low, not a burst, and
+		// doubling then would only make each process grab more of the
+		// last units.
 		batch = max(batch, 2*e.batch)
 	}
 	batch = min(max(batch, l.cfg.minBatch), ceiling)
@@ -356,7 +361,7 @@ func (l *binding) runRefill(e *entry, r *refill) {
 		// TargetInterval; callers with an empty pool still ask.
 		e.quiet.Store(end + l.cfg.targetInterval)
 	}
-	e.lastLease = end
+	e.lastLease, e.short = end, granted < r.asked
 	// No caller joins r from here on: it is no longer e.fill.
 	e.waiters = r.waiters.Load()
 	local := e.local
