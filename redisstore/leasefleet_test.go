@@ -136,3 +136,43 @@ func TestLeaseFleetExpiry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{b.id}, fields)
 }
+
+// TestLeaseFleetStall: with the server stopped (SIGSTOP), a Demand ends
+// within the Store's Timeout (given generous slack on a shared machine)
+// with an error matching floodgate.ErrUnavailable, and works again once the
+// server resumes.
+func TestLeaseFleetStall(t *testing.T) {
+	p := startRedisProc(t)
+	c := redis.NewClient(&redis.Options{Addr: p.addr()}) // default options
+	t.Cleanup(func() { _ = c.Close() })
+	s := newStore(t, c, &Options{Prefix: "fg:", Timeout: 50 * time.Millisecond})
+	a, err := s.LeaseFleet(time.Minute)
+	require.NoError(t, err)
+	b, err := s.LeaseFleet(time.Minute)
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = a.Demand(ctx, "api", "k", 3)
+	require.NoError(t, err)
+
+	p.stop()
+	start := time.Now()
+	_, err = b.Demand(ctx, "api", "k", 4)
+	took := time.Since(start)
+	p.cont()
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, floodgate.ErrUnavailable), "error %v, want ErrUnavailable", err)
+	assert.Less(t, took, 2*time.Second, "a Demand against a stopped server is bounded by the Store's Timeout (50ms)")
+	t.Logf("a Demand against a stopped server returned after %v", took)
+
+	// The server answers again; the connection the timed-out call used
+	// may be closed by the client, so allow a few attempts.
+	var got []float64
+	for range 50 {
+		if got, err = b.Demand(ctx, "api", "k", 4); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.NoError(t, err)
+	assert.Equal(t, []float64{3}, got)
+}
