@@ -3,6 +3,7 @@ package rediscoord
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -304,9 +305,20 @@ func TestProcessesRedis(t *testing.T) {
 		}
 		if ok {
 			n := float64(s.at-step) / float64(interval)
-			t.Logf("step at %v: within 2%% of the fair share at %v, %.1f intervals after it: held %v, fair %v", step, s.at, n, s.held, oracle(s))
-			if n > float64(bound) && delivered {
-				t.Errorf("within 2%% of the fair share only %.1f intervals after the step", n)
+			// A loaded machine (the race detector, other packages' tests)
+			// runs the reconcilers late: count the rounds they ran too.
+			// Each region calls the coordinator at most twice a round, so
+			// a region that made more than 2·bound calls since the step
+			// ran more than bound rounds.
+			rounds := math.MaxInt
+			for _, rr := range runs {
+				rr.mu.Lock()
+				rounds = min(rounds, countBefore(rr.calls, t0.Add(s.at))-countBefore(rr.calls, t0.Add(step)))
+				rr.mu.Unlock()
+			}
+			t.Logf("step at %v: within 2%% of the fair share at %v, %.1f intervals after it (the least calls of a region since: %d): held %v, fair %v", step, s.at, n, rounds, s.held, oracle(s))
+			if n > float64(bound) && rounds > 2*bound && delivered {
+				t.Errorf("within 2%% of the fair share only %.1f intervals after the step, after %d calls or more of each region", n, rounds)
 			}
 			converged = true
 			break
