@@ -177,9 +177,11 @@
 // pools of a key hold at most FleetBatch + processes × MinBatch units
 // between them; while demands move, the processes compute their shares a
 // FleetInterval apart from different measures, and the shares may add up
-// to more. A key's first refill in a process, before the Fleet has
-// answered, is sized as without one (up to MaxBatch), and so are a
-// process's refills while its Fleet fails (Stats.ShareErrors). The Fleet
+// to more. A key's refills in a process are sized as without a Fleet (up
+// to MaxBatch) until its second record, a FleetInterval after its first
+// refill: the first carries no measured demand, and a share from it would
+// hold a newcomer to a busy fleet at MinBatch, a round trip a decision. So
+// are a process's refills while its Fleet fails (Stats.ShareErrors). The Fleet
 // sizes pools only: the bound above is unchanged (no process admits a unit
 // the remote did not grant), and the under-admission it allows is smaller.
 // redisstore's Store.LeaseFleet keeps the demands in the Redis the fleet

@@ -171,12 +171,15 @@ func (l *binding) shareFleet(e *entry, now int64) {
 	}
 	out := e.leased - e.dropped - held
 	wanted := out + e.denied.Load()
-	demand := 0.0
-	if e.sharedAt != 0 && now > e.sharedAt {
+	// The first record of a key carries the consumption rate its refills
+	// measured, if any: its demand is measured from here on. Its share is
+	// not applied, since it rests on no measured demand: a newcomer to a
+	// busy fleet would otherwise be held to MinBatch, a round trip a
+	// decision, until the next record.
+	first := e.sharedAt == 0
+	demand := e.rate
+	if !first && now > e.sharedAt {
 		demand = float64(wanted-e.shareMark) / float64(now-e.sharedAt)
-	} else if e.rate > 0 {
-		// The first share: the consumption rate the refills measured.
-		demand = e.rate
 	}
 	demand = max(demand, 0)
 	e.shareMark, e.sharedAt = wanted, now
@@ -204,7 +207,9 @@ func (l *binding) shareFleet(e *entry, now int64) {
 	e.mu.Lock()
 	e.sharing = false
 	if err == nil {
-		e.share = share
+		if !first {
+			e.share = share
+		}
 		l.s.shares.Add(1)
 	} else {
 		// The last share stands; a failing Fleet is asked again at the

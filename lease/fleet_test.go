@@ -233,3 +233,53 @@ func TestFleetSizesPools(t *testing.T) {
 		}
 	})
 }
+
+// TestFleetNewcomer: a process that joins a busy fleet is not held to
+// MinBatch (a round trip a decision) before its demand has been measured:
+// its first record carries no measure, and sets no share.
+func TestFleetNewcomer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		r := newRemote(t, floodgate.FixedWindow{Limit: 1 << 40, Window: 24 * time.Hour})
+		fleet, err := lease.NewMemFleet(3*time.Second, nil)
+		require.NoError(t, err)
+		opts := func() *lease.Options {
+			return &lease.Options{Fleet: fleet.Member(), FleetBatch: 400, MaxBatch: 1000}
+		}
+		// drive makes 20 decisions every 10ms (2,000/s) until end.
+		drive := func(l leased, end time.Time) {
+			for time.Now().Before(end) {
+				for range 20 {
+					d, err := l.Allow(ctx, "k")
+					if err != nil || !d.Allowed {
+						t.Errorf("%v %v", d, err)
+						return
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		var busy []leased
+		for range 4 {
+			busy = append(busy, newLease(t, r, opts()))
+		}
+		var wg sync.WaitGroup
+		end := time.Now().Add(5 * time.Second)
+		for _, l := range busy {
+			wg.Go(func() { drive(l, end) })
+		}
+		time.Sleep(3 * time.Second) // the busy ones hold their shares: 100 each
+		newcomer := newLease(t, r, opts())
+		wg.Go(func() { drive(newcomer, time.Now().Add(time.Second)) })
+		wg.Wait()
+		s := newcomer.Stats()
+		t.Logf("newcomer: %d decisions, %d leases, share %d; a busy one's share %d", s.Local+s.Waited, s.Leases, newcomer.Share("k"), busy[0].Share("k"))
+		// 2,000 decisions in its first second: with batches of about 200
+		// (its local demand for a TargetInterval) a few dozen leases, with
+		// MinBatch 2,000.
+		assert.Less(t, s.Leases, int64(100))
+		for _, l := range append(busy, newcomer) {
+			require.NoError(t, l.Close())
+		}
+	})
+}

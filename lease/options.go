@@ -112,8 +112,9 @@ type Options struct {
 	// MinBatch and at most MaxBatch. A process whose demand fits in its
 	// share gets all of it; the busier ones share the rest equally, and
 	// what no one claims is split evenly (see the package doc, "A fleet").
-	// Until a key's first share is known (its first refill), and while the
-	// Fleet fails, its pool is sized as without one. It costs a Fleet call
+	// Until a key's second record (a FleetInterval after its first
+	// refill), and while the Fleet fails, its pool is sized as without
+	// one. It costs a Fleet call
 	// (a script call on Redis) per key per FleetInterval for every key
 	// that refills in it: on a limiter of many keys that each refill less
 	// than once per FleetInterval (per-user limits), that doubles the round
