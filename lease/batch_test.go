@@ -113,3 +113,28 @@ func TestBatchNotDoubledWhenShort(t *testing.T) {
 		require.NoError(t, l.Close())
 	})
 }
+
+// TestBatchRateMeasuredOverTime: a key's first refills come one right
+// after another (the pool of the first is a unit or two), and a unit
+// consumed over one round trip is not the key's rate: the batch of a key
+// used 50 times a second stays near its 100ms of use (5) rather than a
+// unit per round trip (100 at a 1ms round trip).
+func TestBatchRateMeasuredOverTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		r := newRemote(t, floodgate.FixedWindow{Limit: 1 << 40, Window: 24 * time.Hour})
+		r.delay.Store(int64(time.Millisecond))
+		l := newLease(t, r, &lease.Options{MaxBatch: 1000})
+		most := int64(0)
+		for range 100 { // 50/s for 2s
+			d, err := l.Allow(ctx, "k")
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+			most = max(most, l.Batch("k"), l.Held("k"))
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("largest batch or pool: %d", most)
+		assert.LessOrEqual(t, most, int64(15))
+		require.NoError(t, l.Close())
+	})
+}

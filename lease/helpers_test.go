@@ -52,6 +52,8 @@ type remote struct {
 	// short, when above 0, is the most units a lease round trip is
 	// granted: a remote running low.
 	short atomic.Int64
+	// delay, when above 0, is how long a lease round trip takes (ns).
+	delay atomic.Int64
 	// bindErr, when set, is the error of Bind.
 	bindErr error
 
@@ -153,6 +155,9 @@ func (c *counting) allowUpTo(ctx context.Context, key string, n int64) (floodgat
 	}
 	if r.fake != nil {
 		return r.fake(n), nil
+	}
+	if d := r.delay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
 	}
 	if m := r.short.Load(); m > 0 {
 		n = min(n, m)
