@@ -290,24 +290,20 @@ func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 		held = p.left.Load()
 	}
 	have := usable(p, now)
-	// Consumed units since the last measure, over the time since: over at
-	// least a quarter of TargetInterval, since a unit or two over a round
-	// trip (a key's first refills, one right after another) would measure
-	// a rate far above the key's and size a batch to match. Bursts faster
-	// than the measure are the doubling's (below).
+	// Consumed units since the last sizing, over the time since, weighed
+	// by that time: a measure over 2·TargetInterval or more replaces the
+	// estimate, a shorter one moves it in proportion. A unit or two over
+	// one round trip (a key's first refills, one right after another)
+	// would otherwise read as a rate far above the key's and size a batch
+	// to match, and a long quiet stretch would take many refills to be
+	// believed. Bursts faster than the measure are the doubling's (below).
 	out := e.leased - e.dropped - held
-	switch {
-	case e.markAt == 0:
-		e.markOut, e.markAt = out, now
-	case now-e.markAt >= l.cfg.targetInterval/4:
-		r := float64(out-e.markOut) / float64(now-e.markAt)
-		if e.rate == 0 {
-			e.rate = r
-		} else {
-			e.rate = (e.rate + r) / 2
-		}
-		e.markOut, e.markAt = out, now
+	if e.markAt != 0 && now > e.markAt {
+		span := float64(now - e.markAt)
+		r := float64(out-e.markOut) / span
+		e.rate += (r - e.rate) * min(span/float64(2*l.cfg.targetInterval), 1)
 	}
+	e.markOut, e.markAt = out, now
 	ceiling := l.cfg.maxBatch
 	if e.share > 0 {
 		ceiling = min(ceiling, e.share)
