@@ -33,7 +33,11 @@ func (s *Store) HeldBy(name, key string) int64 {
 
 // Batch returns key's current batch size: the largest over the Store's
 // bindings.
-func (s *Store) Batch(key string) int64 {
+func (s *Store) Batch(key string) int64 { return s.most(key, func(e *entry) int64 { return e.batch }) }
+
+// most returns the largest of f over key's entries, each read under its
+// lock.
+func (s *Store) most(key string, f func(*entry) int64) int64 {
 	n := int64(0)
 	for _, b := range s.bound() {
 		e, ok := b.entries.Load(key)
@@ -41,7 +45,7 @@ func (s *Store) Batch(key string) int64 {
 			continue
 		}
 		e.mu.Lock()
-		n = max(n, e.batch)
+		n = max(n, f(e))
 		e.mu.Unlock()
 	}
 	return n
@@ -64,19 +68,7 @@ var FleetShare = fleetShare
 
 // Share returns the most units the Store may hold for key by its Fleet
 // share (0 before one): the largest over its bindings.
-func (s *Store) Share(key string) int64 {
-	n := int64(0)
-	for _, b := range s.bound() {
-		e, ok := b.entries.Load(key)
-		if !ok {
-			continue
-		}
-		e.mu.Lock()
-		n = max(n, e.share)
-		e.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Share(key string) int64 { return s.most(key, func(e *entry) int64 { return e.share }) }
 
 // Records returns the number of keys a MemFleet holds records for.
 func (f *MemFleet) Records() int {

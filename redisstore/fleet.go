@@ -124,21 +124,28 @@ func (f *FleetSource) Exchange(ctx context.Context, local shed.Load) (shed.Load,
 	return total, nil
 }
 
-// run runs the fleet script: EVALSHA, then EVAL if Redis does not have
-// it, each round trip told to OnStoreCall (as the Store's own calls are,
-// a NOSCRIPT answer included) with the node serving the fleet's key.
+// run runs the fleet script (see Store.runOwn).
 func (f *FleetSource) run(ctx context.Context, args ...any) *redis.Cmd {
-	keys := []string{f.key}
+	return f.s.runOwn(ctx, fleetScript, f.key, args...)
+}
+
+// runOwn runs script on key, a script of the Store's own that decides
+// nothing (a fleet's exchange): EVALSHA, then EVAL if Redis does not have
+// it, each round trip told to OnStoreCall (as the Store's own calls are, a
+// NOSCRIPT answer included) with the node serving key. It goes through
+// the Store's client, not its breakers, batches or failure policy.
+func (s *Store) runOwn(ctx context.Context, script *redis.Script, key string, args ...any) *redis.Cmd {
+	keys := []string{key}
 	t := trip{}
-	if f.s.onCall != nil {
-		t = trip{s: f.s, ctx: ctx}
-		if n, err := f.s.nodeFor(ctx, f.key); err == nil {
+	if s.onCall != nil {
+		t = trip{s: s, ctx: ctx}
+		if n, err := s.nodeFor(ctx, key); err == nil {
 			t.node = n.addr
 		}
 	}
-	cmd := t.timed(func() *redis.Cmd { return fleetScript.EvalSha(ctx, f.s.client, keys, args...) })
+	cmd := t.timed(func() *redis.Cmd { return script.EvalSha(ctx, s.client, keys, args...) })
 	if isNoScript(cmd.Err()) {
-		cmd = t.timed(func() *redis.Cmd { return fleetScript.Eval(ctx, f.s.client, keys, args...) })
+		cmd = t.timed(func() *redis.Cmd { return script.Eval(ctx, s.client, keys, args...) })
 	}
 	return cmd
 }

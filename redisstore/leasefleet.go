@@ -102,21 +102,8 @@ func (f *LeaseFleet) Demand(ctx context.Context, name, key string, demand float6
 		ctx, cancel = context.WithTimeout(ctx, f.s.timeout)
 		defer cancel()
 	}
-	rkey := f.s.DemandKey(name, key)
-	args := []any{f.id, strconv.FormatFloat(demand, 'g', -1, 64), f.expiry}
-	keys := []string{rkey}
-	t := trip{}
-	if f.s.onCall != nil {
-		t = trip{s: f.s, ctx: ctx}
-		if n, err := f.s.nodeFor(ctx, rkey); err == nil {
-			t.node = n.addr
-		}
-	}
-	cmd := t.timed(func() *redis.Cmd { return demandScript.EvalSha(ctx, f.s.client, keys, args...) })
-	if isNoScript(cmd.Err()) {
-		cmd = t.timed(func() *redis.Cmd { return demandScript.Eval(ctx, f.s.client, keys, args...) })
-	}
-	res, err := cmd.StringSlice()
+	res, err := f.s.runOwn(ctx, demandScript, f.s.DemandKey(name, key),
+		f.id, strconv.FormatFloat(demand, 'g', -1, 64), f.expiry).StringSlice()
 	if err != nil {
 		return nil, fmt.Errorf("%w: lease fleet demand: %w", floodgate.ErrUnavailable, err)
 	}

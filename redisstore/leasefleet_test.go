@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/lease"
+	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -175,4 +177,36 @@ func TestLeaseFleetStall(t *testing.T) {
 	}
 	require.NoError(t, err)
 	assert.Equal(t, []float64{3}, got)
+}
+
+// TestLeaseFleetObserved: OnStoreCall sees a Demand's round trips as a
+// FleetSource's (EVALSHA answered NOSCRIPT, then EVAL; then EVALSHA), each
+// naming the node and carrying no decision.
+func TestLeaseFleetObserved(t *testing.T) {
+	parallelOnMiniredis(t)
+	m := miniredis.RunT(t)
+	srv := &server{addr: m.Addr(), mini: m}
+	var mu sync.Mutex
+	var calls []observe.StoreCall
+	obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
+		mu.Lock()
+		calls = append(calls, e)
+		mu.Unlock()
+	}}
+	s := newStore(t, srv.client(t), &Options{Name: "leases", Observer: obs})
+	f, err := s.LeaseFleet(time.Second)
+	require.NoError(t, err)
+	for range 2 {
+		_, err := f.Demand(context.Background(), "api", "k", 1)
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, calls, 3, "EVALSHA (NOSCRIPT), EVAL, EVALSHA: %+v", calls)
+	for i, e := range calls {
+		assert.Equal(t, "leases", e.Name, "call %d", i)
+		assert.Equal(t, srv.addr, e.Node, "call %d", i)
+		assert.Zero(t, e.Decisions, "call %d carries no decision", i)
+		assert.Equal(t, observe.CallOK, e.Outcome, "call %d: %v", i, e.Err)
+	}
 }
