@@ -114,11 +114,11 @@ type Options struct {
 	// what no one claims is split evenly (see the package doc, "A fleet").
 	// Until a key's second record (a FleetInterval after its first
 	// refill), and while the Fleet fails, its pool is sized as without
-	// one. It costs a Fleet call
-	// (a script call on Redis) per key per FleetInterval for every key
-	// that refills in it: on a limiter of many keys that each refill less
-	// than once per FleetInterval (per-user limits), that doubles the round
-	// trips, so give a Fleet to a Store of global or per-tenant limits.
+	// one. It costs a Fleet call (a script call on Redis) per key per
+	// FleetInterval for every key that refills in it: on a limiter of many
+	// keys that each refill less than once per FleetInterval (per-user
+	// limits), that doubles the round trips, so give a Fleet to a Store of
+	// global or per-tenant limits.
 	// Use redisstore's Store.LeaseFleet for a fleet that leases from one
 	// Redis, NewMemFleet for Stores in one process. The default (nil)
 	// sizes pools by local demand alone, up to MaxBatch.

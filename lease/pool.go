@@ -59,9 +59,9 @@ type entry struct {
 	waiters int64
 
 	// With Options.Fleet: share is the most units this process may hold
-	// (0 until the Fleet first answered); sharedAt the local instant the
-	// demand was last recorded and shareMark the units consumed and
-	// denied by then; sharing is true while it is being recorded.
+	// (0, none, until the key's second record); sharedAt the local
+	// instant the demand was last recorded and shareMark the units
+	// consumed and denied by then; sharing is true while it is recorded.
 	share     int64
 	sharedAt  int64
 	shareMark int64
