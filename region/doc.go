@@ -180,6 +180,11 @@
 // each reports only its own demand (the coordinator keeps the last
 // report) and makes its own calls.
 //
+// Pods that lease from the region's Store (package lease over it) size
+// their pools by the same allocator: with lease.Options.Fleet each holds
+// its FairShare of the region's pods' demand rather than whatever its
+// refills reached first (see package lease, "A fleet").
+//
 // # Calendar windows
 //
 // A CalendarWindow's windows vary in length (23 to 25 hours for a day in
