@@ -172,7 +172,7 @@
 // whose claim fits gets all of it; the busier ones share the rest. The
 // shares computed from one set of demands add up to FleetBatch at most,
 // each at least MinBatch, so with steady demand, once every process has
-// computed its share from the others' measured demands (two
+// computed its share from the others' measured demands (two or three
 // FleetIntervals after the demand settles, and a pool's drain more), the
 // pools of a key hold at most FleetBatch + processes × MinBatch units
 // between them; while demands move, the processes compute their shares a
