@@ -96,31 +96,68 @@ func TestFleetSourceInvalid(t *testing.T) {
 	}
 }
 
-func TestFleetSourceDown(t *testing.T) {
-	parallelOnMiniredis(t)
-	// Nothing listens on port 1 of the loopback: every exchange fails.
+// fleetCalls are the scripts of the Store's two fleets, FleetSource's
+// exchange and LeaseFleet's Demand, for the tests they share: each makes
+// one call on s and returns its error.
+var fleetCalls = []struct {
+	name string
+	call func(t *testing.T, s *Store) error
+}{
+	{"FleetSource", func(t *testing.T, s *Store) error {
+		f, err := s.FleetSource("obs", time.Second)
+		require.NoError(t, err)
+		_, err = f.Exchange(context.Background(), shed.Load{InFlight: 1, Capacity: 4})
+		return err
+	}},
+	{"LeaseFleet", func(t *testing.T, s *Store) error {
+		f, err := s.LeaseFleet(time.Second)
+		require.NoError(t, err)
+		_, err = f.Demand(context.Background(), "api", "k", 1)
+		return err
+	}},
+}
+
+// downStore returns a Store whose server is down: nothing listens on port
+// 1 of the loopback, so every call fails.
+func downStore(t *testing.T, opts *Options) *Store {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = c.Close() })
-	s, err := New(c, &Options{Prefix: "fleet-down:", Timeout: 200 * time.Millisecond})
+	s, err := New(c, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
-	f, err := s.FleetSource("down", time.Second)
-	require.NoError(t, err)
-	_, err = f.Exchange(context.Background(), shed.Load{InFlight: 1, Capacity: 1})
-	require.Error(t, err)
-	assert.True(t, errors.Is(err, floodgate.ErrUnavailable), "error %v, want ErrUnavailable", err)
+	return s
+}
+
+// frozenStore returns a Store on a miniredis of its own whose TIME stands
+// at the returned instant until the test sets it.
+func frozenStore(t *testing.T) (*miniredis.Miniredis, *Store, time.Time) {
+	t.Helper()
+	srv := miniredis.RunT(t)
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	srv.SetTime(now)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return srv, newStore(t, c, &Options{Prefix: "fg:"}), now
+}
+
+// TestFleetDown: a fleet's call to a server that is down fails with an
+// error matching floodgate.ErrUnavailable.
+func TestFleetDown(t *testing.T) {
+	parallelOnMiniredis(t)
+	for _, fc := range fleetCalls {
+		s := downStore(t, &Options{Prefix: "fleet-down:", Timeout: 200 * time.Millisecond})
+		err := fc.call(t, s)
+		require.Error(t, err, fc.name)
+		assert.True(t, errors.Is(err, floodgate.ErrUnavailable), "%s: error %v, want ErrUnavailable", fc.name, err)
+	}
 }
 
 // TestFleetSourceExpiryBoundary runs on miniredis, whose TIME the test
 // sets: a silent process still counts expiry after its last exchange and
 // drops out a millisecond later, and its field is deleted.
 func TestFleetSourceExpiryBoundary(t *testing.T) {
-	srv := miniredis.RunT(t)
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	srv.SetTime(now)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	s := newStore(t, c, &Options{Prefix: "fg:"})
+	srv, s, now := frozenStore(t)
 	ctx := context.Background()
 	a, err := s.FleetSource("test", 300*time.Millisecond)
 	require.NoError(t, err)
@@ -153,56 +190,48 @@ func TestFleetSourceExpiryBoundary(t *testing.T) {
 	assert.Equal(t, 0.5, f.Utilization(), "(1+9)/20")
 }
 
-// TestFleetSourceObserved checks that OnStoreCall sees an exchange's
-// round trips: the first, on a server that does not have the script yet,
-// is EVALSHA answered NOSCRIPT and then EVAL; the next one EVALSHA; each
-// names the node and carries no decision. On a server that is down, the
-// exchange's call is reported as failed. It runs on a miniredis of its
-// own, so that the script is missing without flushing a shared server's.
-func TestFleetSourceObserved(t *testing.T) {
+// TestFleetObserved checks that OnStoreCall sees a fleet's round trips
+// (FleetSource's exchanges, LeaseFleet's Demands): the first, on a server
+// that does not have the script yet, is EVALSHA answered NOSCRIPT and then
+// EVAL; the next one EVALSHA; each names the node and carries no decision.
+// On a server that is down, the call is reported as failed. It runs on a
+// miniredis of its own, so that the script is missing without flushing a
+// shared server's.
+func TestFleetObserved(t *testing.T) {
 	parallelOnMiniredis(t)
-	m := miniredis.RunT(t)
-	srv := &server{addr: m.Addr(), mini: m}
-	c := srv.client(t)
-	var mu sync.Mutex
-	var calls []observe.StoreCall
-	obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
+	for _, fc := range fleetCalls {
+		m := miniredis.RunT(t)
+		srv := &server{addr: m.Addr(), mini: m}
+		var mu sync.Mutex
+		var calls []observe.StoreCall
+		obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
+			mu.Lock()
+			calls = append(calls, e)
+			mu.Unlock()
+		}}
+		s := newStore(t, srv.client(t), &Options{Name: "fleet", Observer: obs})
+		for range 2 {
+			require.NoError(t, fc.call(t, s), fc.name)
+		}
 		mu.Lock()
-		calls = append(calls, e)
+		got := append([]observe.StoreCall(nil), calls...)
+		calls = nil
 		mu.Unlock()
-	}}
-	s := newStore(t, c, &Options{Name: "fleet", Observer: obs})
-	f, err := s.FleetSource("obs", time.Second)
-	require.NoError(t, err)
-	for range 2 {
-		_, err := f.Exchange(context.Background(), shed.Load{InFlight: 1, Capacity: 4})
-		require.NoError(t, err)
-	}
-	mu.Lock()
-	got := append([]observe.StoreCall(nil), calls...)
-	mu.Unlock()
-	require.Len(t, got, 3, "EVALSHA (NOSCRIPT), EVAL, EVALSHA: %+v", got)
-	for i, e := range got {
-		assert.Equal(t, "fleet", e.Name, "call %d", i)
-		assert.Equal(t, srv.addr, e.Node, "call %d", i)
-		assert.Zero(t, e.Decisions, "call %d carries no decision", i)
-		assert.Equal(t, observe.CallOK, e.Outcome, "call %d: %v", i, e.Err)
-		assert.Positive(t, e.Latency, "call %d", i)
-	}
+		require.Len(t, got, 3, "%s: EVALSHA (NOSCRIPT), EVAL, EVALSHA: %+v", fc.name, got)
+		for i, e := range got {
+			assert.Equal(t, "fleet", e.Name, "%s: call %d", fc.name, i)
+			assert.Equal(t, srv.addr, e.Node, "%s: call %d", fc.name, i)
+			assert.Zero(t, e.Decisions, "%s: call %d carries no decision", fc.name, i)
+			assert.Equal(t, observe.CallOK, e.Outcome, "%s: call %d: %v", fc.name, i, e.Err)
+			assert.Positive(t, e.Latency, "%s: call %d", fc.name, i)
+		}
 
-	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	t.Cleanup(func() { _ = down.Close() })
-	calls = nil
-	ds, err := New(down, &Options{Name: "down", Observer: obs, Timeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ds.Close() })
-	df, err := ds.FleetSource("obs", time.Second)
-	require.NoError(t, err)
-	_, err = df.Exchange(context.Background(), shed.Load{InFlight: 1, Capacity: 1})
-	require.Error(t, err)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, calls, 1)
-	assert.Equal(t, observe.CallError, calls[0].Outcome, "%+v", calls[0])
-	assert.Equal(t, "127.0.0.1:1", calls[0].Node)
+		ds := downStore(t, &Options{Name: "down", Observer: obs, Timeout: 200 * time.Millisecond})
+		require.Error(t, fc.call(t, ds), fc.name)
+		mu.Lock()
+		require.Len(t, calls, 1, fc.name)
+		assert.Equal(t, observe.CallError, calls[0].Outcome, "%s: %+v", fc.name, calls[0])
+		assert.Equal(t, "127.0.0.1:1", calls[0].Node, fc.name)
+		mu.Unlock()
+	}
 }

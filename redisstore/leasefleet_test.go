@@ -6,18 +6,15 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/lease"
-	"github.com/floodgate-go/floodgate/observe"
 	"github.com/floodgate-go/floodgate/step"
 )
 
@@ -95,30 +92,11 @@ func TestLeaseFleetInvalid(t *testing.T) {
 	}
 }
 
-func TestLeaseFleetDown(t *testing.T) {
-	parallelOnMiniredis(t)
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	t.Cleanup(func() { _ = c.Close() })
-	s, err := New(c, &Options{Prefix: "leasefleet-down:", Timeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	f, err := s.LeaseFleet(time.Second)
-	require.NoError(t, err)
-	_, err = f.Demand(context.Background(), "api", "k", 1)
-	require.Error(t, err)
-	assert.True(t, errors.Is(err, floodgate.ErrUnavailable), "error %v, want ErrUnavailable", err)
-}
-
 // TestLeaseFleetExpiry runs on miniredis, whose TIME the test sets: a
 // silent process still counts at its expiry and drops out a millisecond
 // later, and its field is deleted.
 func TestLeaseFleetExpiry(t *testing.T) {
-	srv := miniredis.RunT(t)
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	srv.SetTime(now)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	s := newStore(t, c, &Options{Prefix: "fg:"})
+	srv, s, now := frozenStore(t)
 	ctx := context.Background()
 	a, err := s.LeaseFleet(300 * time.Millisecond)
 	require.NoError(t, err)
@@ -177,36 +155,4 @@ func TestLeaseFleetStall(t *testing.T) {
 	}
 	require.NoError(t, err)
 	assert.Equal(t, []float64{3}, got)
-}
-
-// TestLeaseFleetObserved: OnStoreCall sees a Demand's round trips as a
-// FleetSource's (EVALSHA answered NOSCRIPT, then EVAL; then EVALSHA), each
-// naming the node and carrying no decision.
-func TestLeaseFleetObserved(t *testing.T) {
-	parallelOnMiniredis(t)
-	m := miniredis.RunT(t)
-	srv := &server{addr: m.Addr(), mini: m}
-	var mu sync.Mutex
-	var calls []observe.StoreCall
-	obs := &observe.Observer{OnStoreCall: func(_ context.Context, e observe.StoreCall) {
-		mu.Lock()
-		calls = append(calls, e)
-		mu.Unlock()
-	}}
-	s := newStore(t, srv.client(t), &Options{Name: "leases", Observer: obs})
-	f, err := s.LeaseFleet(time.Second)
-	require.NoError(t, err)
-	for range 2 {
-		_, err := f.Demand(context.Background(), "api", "k", 1)
-		require.NoError(t, err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	require.Len(t, calls, 3, "EVALSHA (NOSCRIPT), EVAL, EVALSHA: %+v", calls)
-	for i, e := range calls {
-		assert.Equal(t, "leases", e.Name, "call %d", i)
-		assert.Equal(t, srv.addr, e.Node, "call %d", i)
-		assert.Zero(t, e.Decisions, "call %d carries no decision", i)
-		assert.Equal(t, observe.CallOK, e.Outcome, "call %d: %v", i, e.Err)
-	}
 }
