@@ -109,6 +109,16 @@ var gatewayAlgorithms = []floodgate.Algorithm{
 // shows exactly the units admitted as consumed; and the units the gateways
 // held when demand stopped, the under-admission, is at most 8 × MaxBatch.
 func TestGateways(t *testing.T) {
+	onServers(t, func(t *testing.T, client func() redis.UniversalClient) {
+		for _, alg := range gatewayAlgorithms {
+			t.Run(algName(alg), func(t *testing.T) { runGateways(t, client, alg) })
+		}
+	})
+}
+
+// onServers runs f as a subtest on the standalone server and on the
+// Cluster (see newClient), with a maker of clients to it.
+func onServers(t *testing.T, f func(t *testing.T, client func() redis.UniversalClient)) {
 	for _, cluster := range []bool{false, true} {
 		name := "standalone"
 		if cluster {
@@ -117,9 +127,7 @@ func TestGateways(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			client, real := newClient(t, cluster)
 			t.Logf("real Redis: %v", real)
-			for _, alg := range gatewayAlgorithms {
-				t.Run(algName(alg), func(t *testing.T) { runGateways(t, client, alg) })
-			}
+			f(t, client)
 		})
 	}
 }
@@ -254,19 +262,7 @@ func TestRedisFailOpen(t *testing.T) {
 // demands (the busy one's is the largest), the shares add up to about
 // FleetBatch, and the lease bound is unchanged: after Close the remote
 // shows exactly the units admitted as consumed.
-func TestFleetRedis(t *testing.T) {
-	for _, cluster := range []bool{false, true} {
-		name := "standalone"
-		if cluster {
-			name = "cluster"
-		}
-		t.Run(name, func(t *testing.T) {
-			client, real := newClient(t, cluster)
-			t.Logf("real Redis: %v", real)
-			runFleetRedis(t, client)
-		})
-	}
-}
+func TestFleetRedis(t *testing.T) { onServers(t, runFleetRedis) }
 
 func runFleetRedis(t *testing.T, client func() redis.UniversalClient) {
 	const (
