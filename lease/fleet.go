@@ -24,6 +24,11 @@ type Fleet interface {
 	// record lives for a period of the Fleet's choosing, a few of
 	// Options.FleetInterval). It is called at most once per FleetInterval
 	// per key, from the goroutine of a refill, never on a decision's path.
+	//
+	// The record is per limiter name and key: limiters of one name bound
+	// to one lease Store with different algorithms (which have pools of
+	// their own) record over each other and size by a mixed demand: give
+	// them different names.
 	Demand(ctx context.Context, name, key string, demand float64) (others []float64, err error)
 }
 
@@ -74,7 +79,7 @@ func (f *MemFleet) Member() Fleet { return &memMember{f: f} }
 
 // Demand implements Fleet.
 func (m *memMember) Demand(_ context.Context, name, key string, demand float64) ([]float64, error) {
-	if err := CheckDemand(demand); err != nil {
+	if err := checkDemand(demand); err != nil {
 		return nil, err
 	}
 	f := m.f
@@ -118,9 +123,9 @@ func (f *MemFleet) sweepLocked(now time.Time, keep fleetKey) {
 	}
 }
 
-// CheckDemand returns an error matching ErrInvalidOptions unless demand is
+// checkDemand returns an error matching ErrInvalidOptions unless demand is
 // a finite number ≥ 0: what a Fleet records and returns.
-func CheckDemand(demand float64) error {
+func checkDemand(demand float64) error {
 	if !(demand >= 0) || math.IsInf(demand, 0) {
 		return fmt.Errorf("%w: a demand must be a finite number ≥ 0, got %v", ErrInvalidOptions, demand)
 	}
@@ -190,7 +195,7 @@ func (l *binding) shareFleet(e *entry, now int64) {
 	cancel()
 	if err == nil {
 		for _, d := range others {
-			if CheckDemand(d) != nil {
+			if checkDemand(d) != nil {
 				err = fmt.Errorf("%w: the Fleet returned the demand %v", floodgate.ErrUnavailable, d)
 				break
 			}

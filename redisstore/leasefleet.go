@@ -122,7 +122,7 @@ func (f *LeaseFleet) Demand(ctx context.Context, name, key string, demand float6
 }
 
 // checkDemand returns an error matching ErrInvalidOptions unless demand is
-// a finite number ≥ 0 (lease.CheckDemand's rule).
+// a finite number ≥ 0 (the rule of package lease).
 func checkDemand(demand float64) error {
 	if !(demand >= 0) || math.IsInf(demand, 0) {
 		return fmt.Errorf("%w: a demand must be a finite number ≥ 0, got %v", ErrInvalidOptions, demand)
