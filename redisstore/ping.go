@@ -14,8 +14,9 @@ import (
 // Ping checks, within ctx, that the store can reach every node it will
 // decide on (every master of a Cluster, every shard of a Ring, the server
 // of any other client): it sends each PING, then loads the scripts the
-// decisions run (SCRIPT LOAD), so that the first decisions pay neither for
-// dialling nor for a NOSCRIPT round trip. It returns nil when every node
+// decisions run (SCRIPT EXISTS, then SCRIPT LOAD of those the server
+// lacks), so that the first decisions pay neither for dialling nor for a
+// NOSCRIPT round trip. It returns nil when every node
 // answered, and otherwise an error matching floodgate.ErrUnavailable and
 // ErrRedis that wraps the first node's failure (or ErrClosed after Close).
 //
@@ -54,29 +55,14 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // ping is Ping on a client that honours ctx.
 func (s *Store) ping(ctx context.Context) error {
-	check := func(ctx context.Context, c *redis.Client) error {
-		if err := c.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("PING %s: %w", c.Options().Addr, err)
-		}
-		pipe := c.Pipeline()
-		for _, p := range append(programs[:], batchPrograms[:]...) {
-			if p.src != "" {
-				pipe.ScriptLoad(ctx, p.src)
-			}
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return fmt.Errorf("SCRIPT LOAD on %s: %w", c.Options().Addr, err)
-		}
-		return nil
-	}
 	var err error
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
+		err = c.ForEachMaster(ctx, prepare)
 	case *redis.Ring:
-		err = c.ForEachShard(ctx, check)
+		err = c.ForEachShard(ctx, prepare)
 	case *redis.Client:
-		err = check(ctx, c)
+		err = prepare(ctx, c)
 	default:
 		// A client of another type: one PING through it.
 		if perr := s.client.Ping(ctx).Err(); perr != nil {
@@ -93,4 +79,42 @@ func (s *Store) ping(ctx context.Context) error {
 		err = fmt.Errorf("%w: %w", ErrTimeout, err)
 	}
 	return unavailable(ErrRedis, err)
+}
+
+// prepare readies one server for decisions: a PING, which dials a
+// connection, then SCRIPT EXISTS of the scripts the decisions run and
+// SCRIPT LOAD of those the server lacks. (Loading all 17 sends 432 KB of
+// Lua, 1.5–2.3 ms of a real Redis' time when they are loaded already, on
+// every Ping of every process.)
+func prepare(ctx context.Context, c *redis.Client) error {
+	if err := c.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("PING %s: %w", c.Options().Addr, err)
+	}
+	var all []*program
+	var hashes []string
+	for _, ps := range []*[progInflight + 1]program{&programs, &batchPrograms} {
+		for i := range ps {
+			if ps[i].src != "" {
+				all = append(all, &ps[i])
+				hashes = append(hashes, ps[i].hash)
+			}
+		}
+	}
+	have, err := c.ScriptExists(ctx, hashes...).Result()
+	if err != nil {
+		return fmt.Errorf("SCRIPT EXISTS on %s: %w", c.Options().Addr, err)
+	}
+	pipe := c.Pipeline()
+	for i, p := range all {
+		if i >= len(have) || !have[i] {
+			pipe.ScriptLoad(ctx, p.src)
+		}
+	}
+	if pipe.Len() == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("SCRIPT LOAD on %s: %w", c.Options().Addr, err)
+	}
+	return nil
 }

@@ -2,6 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -95,5 +99,99 @@ func withTimeout(t *testing.T, d time.Duration, what string, f func()) {
 	case <-done:
 	case <-time.After(d):
 		t.Fatalf("%s has not returned after %v", what, d)
+	}
+}
+
+// fullNameHook counts the commands a client sends by name, with a SCRIPT
+// command's subcommand ("evalsha", "script load").
+type fullNameHook struct {
+	mu   sync.Mutex
+	sent map[string]int64
+}
+
+func (h *fullNameHook) count(cmds ...redis.Cmder) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range cmds {
+		name := strings.ToLower(c.Name())
+		if args := c.Args(); name == "script" && len(args) > 1 {
+			name += " " + strings.ToLower(fmt.Sprint(args[1]))
+		}
+		h.sent[name]++
+	}
+}
+
+func (h *fullNameHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *fullNameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.count(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *fullNameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.count(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// TestPingLoadsWhatIsMissing: Ping loads the scripts a server lacks and
+// only those (SCRIPT EXISTS first): every script on a fresh server, none
+// once they are there, and the flushed ones after a SCRIPT FLUSH; the
+// decisions that follow meet no NOSCRIPT (no EVAL is sent). Before, Ping
+// sent every script (432 KB of Lua) on every call.
+func TestPingLoadsWhatIsMissing(t *testing.T) {
+	addr := newMini(t)
+	var hashes []string
+	for _, ps := range [][]program{programs[:], batchPrograms[:]} {
+		for _, p := range ps {
+			if p.src != "" {
+				hashes = append(hashes, p.hash)
+			}
+		}
+	}
+	admin := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := context.Background()
+	for i, step := range []struct {
+		before    func()
+		wantLoads int64
+	}{
+		{func() {}, int64(len(hashes))},
+		{func() {}, 0},
+		{func() { require.NoError(t, admin.ScriptFlush(ctx).Err()) }, int64(len(hashes))},
+	} {
+		step.before()
+		// A client that honours contexts is the store's own (see derive),
+		// so the hook sees its calls.
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		hook := &fullNameHook{sent: map[string]int64{}}
+		c.AddHook(hook)
+		s := newStore(t, c, nil)
+		require.NoError(t, s.Ping(ctx))
+		have, err := admin.ScriptExists(ctx, hashes...).Result()
+		require.NoError(t, err)
+		require.NotContains(t, have, false, "a script Ping did not load")
+		lim, err := floodgate.New(s, floodgate.TokenBucket{Rate: 1000, Per: time.Second, Burst: 1000}, testOpts)
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				_, err := lim.Allow(ctx, "k")
+				require.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		hook.mu.Lock()
+		sent := maps.Clone(hook.sent)
+		hook.mu.Unlock()
+		t.Logf("store %d sent %v", i, sent)
+		require.Equal(t, int64(1), sent["script exists"])
+		require.Equal(t, step.wantLoads, sent["script load"])
+		require.Zero(t, sent["eval"], "a decision met NOSCRIPT")
+		require.Positive(t, sent["evalsha"])
 	}
 }
