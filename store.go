@@ -139,6 +139,16 @@ type Request struct {
 	MaxDelay time.Duration
 	// At is, for OpSettle, the instant the units were admitted for.
 	At time.Time
+	// UndoLate asks the Store to give back the units of a take that
+	// failed for its caller (a timeout) and yet was made, once the Store
+	// learns of it: a caller that treats the failure as a denial, or
+	// that asks elsewhere (a shard.Store asks another shard), then
+	// spends no units on it. A Store that cannot learn of such steps
+	// ignores it (memstore's steps never fail that way; redisstore
+	// learns of the batched ones, see its package doc), and so do checks
+	// and OpSettle. Units are given back as by OpSettle, so the leaky
+	// bucket's are not.
+	UndoLate bool
 }
 
 // Result is a Decision together with what a Store reports about the step

@@ -30,10 +30,16 @@ var errStarved = errors.New("redisstore: no free slot before the deadline")
 // flight together (see batcher.do). A call made alone (a release of an
 // in-flight hold, which frees a slot others wait for, must not queue
 // behind their Acquires) takes the unbatched path whatever is in flight.
-func (s *Store) call(ctx context.Context, n *node, id prog, alone bool, rkey string, keys []string, args []any) (reply any, err error) {
+//
+// A call with late (a take asking floodgate.Request.UndoLate) always goes
+// to the batcher, whose goroutine reads a reply that comes after the
+// caller gave up (up to lateFor, or Timeout, past the deadline) and hands
+// it to late; the direct path's connection is closed at the deadline,
+// its reply lost.
+func (s *Store) call(ctx context.Context, n *node, id prog, alone bool, rkey string, keys []string, args []any, late func(any)) (reply any, err error) {
 	if b := n.batch; b != nil && !alone {
-		if !b.active.CompareAndSwap(0, 1) {
-			return b.do(ctx, id, rkey, keys, args)
+		if late != nil || !b.active.CompareAndSwap(0, 1) {
+			return b.do(ctx, id, rkey, keys, args, late)
 		}
 		defer b.active.Add(-1)
 	}

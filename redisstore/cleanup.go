@@ -352,7 +352,7 @@ func (s *Store) remove(rkey string, keys []string, args []any) (any, *node, erro
 		_, err = classify(ctx, err)
 		return nil, nil, err
 	}
-	reply, err := s.call(ctx, n, progInflight, true, rkey, keys, args)
+	reply, err := s.call(ctx, n, progInflight, true, rkey, keys, args, nil)
 	o, err := classify(ctx, err)
 	if o == succeeded && n.owed.Load() && n.owed.CompareAndSwap(true, false) {
 		s.kickCleanup(n)

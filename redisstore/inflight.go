@@ -300,5 +300,5 @@ func (s *Store) callInflight(ctx context.Context, alone bool, rkey string, keys 
 	if s.shut.Load() {
 		return nil, ignored, nil, unavailable(floodgate.ErrClosed, nil)
 	}
-	return s.exec(ctx, progInflight, alone, rkey, keys, args)
+	return s.exec(ctx, progInflight, alone, rkey, keys, args, nil)
 }

@@ -190,6 +190,7 @@ type Store struct {
 	single   *node                 // the one node of any other client
 	nodes    nodes                 // the nodes of a Cluster or a Ring
 	reloaded atomic.Int64          // when the slot map was last reloaded, in Unix ns
+	undone   atomic.Uint64         // takes given back by undo (see UndoneTakes)
 
 	prefix      string
 	hashKeys    bool
@@ -599,19 +600,12 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 
-	// The key of one of the five algorithms, or the keys of a Limits' limits
-	// (whose first serves as rkey: they share one hash slot).
-	var (
-		rkey string
-		keys []string
-	)
-	if a.members == nil {
-		rkey = s.prefix + "{" + s.hashed(key) + "}" + b.suffix
-	} else {
-		keys = s.limitKeys(key, b.suffixes)
-		rkey = keys[0]
+	rkey, keys := b.redisKeys(key)
+	var late func(any)
+	if req.UndoLate && !req.Check && req.Op != floodgate.OpSettle {
+		late = func(reply any) { b.undo(key, req, reply) }
 	}
-	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, s.calClock, req, s.marginMs))
+	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, s.calClock, req, s.marginMs), late)
 	if err == nil {
 		var (
 			res  floodgate.Result
@@ -636,6 +630,89 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 	}
 	s.failures(n, false, err)
 	return floodgate.Result{}, err
+}
+
+// redisKeys returns the Redis key of key's state for one of the five
+// algorithms, or the keys of a Limits' limits (whose first serves as
+// rkey: they share one hash slot).
+func (b *bound) redisKeys(key string) (rkey string, keys []string) {
+	s := b.s
+	if b.a.members == nil {
+		return s.prefix + "{" + s.hashed(key) + "}" + b.suffix, nil
+	}
+	keys = s.limitKeys(key, b.suffixes)
+	return keys[0], keys
+}
+
+// undoPause is the pause between two attempts of a give-back of undo.
+const undoPause = 50 * time.Millisecond
+
+// UndoneTakes returns the number of takes asking
+// floodgate.Request.UndoLate that the store gave back because Redis made
+// them after their callers had given up (see the package doc, "Takes that
+// time out: UndoLate").
+func (s *Store) UndoneTakes() uint64 { return s.undone.Load() }
+
+// undo gives back what a take (req, asking UndoLate) on key took, as its
+// reply came after its caller gave up: on a goroutine of the store's, an
+// OpSettle of Granted units at the instant they were admitted for, sent
+// straight to the key's node (no breaker, slot, batch or failure policy:
+// no caller waits for it) and waited for up to a second (or Timeout, or
+// twice BreakerCooldown, if longer), and sent again every undoPause while
+// it could not be sent (no connection). One that fails otherwise is not
+// sent again (it may have been made: a give-back made twice would return
+// units others were admitted) and leaves the units taken, the quota
+// under-used, as without UndoLate. Close ends it.
+func (b *bound) undo(key string, req floodgate.Request, reply any) {
+	s := b.s
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return
+	}
+	s.inflight.Add(1)
+	s.mu.RUnlock()
+	go func() {
+		defer s.inflight.Done()
+		var (
+			res floodgate.Result
+			err error
+		)
+		if b.a.members != nil {
+			res, err = b.a.decodeLimits(reply, req, make([]floodgate.Decision, len(b.a.members)))
+		} else {
+			res, err = b.a.decode(reply, req, nil)
+		}
+		if err != nil || !res.Allowed || res.Granted <= 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(s.life, max(s.timeout, 2*s.cooldown, time.Second))
+		defer cancel()
+		now := ""
+		if s.now != nil {
+			now = strconv.FormatInt(s.now().UnixNano(), 10)
+		}
+		back := floodgate.Request{Op: floodgate.OpSettle, N: -res.Granted, At: res.At.Add(res.Delay)}
+		rkey, keys := b.redisKeys(key)
+		args := b.args.args(b.a, now, s.calClock, back, s.marginMs)
+		for {
+			n, err := s.nodeFor(ctx, rkey)
+			if err == nil {
+				if _, err = s.runAt(ctx, n, b.a.prog(), rkey, keys, args, s.trip(context.Background(), n, 1)); err == nil {
+					s.undone.Add(1)
+					return
+				}
+			}
+			if !unsent(err) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(undoPause):
+			}
+		}
+	}()
 }
 
 // limitKeys returns the keys of a Limits' limits on key, one per suffix,
@@ -677,8 +754,9 @@ func (s *Store) limitKeys(key string, suffixes []string) []string {
 // when the client could not tell which node serves rkey, for the counts
 // of failures. Decisions (apply) and package inflight's calls
 // (inflight.go) share it. alone sends the call on its own even when the
-// node batches (see call).
-func (s *Store) exec(ctx context.Context, id prog, alone bool, rkey string, keys []string, args []any) (any, outcome, *node, error) {
+// node batches (see call); late, when not nil, is given the reply of a
+// call that came after its caller gave up (see call).
+func (s *Store) exec(ctx context.Context, id prog, alone bool, rkey string, keys []string, args []any, late func(any)) (any, outcome, *node, error) {
 	// One reading of the clock serves the breaker before and after the
 	// call: its tallies count calls per second.
 	wall := s.wall()
@@ -716,7 +794,7 @@ func (s *Store) exec(ctx context.Context, id prog, alone bool, rkey string, keys
 		return nil, failed, n, errBreakerOpen
 	}
 	seen := n.served.Load()
-	reply, err := s.call(ctx, n, id, alone, rkey, keys, args)
+	reply, err := s.call(ctx, n, id, alone, rkey, keys, args, late)
 	if err != nil && s.shut.Load() {
 		// Close ended the call (it closes the store's own client).
 		s.report(ctx, n, n.breaker.done(wall, false, ignored))
