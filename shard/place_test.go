@@ -40,10 +40,19 @@ type recordingBound struct {
 }
 
 func (b recordingBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
-	b.r.mu.Lock()
-	b.r.keys[key] = true
-	b.r.mu.Unlock()
+	b.r.record(key)
 	return b.Bound.Take(ctx, key, n)
+}
+
+func (b recordingBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	b.r.record(key)
+	return b.Bound.Apply(ctx, key, req, each)
+}
+
+func (r *keyRecorder) record(key string) {
+	r.mu.Lock()
+	r.keys[key] = true
+	r.mu.Unlock()
 }
 
 // slotted is a memstore with a redisstore's Slot: the keys of a shard

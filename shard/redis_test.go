@@ -3,6 +3,7 @@ package shard_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -78,7 +79,7 @@ func TestRedisExact(t *testing.T) {
 			} {
 				for _, probes := range []int{15, 2} {
 					t.Run(fmt.Sprintf("%T/P%d", alg, probes), func(t *testing.T) {
-						runExact(t, client, real, alg, probes, cluster)
+						runExact(t, client, real, alg, probes, cluster, true)
 					})
 				}
 			}
@@ -86,7 +87,50 @@ func TestRedisExact(t *testing.T) {
 	}
 }
 
-func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg floodgate.Algorithm, probes int, cluster bool) {
+// TestRedisColdExact is TestRedisExact's full probing with processes that
+// start cold, as a fleet's pods do on a deploy: no Ping, so that each
+// process's 64 goroutines make its client's first calls at once (they
+// dial, load the Cluster's slots and meet NOSCRIPT), and some outlast
+// their timeout after Redis made them. The shard Store asks Redis to undo
+// those (floodgate.Request.UndoLate), so every unit of the quota is
+// admitted; without it, 25 runs on the Cluster admitted 1,849–2,000, 22
+// of them fewer than 2,000. Real servers only (a cold start's timing is
+// the point). Under the race detector, beside the other packages' tests,
+// replies come later than the store waits for them, and only the bound
+// of TestRedisExact (each failed shard decision costs at most its unit)
+// is checked; CI runs it alone without -race.
+func TestRedisColdExact(t *testing.T) {
+	if os.Getenv("REDIS_ADDR") == "" {
+		t.Skip("set REDIS_ADDR (and REDIS_CLUSTER_ADDRS) to run on real servers")
+	}
+	for _, cluster := range []bool{false, true} {
+		name := "standalone"
+		if cluster {
+			name = "cluster"
+		}
+		t.Run(name, func(t *testing.T) {
+			client, real := testkit.Clients(t, cluster)
+			for _, alg := range []floodgate.Algorithm{
+				floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
+				floodgate.SlidingWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
+				floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 2000},
+				floodgate.SlidingLog{Limit: 2000, Window: 24 * time.Hour},
+				floodgate.Limits{floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour}, floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 3000}},
+			} {
+				t.Run(fmt.Sprintf("%T", alg), func(t *testing.T) {
+					runExact(t, client, real, alg, 15, cluster, false)
+				})
+			}
+		})
+	}
+}
+
+// runExact runs 8 processes × 64 goroutines on alg over 16 shards with
+// probes probes; ping says whether each process's store is pinged before
+// its goroutines start. With every shard probed, the quota is admitted
+// exactly, pinged or not (under the race detector: less at most the
+// failed shard decisions).
+func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg floodgate.Algorithm, probes int, cluster, ping bool) {
 	const procs, goroutines, k = 8, 64, 16
 	admin := client()
 	prefix := testkit.Prefix(t, admin, "shard")
@@ -105,19 +149,24 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 		mu.Unlock()
 	}}
 	var wg sync.WaitGroup
+	var stores []*redisstore.Store
+	var last *floodgate.Limiter
 	for range procs {
 		rs, err := redisstore.New(client(), &redisstore.Options{Prefix: prefix, Observer: obs})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = rs.Close() })
-		// As the package doc advises: a fresh client's first calls, 64 at
-		// once, can outlast the timeout, each of them perhaps taking a unit.
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		require.NoError(t, rs.Ping(ctx))
-		cancel()
+		if ping {
+			// As the package doc advises, to learn at start-up whether
+			// Redis answers.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			require.NoError(t, rs.Ping(ctx))
+			cancel()
+		}
 		counted := &testkit.Counting{Store: rs}
 		counts = append(counts, counted)
 		lim, err := floodgate.New(newShard(t, countedRedis{counted, rs}, shard.Options{Shards: k, Probes: probes}), alg, &floodgate.Options{Name: "global"})
 		require.NoError(t, err)
+		stores, last = append(stores, rs), lim
 		for range goroutines {
 			wg.Go(func() {
 				// Until this goroutine is denied 8 times: the quota is
@@ -139,19 +188,43 @@ func runExact(t *testing.T, client func() redis.UniversalClient, real bool, alg 
 		}
 	}
 	wg.Wait()
+	burst := admitted.Load()
+	if probes == k-1 {
+		// A shard's take that timed out after Redis made it comes back
+		// once its late reply is read (within 2·Timeout) and given back:
+		// a last pass takes what is left, until the quota is spent or a
+		// few seconds pass.
+		for end := time.Now().Add(5 * time.Second); admitted.Load() < quota && time.Now().Before(end); {
+			if d, err := last.Allow(context.Background(), "quota"); err == nil && d.Allowed {
+				admitted.Add(1)
+			} else {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+	}
 	after := scriptCalls(t, admin, real)
 	var lost int64
 	for _, c := range counts {
 		lost += c.Failed.Load()
 	}
-	t.Logf("admitted %d of %d, denied %d, failed %d, failed shard decisions %d; decisions by master %v, script calls %v",
-		admitted.Load(), quota, denied.Load(), failed.Load(), lost, perNode, diff(after, before))
+	var undone uint64
+	for _, rs := range stores {
+		undone += rs.UndoneTakes()
+	}
+	t.Logf("admitted %d of %d (%d in the burst), denied %d, failed %d, failed shard decisions %d, undone %d; decisions by master %v, script calls %v",
+		admitted.Load(), quota, burst, denied.Load(), failed.Load(), lost, undone, perNode, diff(after, before))
 	require.LessOrEqual(t, admitted.Load(), quota)
 	if probes == k-1 {
-		require.GreaterOrEqual(t, admitted.Load(), quota-lost)
+		if raceEnabled {
+			// Each failed shard decision took at most its unit.
+			require.GreaterOrEqual(t, admitted.Load(), quota-lost)
+		} else {
+			require.Equal(t, quota, admitted.Load(), "units taken by timed-out shard decisions were not given back")
+		}
 	}
-	if cluster {
-		// Decisions, not script calls: a batch is one call.
+	if cluster && ping {
+		// Decisions, not script calls: a batch is one call. (A cold
+		// start's failures and retries skew the split.)
 		var total int64
 		for _, n := range perNode {
 			total += n

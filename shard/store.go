@@ -342,13 +342,13 @@ func (b *bound) decide(ctx context.Context, key string, req floodgate.Request, e
 			}
 			continue
 		}
-		var res floodgate.Result
-		var err error
-		if take {
-			res.Decision, err = b.bounds[i].Take(ctx, e.keys[i], req.N)
-		} else {
-			res, err = b.bounds[i].Apply(ctx, e.keys[i], req, each)
-		}
+		// A shard's take that fails for want of an answer may have been
+		// made all the same, and the next shard is asked: UndoLate has
+		// the store give it back if it learns so, or the quota would be
+		// under-used by it.
+		probe := req
+		probe.UndoLate = true
+		res, err := b.bounds[i].Apply(ctx, e.keys[i], probe, each)
 		asked++
 		switch {
 		case err != nil:
@@ -422,7 +422,7 @@ func (b *bound) spread(ctx context.Context, e *entry, home int, req floodgate.Re
 		if i >= k {
 			i -= k
 		}
-		res, err := b.bounds[i].Apply(ctx, e.keys[i], floodgate.Request{Op: floodgate.OpTakeUpTo, N: need, Check: req.Check}, nil)
+		res, err := b.bounds[i].Apply(ctx, e.keys[i], floodgate.Request{Op: floodgate.OpTakeUpTo, N: need, Check: req.Check, UndoLate: true}, nil)
 		if err != nil {
 			if first == nil {
 				first = err

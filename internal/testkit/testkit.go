@@ -55,7 +55,7 @@ func Clients(t *testing.T, cluster bool) (func() redis.UniversalClient, bool) {
 // Prefix returns a key prefix unique to this run of the test, under
 // "fgtest:"+name, and deletes the keys under it when the test ends: no
 // test flushes a server it did not start.
-func Prefix(t *testing.T, c redis.UniversalClient, name string) string {
+func Prefix(t testing.TB, c redis.UniversalClient, name string) string {
 	t.Helper()
 	var b [6]byte
 	_, _ = rand.Read(b[:])
