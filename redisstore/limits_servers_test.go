@@ -40,36 +40,6 @@ func commandCalls(t *testing.T, c *redis.Client) map[string]int64 {
 	return calls
 }
 
-// sentHook counts the commands a client sends, by name.
-type sentHook struct {
-	mu   sync.Mutex
-	sent map[string]int64
-}
-
-func (h *sentHook) count(cmds ...redis.Cmder) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range cmds {
-		h.sent[strings.ToLower(c.Name())]++
-	}
-}
-
-func (h *sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-
-func (h *sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.count(cmds...)
-		return next(ctx, cmds)
-	}
-}
-
 // TestLimitsOneCall counts, on a Redis server of the test's own (so that
 // nothing else moves its counts), the script calls that Limits decisions
 // cost: one EVALSHA each unbatched, and at most one per decision batched

@@ -102,14 +102,14 @@ func withTimeout(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
-// fullNameHook counts the commands a client sends by name, with a SCRIPT
+// sentHook counts the commands a client sends, by name, with a SCRIPT
 // command's subcommand ("evalsha", "script load").
-type fullNameHook struct {
+type sentHook struct {
 	mu   sync.Mutex
 	sent map[string]int64
 }
 
-func (h *fullNameHook) count(cmds ...redis.Cmder) {
+func (h *sentHook) count(cmds ...redis.Cmder) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, c := range cmds {
@@ -121,16 +121,16 @@ func (h *fullNameHook) count(cmds ...redis.Cmder) {
 	}
 }
 
-func (h *fullNameHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sentHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *fullNameHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *sentHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.count(cmd)
 		return next(ctx, cmd)
 	}
 }
 
-func (h *fullNameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *sentHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.count(cmds...)
 		return next(ctx, cmds)
@@ -168,7 +168,7 @@ func TestPingLoadsWhatIsMissing(t *testing.T) {
 		// so the hook sees its calls.
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
-		hook := &fullNameHook{sent: map[string]int64{}}
+		hook := &sentHook{sent: map[string]int64{}}
 		c.AddHook(hook)
 		s := newStore(t, c, nil)
 		require.NoError(t, s.Ping(ctx))

@@ -58,6 +58,20 @@ func pingedStore(t *testing.T, c redis.UniversalClient, opts *redisstore.Options
 // On the Cluster each master's decisions are within ±20% of an even split (the shards sit on slots ⌊16384/16⌋ apart: 6, 5 and 5 on 3
 // masters of contiguous ranges).
 func TestRedisExact(t *testing.T) {
+	onServers(t, func(t *testing.T, client func() redis.UniversalClient, real, cluster bool) {
+		for _, alg := range exactAlgorithms() {
+			for _, probes := range []int{15, 2} {
+				t.Run(fmt.Sprintf("%T/P%d", alg, probes), func(t *testing.T) {
+					runExact(t, client, real, alg, probes, cluster, true)
+				})
+			}
+		}
+	})
+}
+
+// onServers runs f on the standalone server and on the Cluster, each as a
+// subtest.
+func onServers(t *testing.T, f func(t *testing.T, client func() redis.UniversalClient, real, cluster bool)) {
 	for _, cluster := range []bool{false, true} {
 		name := "standalone"
 		if cluster {
@@ -65,25 +79,23 @@ func TestRedisExact(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			client, real := testkit.Clients(t, cluster)
-			for _, alg := range []floodgate.Algorithm{
-				// No refill within the test: windows of 30 days (a
-				// boundary crossed with odds of about one in a million)
-				// and a token bucket whose shards refill one token in
-				// 5 hours.
-				floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
-				floodgate.SlidingWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
-				floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 2000},
-				floodgate.SlidingLog{Limit: 2000, Window: 24 * time.Hour},
-				// The fixed window binds: 2,000 of the bucket's 3,000.
-				floodgate.Limits{floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour}, floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 3000}},
-			} {
-				for _, probes := range []int{15, 2} {
-					t.Run(fmt.Sprintf("%T/P%d", alg, probes), func(t *testing.T) {
-						runExact(t, client, real, alg, probes, cluster, true)
-					})
-				}
-			}
+			f(t, client, real, cluster)
 		})
+	}
+}
+
+// exactAlgorithms are the limits of 2,000 that TestRedisExact and
+// TestRedisColdExact spend. No refill within a test: windows of 30 days
+// (a boundary crossed with odds of about one in a million) and a token
+// bucket whose shards refill one token in 5 hours.
+func exactAlgorithms() []floodgate.Algorithm {
+	return []floodgate.Algorithm{
+		floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
+		floodgate.SlidingWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
+		floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 2000},
+		floodgate.SlidingLog{Limit: 2000, Window: 24 * time.Hour},
+		// The fixed window binds: 2,000 of the bucket's 3,000.
+		floodgate.Limits{floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour}, floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 3000}},
 	}
 }
 
@@ -103,26 +115,13 @@ func TestRedisColdExact(t *testing.T) {
 	if os.Getenv("REDIS_ADDR") == "" {
 		t.Skip("set REDIS_ADDR (and REDIS_CLUSTER_ADDRS) to run on real servers")
 	}
-	for _, cluster := range []bool{false, true} {
-		name := "standalone"
-		if cluster {
-			name = "cluster"
+	onServers(t, func(t *testing.T, client func() redis.UniversalClient, real, cluster bool) {
+		for _, alg := range exactAlgorithms() {
+			t.Run(fmt.Sprintf("%T", alg), func(t *testing.T) {
+				runExact(t, client, real, alg, 15, cluster, false)
+			})
 		}
-		t.Run(name, func(t *testing.T) {
-			client, real := testkit.Clients(t, cluster)
-			for _, alg := range []floodgate.Algorithm{
-				floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
-				floodgate.SlidingWindow{Limit: 2000, Window: 30 * 24 * time.Hour},
-				floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 2000},
-				floodgate.SlidingLog{Limit: 2000, Window: 24 * time.Hour},
-				floodgate.Limits{floodgate.FixedWindow{Limit: 2000, Window: 30 * 24 * time.Hour}, floodgate.TokenBucket{Rate: 16, Per: 5 * time.Hour, Burst: 3000}},
-			} {
-				t.Run(fmt.Sprintf("%T", alg), func(t *testing.T) {
-					runExact(t, client, real, alg, 15, cluster, false)
-				})
-			}
-		})
-	}
+	})
 }
 
 // runExact runs 8 processes × 64 goroutines on alg over 16 shards with
