@@ -202,7 +202,10 @@
 // algorithm's step produces.) Units granted by redisstore's FailLocal
 // cannot be told apart from units granted by Redis: leasing over FailLocal
 // may give back, after Redis recovers, up to the units held when it
-// failed.
+// failed. A refill that fails leases nothing; every refill asks
+// floodgate.Request.UndoLate, so a remote that learns it made a refill
+// after the lease gave up on it (redisstore, for a timeout) gives the
+// units back rather than leaving them taken by no pool.
 //
 // # Clock and goroutines
 //

@@ -37,6 +37,9 @@ type remote struct {
 
 	upTo, refunds            atomic.Int64
 	asked, granted, refunded atomic.Int64
+	// undoLate counts the lease round trips asking
+	// floodgate.Request.UndoLate.
+	undoLate atomic.Int64
 	// takes counts Take, applies OpTake applies without a delay and
 	// reserves those with one (a limiter's Reserve and Wait): the
 	// decisions forwarded to the remote. checks counts check-only steps.
@@ -119,6 +122,9 @@ func (c *counting) Apply(ctx context.Context, key string, req floodgate.Request,
 	case req.Check:
 		r.checks.Add(1)
 	case req.Op == floodgate.OpTakeUpTo:
+		if req.UndoLate {
+			r.undoLate.Add(1)
+		}
 		return c.allowUpTo(ctx, key, req.N)
 	case req.Op == floodgate.OpSettle && req.N < 0:
 		return c.refund(ctx, key, -req.N, req.At)

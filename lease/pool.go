@@ -335,7 +335,9 @@ func (l *binding) sizeLocked(e *entry, now, need int64) int64 {
 func (l *binding) runRefill(e *entry, r *refill) {
 	defer l.s.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
-	res, err := l.remote.Apply(ctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: r.asked}, nil)
+	// A refill that fails leases nothing: one the remote made after all
+	// (a timeout) is given back if the remote learns of it (UndoLate).
+	res, err := l.remote.Apply(ctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: r.asked, UndoLate: true}, nil)
 	cancel()
 	end := l.cfg.now()
 	granted := int64(0)

@@ -883,3 +883,19 @@ func TestLocalDecisionAllocatesNothing(t *testing.T) {
 	require.NoError(t, l.Close())
 	assert.Len(t, rec.leased(), 1)
 }
+
+// TestRefillsAskUndoLate: every lease round trip asks the remote to give
+// back what it took if the refill failed for the lease (a timeout) and
+// was made all the same (floodgate.Request.UndoLate): the lease installs
+// nothing from a failed refill, so such units would be lost to everyone.
+func TestRefillsAskUndoLate(t *testing.T) {
+	r := newRemote(t, floodgate.TokenBucket{Rate: 1000, Per: time.Second, Burst: 1000})
+	l := newLease(t, r, nil)
+	for range 200 {
+		_, err := l.Allow(context.Background(), "k")
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Close())
+	require.Positive(t, r.upTo.Load())
+	require.Equal(t, r.upTo.Load(), r.undoLate.Load(), "lease round trips without UndoLate")
+}

@@ -83,7 +83,10 @@
 //     admissions: only units it has not admitted can go, and once taken it
 //     can no longer admit them. Only after the local store took them, in
 //     the window the debit is for (Result.At), does the debit exist, under
-//     a fresh transfer id; a timeout or an error leaves them stranded;
+//     a fresh transfer id; a timeout or an error leaves them stranded
+//     (the take asks floodgate.Request.UndoLate, so a local redisstore
+//     that learns it made a timed-out take gives the units back to the
+//     region instead);
 //  5. calls the coordinator a second time, when there is something to
 //     send: the debits (which the coordinator records once per id, so a
 //     retry after a lost reply is harmless), and raises for the units it

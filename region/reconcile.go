@@ -294,7 +294,9 @@ func (s *Store) plan(ctx context.Context, now time.Time, wk *work) (QuotaMessage
 // debit takes up to x units of window w out of the local store under the
 // region's grant g, atomically with its admissions, and records them as a
 // pending debit only when the local store certainly counted them in w: a
-// timeout or an error leaves them (if taken) stranded, never reported.
+// timeout or an error leaves them (if taken) stranded, never reported,
+// unless the local store learns that it took them and gives them back
+// (floodgate.Request.UndoLate).
 func (s *Store) debit(ctx context.Context, e *entry, w, g, x int64) error {
 	if g < 1 {
 		return nil
@@ -305,7 +307,10 @@ func (s *Store) debit(ctx context.Context, e *entry, w, g, x int64) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	res, err := ib.Apply(cctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: x}, nil)
+	// A debit that fails is not reported; one the local store made after
+	// all (a timeout) is given back if the store learns of it (UndoLate),
+	// rather than stranded.
+	res, err := ib.Apply(cctx, e.key, floodgate.Request{Op: floodgate.OpTakeUpTo, N: x, UndoLate: true}, nil)
 	if err != nil {
 		return fmt.Errorf("region: local debit: %w", err)
 	}

@@ -189,3 +189,78 @@ func TestClose(t *testing.T) {
 		t.Fatalf("Allow after Close = %v", err)
 	}
 }
+
+// undoRecorder is a local store whose Bounds count the OpTakeUpTo steps
+// that are not checks (a reconciler's debits) and those of them asking
+// floodgate.Request.UndoLate.
+type undoRecorder struct {
+	floodgate.Store
+	debits, undoLate int
+}
+
+func (u *undoRecorder) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
+	b, err := u.Store.Bind(name, alg)
+	if err != nil {
+		return nil, err
+	}
+	return undoBound{b, u}, nil
+}
+
+type undoBound struct {
+	floodgate.Bound
+	u *undoRecorder
+}
+
+func (b undoBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	if req.Op == floodgate.OpTakeUpTo && !req.Check {
+		b.u.debits++
+		if req.UndoLate {
+			b.u.undoLate++
+		}
+	}
+	return b.Bound.Apply(ctx, key, req, each)
+}
+
+// TestDebitsAskUndoLate: a reconciler's debit (an OpTakeUpTo on the local
+// store) asks UndoLate, so that a debit that failed for the reconciler (a
+// timeout, never reported) and was made all the same is given back rather
+// than stranded. Region a uses 30 of a window's 1,000 units a second and
+// then none: it debits what it holds beyond its target.
+func TestDebitsAskUndoLate(t *testing.T) {
+	coord, _ := region.NewMemCoordinator(regions)
+	c := &clock{time.Unix(6000, 0)}
+	mem, err := memstore.New(&memstore.Options{Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &undoRecorder{Store: mem}
+	sa, err := region.New(rec, coord, regions, "a", &region.Options{Manual: true, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sa.Close() })
+	sb := newStore(t, c, coord, "b", nil)
+	alg := floodgate.FixedWindow{Limit: 1000, Window: time.Minute}
+	la, _ := floodgate.New(sa, alg, &floodgate.Options{Name: "api"})
+	lb, _ := floodgate.New(sb, alg, &floodgate.Options{Name: "api"})
+	ctx := context.Background()
+	for i := range 120 {
+		if i < 59 {
+			for range 30 {
+				_, _ = la.Allow(ctx, "k")
+			}
+		}
+		for range 10 {
+			_, _ = lb.Allow(ctx, "k")
+		}
+		c.t = c.t.Add(time.Second)
+		_ = sa.Reconcile(ctx)
+		_ = sb.Reconcile(ctx)
+	}
+	if rec.debits == 0 {
+		t.Fatalf("region a made no debit: %+v", sa.Stats())
+	}
+	if rec.undoLate != rec.debits {
+		t.Fatalf("%d of %d debits asked UndoLate", rec.undoLate, rec.debits)
+	}
+}
