@@ -332,7 +332,9 @@
 // fails once sent (it is not sent twice: that would return units others
 // were admitted), Close, an unbatched store (BatchSize 1) and the leaky
 // bucket (which gives nothing back) leave the units taken: the quota
-// under-used, as without UndoLate. Measured by TestUndoLate (16 goroutines, a 50ms
+// under-used, as without UndoLate. Under FailOpen, UndoLate is ignored:
+// the policy admitted the decision, and a take Redis made late rightly
+// counts it. Measured by TestUndoLate (16 goroutines, a 50ms
 // Timeout, DEBUG SLEEP 0.3 on a server of the test's own): without
 // UndoLate Redis counted 5 to 32 units more than its callers were
 // admitted in 9 runs; with it, exactly as many (4 to 15 takes undone).

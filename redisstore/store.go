@@ -602,7 +602,9 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 
 	rkey, keys := b.redisKeys(key)
 	var late func(any)
-	if req.UndoLate && !req.Check && req.Op != floodgate.OpSettle {
+	if req.UndoLate && !req.Check && req.Op != floodgate.OpSettle && s.policy != FailOpen {
+		// (FailOpen admits a decision Redis failed to make: one Redis
+		// made late is then rightly counted.)
 		late = func(reply any) { b.undo(key, req, reply) }
 	}
 	reply, o, n, err := s.exec(ctx, a.prog(), false, rkey, keys, b.args.args(a, now, s.calClock, req, s.marginMs), late)
