@@ -411,7 +411,10 @@ func poolSize(c redis.UniversalClient) int {
 // Close stops the store's goroutines (the batching pipelines, the timer of
 // Observer.OnFailures, the background removal of holds that failed
 // in-flight calls may have left, whose queued removals it drops) and
-// waits for the calls still running on them;
+// waits for the calls still running on them (a pipeline carrying takes
+// that ask floodgate.Request.UndoLate waits up to 500ms past its
+// decisions' deadlines for its reply; the give-backs it would have sent
+// then are not);
 // decisions after Close fail with floodgate.ErrClosed. It reports to OnFailures the
 // failures counted since the last report. It does not close the Redis
 // client. Close is safe to call more than once and always returns nil.
