@@ -38,6 +38,9 @@ type coalescer struct {
 	mu      sync.Mutex
 	flights map[flightKey]*flight
 	wg      sync.WaitGroup // the goroutines deciding groups
+	// undo makes every take ask floodgate.Request.UndoLate (see
+	// New).
+	undo bool
 }
 
 // flightKey names a counter: a limiter and a key.
@@ -79,7 +82,7 @@ func (c *coalescer) take(ctx context.Context, lim *floodgate.Limiter, key string
 	}
 	c.flights[k] = &flight{}
 	c.mu.Unlock()
-	res, err := lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
+	res, err := lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n, UndoLate: c.undo}, nil)
 	c.next(k)
 	return res, err
 }
@@ -119,7 +122,7 @@ func (c *coalescer) await(ctx context.Context, j *joined, lim *floodgate.Limiter
 	*j = joined{done: j.done}
 	joinedPool.Put(j)
 	if alone {
-		return lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
+		return lim.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n, UndoLate: c.undo}, nil)
 	}
 	return res, err
 }
@@ -176,7 +179,7 @@ func (c *coalescer) decide(k flightKey, group []*joined) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	res, err := k.lim.Apply(ctx, k.key, floodgate.Request{Op: floodgate.OpTake, N: total}, nil)
+	res, err := k.lim.Apply(ctx, k.key, floodgate.Request{Op: floodgate.OpTake, N: total, UndoLate: c.undo}, nil)
 	switch {
 	case len(group) == 1:
 		// The group's take is the member's own.

@@ -181,6 +181,10 @@ func New(store floodgate.Store, cfg *Config, opts *Options) (*Service, error) {
 		s.opts.Logger = slog.Default()
 	}
 	s.stats = newStats(s.opts.MaxStatKeys)
+	// A descriptor whose take fails counts as within its limit only under
+	// FailOpen; otherwise the request is refused, so a take the store made
+	// after all (a timeout after Redis read it) is given back.
+	s.coalesce.undo = s.opts.OnStoreError != FailOpen
 	if cfg != nil {
 		if err := s.SetConfig(cfg); err != nil {
 			return nil, err
@@ -531,7 +535,7 @@ func (s *Service) decide(ctx context.Context, it *item, check bool) {
 		return
 	}
 	hits := int64(min(it.hits, math.MaxInt64))
-	req := floodgate.Request{Op: floodgate.OpTake, N: hits, Check: check}
+	req := floodgate.Request{Op: floodgate.OpTake, N: hits, Check: check, UndoLate: s.coalesce.undo}
 	if hits == 0 {
 		req.N, req.Check = 1, true
 	}
