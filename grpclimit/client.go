@@ -66,6 +66,12 @@ type ClientOptions struct {
 	// gRPC's status codes guide says not to retry it blindly.
 	RetryWithoutInfo bool
 
+	// StreamBuffer bounds the bytes of the messages a stream keeps to send
+	// again on a retry (see Client.Stream): a stream whose messages exceed
+	// it is not retried. The default is 256 KiB, grpc's own retry buffer
+	// per call; a negative value is an error.
+	StreamBuffer int
+
 	// Rand is the source of the jitter; set it to a seeded generator for
 	// reproducible tests. The interceptor serialises its use. The default
 	// is the math/rand/v2 global source.
@@ -74,10 +80,13 @@ type ClientOptions struct {
 
 // Client is a gRPC client interceptor that retries calls a server refused
 // for a rate or concurrency limit, at the time the server named and never
-// sooner. Its Unary method is a grpc.UnaryClientInterceptor:
+// sooner. Its Unary method is a grpc.UnaryClientInterceptor and its Stream
+// method a grpc.StreamClientInterceptor:
 //
 //	c, _ := grpclimit.NewClient(nil)
-//	conn, err := grpc.NewClient(target, grpc.WithChainUnaryInterceptor(c.Unary), ...)
+//	conn, err := grpc.NewClient(target,
+//		grpc.WithChainUnaryInterceptor(c.Unary),
+//		grpc.WithChainStreamInterceptor(c.Stream), ...)
 //
 // A call is retried when it ends with:
 //
@@ -98,17 +107,17 @@ type ClientOptions struct {
 // those. Do not enable both for the same codes, or their attempts
 // multiply.
 //
-// Every call through a Client shares its retry budget. Streams are not
-// retried: a stream's status arrives after messages the client may have
-// sent and received, which an interceptor could replay only by buffering
-// them, so a Client has no stream interceptor. Create one with NewClient;
-// the zero value is not usable. It is safe for concurrent use.
+// Every call and stream through a Client shares its retry budget. A
+// stream is retried only until the client receives a message of it, and
+// sends the messages it had sent again (see Stream). Create one with
+// NewClient; the zero value is not usable. It is safe for concurrent use.
 type Client struct {
 	maxAttempts         int
 	baseDelay, maxDelay time.Duration
 	maxWait             time.Duration
 	budget              *client.RetryBucket // nil: DisableRetryBudget
 	retryWithoutInfo    bool
+	streamBuffer        int
 
 	randMu sync.Mutex
 	rand   *rand.Rand // nil: the global source
@@ -124,7 +133,13 @@ func NewClient(opts *ClientOptions) (*Client, error) {
 	}
 	c := &Client{
 		maxAttempts: o.MaxAttempts, baseDelay: o.BaseDelay, maxDelay: o.MaxDelay, maxWait: o.MaxWait,
-		retryWithoutInfo: o.RetryWithoutInfo, rand: o.Rand,
+		retryWithoutInfo: o.RetryWithoutInfo, streamBuffer: o.StreamBuffer, rand: o.Rand,
+	}
+	switch {
+	case c.streamBuffer < 0:
+		return nil, fmt.Errorf("%w: StreamBuffer = %d, want at least 0", floodgate.ErrInvalidConfig, c.streamBuffer)
+	case c.streamBuffer == 0:
+		c.streamBuffer = defaultStreamBuffer
 	}
 	switch {
 	case c.maxAttempts < 0:
@@ -183,45 +198,8 @@ func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *g
 			c.success()
 			return nil
 		}
-		if ctx.Err() != nil {
-			return err // the caller's context ended: not the server's doing
-		}
-		st, _ := status.FromError(err)
-		code := st.Code()
-		hint := retryInfo(st)
-		var retry bool
-		switch {
-		case code == codes.ResourceExhausted && hint > 0:
-			// The server is pacing the client through its quota: no
-			// budget spent or needed.
-			retry = true
-		case code == codes.Unavailable && hint > 0,
-			code == codes.ResourceExhausted && c.retryWithoutInfo:
-			// spend comes first: a failed attempt costs a token even
-			// when no retry follows.
-			retry = c.spend()
-		default:
-			if answered(code) {
-				c.success()
-			}
-		}
-		if !retry || attempt+1 >= c.maxAttempts {
-			return err
-		}
-		delay := client.RetryDelay(attempt, hint, c.baseDelay, c.maxDelay, c.float64())
-		if hint > 0 {
-			// The jitter on top of the server's wait is ours to give
-			// up: trim it to what MaxWait leaves rather than forgo a
-			// retry the server's own wait fits.
-			delay = min(delay, max(hint, c.maxWait-waited))
-		}
-		if waited+delay > c.maxWait {
-			return err
-		}
-		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= delay {
-			// The retry would start at or after the deadline: it could
-			// not finish, and the server would see a call nobody waits
-			// for.
+		delay, ok := c.next(ctx, err, attempt, waited)
+		if !ok {
 			return err
 		}
 		if serr := sleep(ctx, delay); serr != nil {
@@ -229,6 +207,54 @@ func (c *Client) Unary(ctx context.Context, method string, req, reply any, cc *g
 		}
 		waited += delay
 	}
+}
+
+// next decides whether a call whose attempt (0 for the first) failed with
+// err, having waited before it, is tried again: it returns the wait before
+// the next attempt, or false when err is the call's. It spends or gives
+// back retry tokens as Client describes.
+func (c *Client) next(ctx context.Context, err error, attempt int, waited time.Duration) (time.Duration, bool) {
+	if ctx.Err() != nil {
+		return 0, false // the caller's context ended: not the server's doing
+	}
+	st, _ := status.FromError(err)
+	code := st.Code()
+	hint := retryInfo(st)
+	var retry bool
+	switch {
+	case code == codes.ResourceExhausted && hint > 0:
+		// The server is pacing the client through its quota: no budget
+		// spent or needed.
+		retry = true
+	case code == codes.Unavailable && hint > 0,
+		code == codes.ResourceExhausted && c.retryWithoutInfo:
+		// spend comes first: a failed attempt costs a token even when
+		// no retry follows.
+		retry = c.spend()
+	default:
+		if answered(code) {
+			c.success()
+		}
+	}
+	if !retry || attempt+1 >= c.maxAttempts {
+		return 0, false
+	}
+	delay := client.RetryDelay(attempt, hint, c.baseDelay, c.maxDelay, c.float64())
+	if hint > 0 {
+		// The jitter on top of the server's wait is ours to give up:
+		// trim it to what MaxWait leaves rather than forgo a retry the
+		// server's own wait fits.
+		delay = min(delay, max(hint, c.maxWait-waited))
+	}
+	if waited+delay > c.maxWait {
+		return 0, false
+	}
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= delay {
+		// The retry would start at or after the deadline: it could not
+		// finish, and the server would see a call nobody waits for.
+		return 0, false
+	}
+	return delay, true
 }
 
 // retryInfo returns the retry delay of st's google.rpc.RetryInfo, or 0

@@ -42,11 +42,13 @@ func fixedLimiter(t testing.TB, alg floodgate.Algorithm, now *atomic.Int64) *flo
 
 // service is the test service: UnaryCall answers at once, StreamingInputCall
 // reads every message and answers with the sum of their payload sizes,
-// EmptyCall blocks until its context ends.
+// StreamingOutputCall sends a message of each size asked, FullDuplexCall
+// echoes every message, EmptyCall blocks until its context ends.
 type service struct {
 	testgrpc.UnimplementedTestServiceServer
 	unary    atomic.Int64  // UnaryCall calls that reached the handler
-	messages atomic.Int64  // messages StreamingInputCall received
+	messages atomic.Int64  // messages StreamingInputCall and FullDuplexCall received
+	streams  atomic.Int64  // streams that reached a streaming handler
 	started  chan struct{} // EmptyCall reports each start here when not nil
 }
 
@@ -64,6 +66,7 @@ func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.E
 }
 
 func (s *service) StreamingInputCall(stream grpc.ClientStreamingServer[testgrpc.StreamingInputCallRequest, testgrpc.StreamingInputCallResponse]) error {
+	s.streams.Add(1)
 	var sum int32
 	for {
 		m, err := stream.Recv()
@@ -75,6 +78,33 @@ func (s *service) StreamingInputCall(stream grpc.ClientStreamingServer[testgrpc.
 		}
 		s.messages.Add(1)
 		sum += int32(len(m.GetPayload().GetBody()))
+	}
+}
+
+func (s *service) StreamingOutputCall(req *testgrpc.StreamingOutputCallRequest, stream grpc.ServerStreamingServer[testgrpc.StreamingOutputCallResponse]) error {
+	s.streams.Add(1)
+	for _, p := range req.GetResponseParameters() {
+		if err := stream.Send(&testgrpc.StreamingOutputCallResponse{Payload: &testgrpc.Payload{Body: make([]byte, p.GetSize())}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *service) FullDuplexCall(stream grpc.BidiStreamingServer[testgrpc.StreamingOutputCallRequest, testgrpc.StreamingOutputCallResponse]) error {
+	s.streams.Add(1)
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s.messages.Add(1)
+		if err := stream.Send(&testgrpc.StreamingOutputCallResponse{Payload: m.GetPayload()}); err != nil {
+			return err
+		}
 	}
 }
 
