@@ -32,7 +32,8 @@
 //     that a client that waits what it is told is never early.
 //   - The IETF ratelimit and ratelimit-policy fields (package headers) go
 //     in the response header of every decided call, as package httplimit
-//     writes them for HTTP; OmitFields leaves them out.
+//     writes them for HTTP (a denial's in its trailer with
+//     DenialFieldsInTrailer, see Clients); OmitFields leaves them out.
 //   - A failing store (floodgate.ErrUnavailable, after the store's own
 //     failure policy) refuses the call with codes.Unavailable and a
 //     RetryInfo of Options.UnavailableRetryAfter (1 s by default).
@@ -104,8 +105,26 @@
 //     or would pass ClientOptions.MaxWait (30 s); at most MaxAttempts (4)
 //     attempts.
 //
-// Streams are not retried: their status arrives after messages that an
-// interceptor could replay only by buffering them.
+// Client.Stream is a grpc.StreamClientInterceptor that retries a stream
+// the same way, per stream, for as long as the client has received no
+// message of it: the stream keeps what the client sends (up to
+// ClientOptions.StreamBuffer, 256 KiB by default, grpc's own retry buffer;
+// more commits it) and sends it again, in order, on the new stream, with
+// CloseSend if the client had called it. A send that meets the end of a
+// refused stream (io.EOF) is kept and reported as sent; the receive that
+// learns the status retries. Once a message has arrived, the stream is the
+// client's: its status is returned as it is. Tests check that a refused
+// stream's handler, client streaming, server streaming and bidirectional
+// with 16 goroutines, gets each message once, in order, from the attempt
+// that is served.
+//
+// gRPC's own retry policy (retryPolicy in the service config, gRFC A6,
+// which honours grpc-retry-pushback-ms) retries only a response that
+// carried no header, a trailers-only one; a denial of New's interceptors
+// carries the ratelimit fields in its header, so a client's retry policy
+// never retries it, pushback or not. Options.DenialFieldsInTrailer sends
+// them in the trailer instead, and OmitFields sends none: then it does
+// (TestNativeRetryPolicy). Client retries either way.
 //
 // # Cost
 //
@@ -152,7 +171,6 @@
 //
 // # Not built
 //
-//   - a stream client interceptor (see Clients);
 //   - ratelimit fields for in-flight and adaptive decisions;
 //   - a Client option to pace calls with a local floodgate.Limiter before
 //     they are sent, as client.Options.Limiter does for HTTP, and the

@@ -2,6 +2,7 @@ package grpclimit
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -60,6 +61,19 @@ type Options struct {
 	// still carry RetryInfo and grpc-retry-pushback-ms. The default is
 	// false.
 	OmitFields bool
+
+	// DenialFieldsInTrailer sends a denial's ratelimit fields in the
+	// trailer, beside grpc-retry-pushback-ms, instead of the header, so
+	// that the denial is a trailers-only response. gRPC's own retry policy
+	// (a retryPolicy in the client's service config, in every gRPC
+	// implementation: gRFC A6) retries only such responses: a call whose
+	// response carried a header is committed, and by default this
+	// package's denials carry the fields in one, so a client's retry
+	// policy never retries them, pushback or not (TestNativeRetryPolicy).
+	// This package's Client retries them either way. The default is false:
+	// the fields go in the header of every decided call, as HTTP sends
+	// them with a 429.
+	DenialFieldsInTrailer bool
 
 	// UnavailableRetryAfter is the RetryInfo of a call refused with
 	// codes.Unavailable because the limiter's store failed (an error
@@ -139,7 +153,8 @@ func New(lim *floodgate.Limiter, opts *Options) (*Interceptor, error) {
 // handler's own grpc.SetHeader metadata goes with them; a handler that
 // sends the header itself, with grpc.SendHeader, sends it without them).
 // A denied call never reaches the handler: it gets the denial's status
-// (see New), its fields in the header and grpc-retry-pushback-ms in the
+// (see New), its fields in the header (in the trailer with
+// Options.DenialFieldsInTrailer) and grpc-retry-pushback-ms in the
 // trailer.
 func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	method := info.FullMethod
@@ -153,11 +168,12 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	md, wait, err := i.decide(ctx, method, n)
 	if err != nil {
-		if md != nil {
-			_ = grpc.SetHeader(ctx, md)
+		hdr, trl := i.refusalMetadata(md, wait)
+		if hdr != nil {
+			_ = grpc.SetHeader(ctx, hdr)
 		}
-		if wait > 0 {
-			_ = grpc.SetTrailer(ctx, pushback(wait))
+		if trl != nil {
+			_ = grpc.SetTrailer(ctx, trl)
 		}
 		return nil, err
 	}
@@ -189,14 +205,18 @@ func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return handler(srv, ss)
 	}
 	md, wait, err := i.decide(ctx, method, 1)
-	if md != nil {
-		_ = ss.SetHeader(md)
-	}
 	if err != nil {
-		if wait > 0 {
-			ss.SetTrailer(pushback(wait))
+		hdr, trl := i.refusalMetadata(md, wait)
+		if hdr != nil {
+			_ = ss.SetHeader(hdr)
+		}
+		if trl != nil {
+			ss.SetTrailer(trl)
 		}
 		return err
+	}
+	if md != nil {
+		_ = ss.SetHeader(md)
 	}
 	if o.Cost != nil {
 		ss = &costStream{ServerStream: ss, i: i, method: method}
@@ -222,13 +242,40 @@ func (i *Interceptor) Limit(ctx context.Context) error {
 		n = i.o.Cost(ctx, method, nil)
 	}
 	md, wait, err := i.decide(ctx, method, n)
-	if md != nil {
-		_ = grpc.SetHeader(ctx, md)
+	if err == nil {
+		if md != nil {
+			_ = grpc.SetHeader(ctx, md)
+		}
+		return nil
 	}
-	if wait > 0 {
-		_ = grpc.SetTrailer(ctx, pushback(wait))
+	hdr, trl := i.refusalMetadata(md, wait)
+	if hdr != nil {
+		_ = grpc.SetHeader(ctx, hdr)
+	}
+	if trl != nil {
+		_ = grpc.SetTrailer(ctx, trl)
 	}
 	return err
+}
+
+// refusalMetadata returns the header and the trailer of a refused call
+// whose fields are md and whose RetryInfo is wait (0 for none): the
+// fields in the header, or with DenialFieldsInTrailer in the trailer,
+// and the pushback in the trailer. Either may be nil.
+func (i *Interceptor) refusalMetadata(md metadata.MD, wait time.Duration) (hdr, trl metadata.MD) {
+	if wait > 0 {
+		trl = pushback(wait)
+	}
+	switch {
+	case md == nil:
+	case !i.o.DenialFieldsInTrailer:
+		hdr = md
+	case trl == nil:
+		trl = md
+	default:
+		maps.Copy(trl, md)
+	}
+	return hdr, trl
 }
 
 // decide takes n units of the key of a call of method. It returns the
