@@ -211,6 +211,31 @@ func TestSideBySide(t *testing.T) {
 	for _, workers := range loads {
 		compare(t, rows, clients, peer, workers, dur)
 	}
+	// The host's own pauses, which bound what the latencies above can
+	// show: a goroutine that only reads the clock, alone.
+	gaps, longest := pauses(time.Second)
+	t.Logf("host: a goroutine reading the clock for 1s alone saw %d pauses over 1ms, %d over 2ms, %d over 5ms; the longest %v",
+		gaps[0], gaps[1], gaps[2], longest.Round(time.Microsecond))
+}
+
+// pauses reads the clock in a loop for d and counts the gaps between two
+// reads longer than 1ms, 2ms and 5ms: the time the goroutine did not run,
+// whatever took its CPU (another process, the hypervisor).
+func pauses(d time.Duration) (gaps [3]int, longest time.Duration) {
+	last := time.Now()
+	end := last.Add(d)
+	for last.Before(end) {
+		now := time.Now()
+		g := now.Sub(last)
+		last = now
+		longest = max(longest, g)
+		for i, th := range []time.Duration{time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond} {
+			if g > th {
+				gaps[i]++
+			}
+		}
+	}
+	return gaps, longest
 }
 
 // compare measures the rows' services under the load of workers
