@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -232,6 +233,76 @@ func BenchmarkRedisScriptTime(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRedisScriptFloor is what Redis spends per decision on the reads
+// and writes alone, in a script of batch.lua's shape (one TIME, then for
+// each decision its keys read with GET and written with SET PX and a reply
+// string), 12 decisions a call as the store's batches carry at 64
+// goroutines: for one key a decision (one limit) and for two (a Limits of
+// two, one key per limit). Set beside BenchmarkRedisScriptTime, it shows
+// how much of a decision's script time is the state's reads and writes.
+func BenchmarkRedisScriptFloor(b *testing.B) {
+	addr := redisAddr(b)
+	for _, keysPer := range []int{1, 2} {
+		b.Run(fmt.Sprintf("%dkeys", keysPer), func(b *testing.B) {
+			ctx := context.Background()
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			b.Cleanup(func() { _ = c.Close() })
+			prefix := "fgbench:" + runID() + ":floor:"
+			b.Cleanup(func() {
+				it := c.Scan(context.Background(), 0, prefix+"*", 1000).Iterator()
+				for it.Next(context.Background()) {
+					_ = c.Del(context.Background(), it.Val()).Err()
+				}
+			})
+			sha, err := c.ScriptLoad(ctx, floorScript).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			const perCall, calls = 12, 2000
+			keys := make([]string, perCall*keysPer)
+			before, calls0, err := standaloneScript(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := range calls * b.N {
+				for d := range perCall {
+					for j := range keysPer {
+						keys[d*keysPer+j] = fmt.Sprintf("%sk%d:%d", prefix, (i*perCall+d)%1000, j)
+					}
+				}
+				if err := c.EvalSha(ctx, sha, keys, keysPer).Err(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			after, calls1, err := standaloneScript(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric((after-before)/float64((calls1-calls0)*perCall), "script-µs/op")
+		})
+	}
+}
+
+// floorScript reads and writes ARGV[1] keys a decision, for #KEYS/ARGV[1]
+// decisions, and replies a string a decision, as the batch scripts do.
+const floorScript = `
+local t = redis.call('TIME')
+local per, out = ARGV[1] + 0, {}
+for d = 1, #KEYS, per do
+  local parts = {t[1] .. ' ' .. t[2] .. '000'}
+  for j = d, d + per - 1 do
+    local old = redis.call('GET', KEYS[j])
+    local new = string.format('%d%09d', t[1] + 1, t[2] * 1000)
+    redis.call('SET', KEYS[j], new, 'PX', '60000')
+    parts[#parts + 1] = (old or '0') .. ' ' .. new .. ' 1 1'
+  end
+  out[#out + 1] = table.concat(parts, ' ')
+end
+return out
+`
 
 // standaloneScript returns the server's EVALSHA and EVAL usec and calls so
 // far, from INFO commandstats.
