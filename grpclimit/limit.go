@@ -168,13 +168,7 @@ func (i *Interceptor) Unary(ctx context.Context, req any, info *grpc.UnaryServer
 	}
 	md, wait, err := i.decide(ctx, method, n)
 	if err != nil {
-		hdr, trl := i.refusalMetadata(md, wait)
-		if hdr != nil {
-			_ = grpc.SetHeader(ctx, hdr)
-		}
-		if trl != nil {
-			_ = grpc.SetTrailer(ctx, trl)
-		}
+		i.setRefusal(ctx, md, wait)
 		return nil, err
 	}
 	resp, err := handler(ctx, req)
@@ -227,8 +221,9 @@ func (i *Interceptor) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 // Limit decides one call of the method of ctx (grpc.Method) on a server,
 // at Options.Cost(ctx, method, nil) units (1 without Cost), and returns nil
 // when it is admitted, or the status error Unary would return. It sets the
-// ratelimit fields in the call's header (grpc.SetHeader) and, on a denial,
-// the pushback in its trailer, where ctx is a server call's.
+// ratelimit fields in the call's header (grpc.SetHeader; a denial's in its
+// trailer with Options.DenialFieldsInTrailer) and, on a denial, the
+// pushback in its trailer, where ctx is a server call's.
 //
 // Its signature is that of go-grpc-middleware's ratelimit.Limiter, so an
 // *Interceptor plugs into that package's interceptors. They replace the
@@ -248,6 +243,13 @@ func (i *Interceptor) Limit(ctx context.Context) error {
 		}
 		return nil
 	}
+	i.setRefusal(ctx, md, wait)
+	return err
+}
+
+// setRefusal sets the header and the trailer of the refused unary call of
+// ctx (see refusalMetadata).
+func (i *Interceptor) setRefusal(ctx context.Context, md metadata.MD, wait time.Duration) {
 	hdr, trl := i.refusalMetadata(md, wait)
 	if hdr != nil {
 		_ = grpc.SetHeader(ctx, hdr)
@@ -255,7 +257,6 @@ func (i *Interceptor) Limit(ctx context.Context) error {
 	if trl != nil {
 		_ = grpc.SetTrailer(ctx, trl)
 	}
-	return err
 }
 
 // refusalMetadata returns the header and the trailer of a refused call
