@@ -37,10 +37,11 @@ const defaultStreamBuffer = 256 << 10
 // status. The attempts, waits and budget are Unary's, per stream.
 //
 // A send that meets the end of a refused stream (io.EOF) is kept and
-// reported as sent: the status is learnt by the next receive, which sends
-// it again on the new stream. With the retry it would have been sent; if
-// the stream is not retried, the receive returns the status, as it does
-// after an io.EOF from a plain stream.
+// reported as sent, and so are the sends after it: the next receive learns
+// the status and, if it retries, sends them on the new stream; if not, it
+// returns the status, as a plain stream's receive does after an io.EOF.
+// Opening the stream is retried the same way when it fails with such a
+// status.
 //
 // No retry follows once the client has received a message (the stream is
 // committed, and the kept messages are dropped), or once the messages
