@@ -441,3 +441,29 @@ func TestClientStreamSendDuringRetry(t *testing.T) {
 	assert.ErrorIs(t, cs.RecvMsg(new(testgrpc.StreamingOutputCallResponse)), io.EOF)
 	assert.EqualValues(t, 2, opened.Load())
 }
+
+// TestClientStreamRetriesOpen: a stream whose opening fails with a refusal
+// is opened again, up to MaxAttempts.
+func TestClientStreamRetriesOpen(t *testing.T) {
+	served := &fakeStream{recv: []error{nil, io.EOF}}
+	var opens atomic.Int64
+	streamer := func(fails int64) grpc.Streamer {
+		return func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+			if opens.Add(1) <= fails {
+				return nil, refusedFor(time.Millisecond)
+			}
+			return served, nil
+		}
+	}
+	c := newClient(t, &grpclimit.ClientOptions{MaxAttempts: 3, Rand: rand.New(zeroSource{})})
+	desc := &grpc.StreamDesc{ServerStreams: true}
+	cs, err := c.Stream(t.Context(), desc, nil, "/s/m", streamer(2))
+	require.NoError(t, err)
+	require.NoError(t, cs.RecvMsg(new(testgrpc.StreamingOutputCallResponse)))
+	assert.EqualValues(t, 3, opens.Load())
+
+	opens.Store(0)
+	_, err = c.Stream(t.Context(), desc, nil, "/s/m", streamer(3))
+	assert.Equal(t, codes.ResourceExhausted, status.Code(err))
+	assert.EqualValues(t, 3, opens.Load(), "opens: MaxAttempts")
+}
