@@ -48,15 +48,47 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1000000}
 `
 
+// handlerTimes records how long a service's handler took for each call,
+// from a gRPC interceptor: a call's time inside the service, apart from
+// gRPC's transport and the load's client.
+type handlerTimes struct {
+	mu    sync.Mutex
+	times []time.Duration
+}
+
+func (h *handlerTimes) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	d := time.Since(start)
+	h.mu.Lock()
+	h.times = append(h.times, d)
+	h.mu.Unlock()
+	return resp, err
+}
+
+// median returns the median of the times recorded since the last call,
+// and forgets them.
+func (h *handlerTimes) median() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.times) == 0 {
+		return 0
+	}
+	slices.Sort(h.times)
+	m := h.times[len(h.times)/2]
+	h.times = h.times[:0]
+	return m
+}
+
 // serve runs svc on a loopback gRPC server with opts and returns a client
-// of it.
-func serve(t *testing.T, svc pb.RateLimitServiceServer, opts ...grpc.ServerOption) pb.RateLimitServiceClient {
+// of it; h records the handler's times.
+func serve(t *testing.T, svc pb.RateLimitServiceServer, h *handlerTimes, opts ...grpc.ServerOption) pb.RateLimitServiceClient {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(opts...)
+	srv := grpc.NewServer(append(slices.Clone(opts), grpc.UnaryInterceptor(h.intercept))...)
 	pb.RegisterRateLimitServiceServer(srv, svc)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -129,7 +161,8 @@ type row struct {
 //
 // FLOODGATE_RLS_BENCH_ROWS keeps the rows whose name contains it,
 // FLOODGATE_RLS_BENCH_WORKERS runs one load, FLOODGATE_RLS_BENCH_TIME sets
-// a round's length (3s).
+// a round's length (3s), FLOODGATE_RLS_BENCH_ROUNDS the rounds (5; an
+// even number is made odd, so that the median is a round's).
 func TestSideBySide(t *testing.T) {
 	if os.Getenv("FLOODGATE_RLS_BENCH") == "" {
 		t.Skip("set FLOODGATE_RLS_BENCH=1 to run the side-by-side benchmark")
@@ -204,12 +237,14 @@ func TestSideBySide(t *testing.T) {
 		rows = slices.DeleteFunc(rows, func(r row) bool { return !strings.Contains(r.name, only) })
 	}
 	clients := make([]pb.RateLimitServiceClient, len(rows))
+	handlers := make([]*handlerTimes, len(rows))
 	for i, r := range rows {
-		clients[i] = serve(t, r.svc(), r.opts...)
+		handlers[i] = new(handlerTimes)
+		clients[i] = serve(t, r.svc(), handlers[i], r.opts...)
 	}
 	peer := slices.IndexFunc(rows, func(r row) bool { return strings.HasPrefix(r.name, "envoyproxy") })
 	for _, workers := range loads {
-		compare(t, rows, clients, peer, workers, dur)
+		compare(t, rows, clients, handlers, peer, workers, dur)
 	}
 	// The host's own pauses, which bound what the latencies above can
 	// show: a goroutine that only reads the clock, alone.
@@ -239,25 +274,31 @@ func pauses(d time.Duration) (gaps [3]int, longest time.Duration) {
 }
 
 // compare measures the rows' services under the load of workers
-// goroutines. The rows take turns, rounds times, so that the noise of a
-// shared host falls on all of them alike; each reports its median round
-// and, for a Redis row when the peer (rows[peer]) ran too, the median of
-// its rounds' ratios to the peer's round of the same turn.
-func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, peer, workers int, dur time.Duration) {
+// goroutines. The rows take turns, 5 rounds (FLOODGATE_RLS_BENCH_ROUNDS)
+// of them, so that the noise of a shared host falls on all of them alike;
+// each reports its median round (with its handler's median time, from
+// handlers) and, for a Redis row when the peer (rows[peer]) ran too, the
+// median of its rounds' ratios to the peer's round of the same turn.
+func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, handlers []*handlerTimes, peer, workers int, dur time.Duration) {
 	t.Helper()
-	const rounds = 3
+	rounds := 5
+	if v, err := strconv.Atoi(os.Getenv("FLOODGATE_RLS_BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v | 1 // odd: the median is a round's
+	}
 	for i := range rows {
 		load(t, clients[i], workers, 500*time.Millisecond) // warm-up
 	}
 	type result struct {
 		perSec   float64
 		p50, p99 time.Duration
+		handler  time.Duration // the handler's median
 	}
 	results := make([][]result, len(rows))
 	for range rounds {
 		for i := range rows {
+			handlers[i].median() // the calls before the round
 			perSec, p50, p99 := load(t, clients[i], workers, dur)
-			results[i] = append(results[i], result{perSec, p50, p99})
+			results[i] = append(results[i], result{perSec, p50, p99, handlers[i].median()})
 		}
 	}
 	for i, r := range rows {
@@ -274,7 +315,7 @@ func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, peer
 		byRate := slices.Clone(rs)
 		slices.SortFunc(byRate, func(a, b result) int { return cmp.Compare(a.perSec, b.perSec) })
 		m := byRate[len(byRate)/2]
-		t.Logf("%3d goroutines  %-28s %8.0f calls/s  p50 %v  p99 %v%s  (median of %d rounds of %v; rounds: %.0f..%.0f calls/s; two descriptors a call)",
-			workers, r.name, m.perSec, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), ratio, rounds, dur, byRate[0].perSec, byRate[len(byRate)-1].perSec)
+		t.Logf("%3d goroutines  %-28s %8.0f calls/s  p50 %v  p99 %v  handler p50 %v%s  (median of %d rounds of %v; rounds: %.0f..%.0f calls/s; two descriptors a call)",
+			workers, r.name, m.perSec, m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), m.handler.Round(time.Microsecond), ratio, rounds, dur, byRate[0].perSec, byRate[len(byRate)-1].perSec)
 	}
 }
