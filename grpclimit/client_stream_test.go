@@ -12,12 +12,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/floodgate-go/floodgate"
 	"github.com/floodgate-go/floodgate/grpclimit"
@@ -278,14 +276,6 @@ func (s *refusingServer) StreamingInputCall(stream grpc.ClientStreamingServer[te
 	}
 }
 
-func refusedFor(hint time.Duration) error {
-	st := status.New(codes.ResourceExhausted, "refused")
-	if hint > 0 {
-		st, _ = st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(hint)})
-	}
-	return st.Err()
-}
-
 func serveRefusing(t *testing.T, s *refusingServer, opts *grpclimit.ClientOptions) testgrpc.TestServiceClient {
 	t.Helper()
 	cl := newClient(t, opts)
@@ -293,7 +283,7 @@ func serveRefusing(t *testing.T, s *refusingServer, opts *grpclimit.ClientOption
 }
 
 func TestClientStreamCommitsOnFirstMessage(t *testing.T) {
-	s := &refusingServer{first: 1, err: refusedFor(time.Millisecond)}
+	s := &refusingServer{first: 1, err: refusal(codes.ResourceExhausted, time.Millisecond)}
 	c := serveRefusing(t, s, nil)
 	stream, err := c.StreamingOutputCall(bounded(t), &testgrpc.StreamingOutputCallRequest{})
 	require.NoError(t, err)
@@ -305,7 +295,7 @@ func TestClientStreamCommitsOnFirstMessage(t *testing.T) {
 }
 
 func TestClientStreamRetriesUntilMaxAttempts(t *testing.T) {
-	s := &refusingServer{err: refusedFor(time.Millisecond)}
+	s := &refusingServer{err: refusal(codes.ResourceExhausted, time.Millisecond)}
 	c := serveRefusing(t, s, &grpclimit.ClientOptions{MaxAttempts: 3})
 	stream, err := c.StreamingOutputCall(bounded(t), &testgrpc.StreamingOutputCallRequest{})
 	require.NoError(t, err)
@@ -322,12 +312,12 @@ func TestClientStreamDoesNotRetry(t *testing.T) {
 		ctx  func(context.Context) (context.Context, context.CancelFunc)
 		send int // messages of 100 bytes sent first
 	}{
-		{name: "no RetryInfo", err: refusedFor(0)},
+		{name: "no RetryInfo", err: refusal(codes.ResourceExhausted, 0)},
 		{name: "not a refusal", err: status.Error(codes.Internal, "broken")},
-		{name: "deadline before the wait", err: refusedFor(time.Hour), ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
+		{name: "deadline before the wait", err: refusal(codes.ResourceExhausted, time.Hour), ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
 			return context.WithTimeout(ctx, 10*time.Second)
 		}},
-		{name: "messages over StreamBuffer", err: refusedFor(time.Millisecond), opts: &grpclimit.ClientOptions{StreamBuffer: 250}, send: 3},
+		{name: "messages over StreamBuffer", err: refusal(codes.ResourceExhausted, time.Millisecond), opts: &grpclimit.ClientOptions{StreamBuffer: 250}, send: 3},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &refusingServer{err: tt.err}
@@ -355,7 +345,7 @@ func TestClientStreamDoesNotRetry(t *testing.T) {
 func TestClientStreamWithinBufferRetries(t *testing.T) {
 	// The counterpart of "messages over StreamBuffer": the same messages
 	// fit a larger buffer and are retried.
-	s := &refusingServer{err: refusedFor(time.Millisecond)}
+	s := &refusingServer{err: refusal(codes.ResourceExhausted, time.Millisecond)}
 	c := serveRefusing(t, s, &grpclimit.ClientOptions{StreamBuffer: 400, MaxAttempts: 2, Rand: rand.New(zeroSource{})})
 	stream, err := c.StreamingInputCall(bounded(t))
 	require.NoError(t, err)
@@ -417,7 +407,7 @@ func (f *fakeStream) RecvMsg(any) error {
 // call CloseSend.
 func TestClientStreamSendDuringRetry(t *testing.T) {
 	gate := make(chan struct{})
-	first := &fakeStream{entered: make(chan struct{}, 1), gate: gate, sendErr: io.EOF, recv: []error{refusedFor(time.Millisecond)}}
+	first := &fakeStream{entered: make(chan struct{}, 1), gate: gate, sendErr: io.EOF, recv: []error{refusal(codes.ResourceExhausted, time.Millisecond)}}
 	second := &fakeStream{recv: []error{nil, io.EOF}}
 	attempts := []*fakeStream{first, second}
 	var opened atomic.Int64
@@ -450,7 +440,7 @@ func TestClientStreamRetriesOpen(t *testing.T) {
 	streamer := func(fails int64) grpc.Streamer {
 		return func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, ...grpc.CallOption) (grpc.ClientStream, error) {
 			if opens.Add(1) <= fails {
-				return nil, refusedFor(time.Millisecond)
+				return nil, refusal(codes.ResourceExhausted, time.Millisecond)
 			}
 			return served, nil
 		}
