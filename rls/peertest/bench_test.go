@@ -209,6 +209,10 @@ func TestSideBySide(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = rs.Close() })
+				// As floodgate-rls starts: connected, its scripts loaded.
+				if err := rs.Ping(context.Background()); err != nil {
+					t.Fatal(err)
+				}
 				// As floodgate-rls serves Redis: with Coalesce.
 				svc, err := rls.New(rs, cfg, &rls.Options{Parallel: parallel, Coalesce: true})
 				if err != nil {

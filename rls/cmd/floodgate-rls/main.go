@@ -230,6 +230,16 @@ func run(ctx context.Context, args []string, env func(string) string, stderr io.
 			return err
 		}
 		defer closeFn()
+		// Dial Redis and load the scripts before serving: the first calls
+		// would otherwise pay for both, take longer than -timeout and be
+		// decided by -failure-mode. A Redis that does not answer does
+		// not keep the service from starting; it decides by
+		// -failure-mode until Redis answers.
+		pctx, pcancel := context.WithTimeout(ctx, startPing)
+		if err := rs.Ping(pctx); err != nil {
+			logger.Warn("floodgate-rls: Redis did not answer at start; deciding by -failure-mode until it does", "err", err)
+		}
+		pcancel()
 		store = rs
 		// Concurrent takes of one counter share a script run: see
 		// rls.Options.Coalesce.
@@ -295,6 +305,9 @@ func run(ctx context.Context, args []string, env func(string) string, stderr io.
 	}
 	return nil
 }
+
+// startPing bounds the start-up's wait for Redis.
+const startPing = 2 * time.Second
 
 func redisStore(s settings) (*redisstore.Store, func(), error) {
 	if s.redisURL == "" {

@@ -16,6 +16,7 @@ import (
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -155,19 +156,26 @@ func testFailOpen(t *testing.T, sig syscall.Signal) {
 	t.Fatalf("replies after %v over the bound or not admitted, in every round:\n%s", sig, strings.Join(rounds, "\n"))
 }
 
-func failOpenRound(t *testing.T, bin string, sig syscall.Signal) (slow []string, worst time.Duration) {
+// redisServer starts a redis-server of the test's own, ended at the
+// end of the test (or by stop), and returns its address.
+func redisServer(t *testing.T, bin string) (addr string, cmd *exec.Cmd, stop func()) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := lis.Addr().(*net.TCPAddr).Port
 	require.NoError(t, lis.Close())
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd = exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	require.NoError(t, cmd.Start())
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	}()
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGCONT)
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	addr = fmt.Sprintf("127.0.0.1:%d", port)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		c, err := net.Dial("tcp", addr)
@@ -178,6 +186,12 @@ func failOpenRound(t *testing.T, bin string, sig syscall.Signal) (slow []string,
 		require.True(t, time.Now().Before(deadline), "redis-server did not start")
 		time.Sleep(10 * time.Millisecond)
 	}
+	return addr, cmd, stop
+}
+
+func failOpenRound(t *testing.T, bin string, sig syscall.Signal) (slow []string, worst time.Duration) {
+	addr, cmd, stop := redisServer(t, bin)
+	defer stop()
 	dir := t.TempDir()
 	writeConfig(t, dir, "shop.yaml", cfg427)
 	c := start(t, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-backend", "redis", "-redis-url", addr}, nil)
@@ -212,4 +226,39 @@ func failOpenRound(t *testing.T, bin string, sig syscall.Signal) (slow []string,
 	}
 	wg.Wait()
 	return slow, worst
+}
+
+// TestRedisReadyAtStart: floodgate-rls dials Redis and loads its scripts
+// before it serves, so that the first calls pay for neither (they would
+// take longer than -timeout and be decided by -failure-mode).
+func TestRedisReadyAtStart(t *testing.T) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not found")
+	}
+	addr, _, _ := redisServer(t, bin)
+	dir := t.TempDir()
+	writeConfig(t, dir, "shop.yaml", cfg427)
+	start(t, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-backend", "redis", "-redis-url", addr}, nil)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	require.Contains(t, info, "cmdstat_script|load:", "no script loaded before the first call:\n%s", info)
+	require.NotContains(t, info, "cmdstat_evalsha", "a decision made before any call:\n%s", info)
+}
+
+// TestRedisDownAtStart: a Redis that does not answer at start does not
+// keep floodgate-rls from serving; it decides by -failure-mode (open).
+func TestRedisDownAtStart(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := lis.Addr().String()
+	require.NoError(t, lis.Close())
+	dir := t.TempDir()
+	writeConfig(t, dir, "shop.yaml", cfg427)
+	c := start(t, []string{"-config", dir, "-grpc-addr", "127.0.0.1:0", "-backend", "redis", "-redis-url", addr}, nil)
+	r, err := c.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "shop", Descriptors: []*rlpb.RateLimitDescriptor{desc("route", "special")}})
+	require.NoError(t, err)
+	require.Equal(t, pb.RateLimitResponse_OK, r.OverallCode)
 }
