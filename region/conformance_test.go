@@ -13,11 +13,12 @@ import (
 // TestConformance runs floodgatetest's conservative tier on region Stores
 // of one region that holds the whole quota (a floor of 1), over one
 // memstore; the fleet is several processes of that region sharing its
-// local store, each with its own Store. The Stores bind only FixedWindow
-// (the other algorithms are skipped at Bind) and never reconcile here: what
+// local store, each with its own Store. The Stores bind FixedWindow,
+// CalendarWindow and TokenBucket (split as windows of half its burst; the
+// other algorithms are skipped at Bind) and never reconcile here: what
 // the tier checks is the decisions' path (the limit, the window check,
-// the OpSettle and MaxDelay rules), which must never admit what a fixed
-// window would deny.
+// the OpSettle and MaxDelay rules), which must never admit what the
+// algorithm itself would deny.
 func TestConformance(t *testing.T) {
 	regions := []region.Region{{Name: "only", Floor: 1}}
 	newStore := func(t *testing.T, local floodgate.Store, now func() time.Time) floodgate.Store {
@@ -50,6 +51,14 @@ func TestConformance(t *testing.T) {
 		return newStore(t, newLocal(t, now), now)
 	}, &floodgatetest.Options{
 		Conservative: true,
+		// A TokenBucket splits as windows of Burst/2 units: the first
+		// denial may come after Burst/2 of a full bucket's Burst.
+		UnderAdmission: func(alg floodgate.Algorithm, _ int) int64 {
+			if tb, ok := alg.(floodgate.TokenBucket); ok {
+				return tb.Burst - tb.Burst/2
+			}
+			return 0
+		},
 		Fleet: func(t *testing.T, now func() time.Time, n int) []floodgate.Store {
 			local := newLocal(t, now)
 			ss := make([]floodgate.Store, n)
@@ -63,5 +72,6 @@ func TestConformance(t *testing.T) {
 
 // unclosed is a Store without its Close method, so that floodgatetest.Run
 // does not run its Close case on it: that case binds every algorithm, and
-// a region Store binds only FixedWindow. TestClose checks Close.
+// a region Store binds only windows and token buckets. TestClose checks
+// Close.
 type unclosed struct{ floodgate.Store }

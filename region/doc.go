@@ -18,7 +18,28 @@
 //
 // The quota is the FixedWindow's Limit per window, worldwide, per key; a
 // CalendarWindow splits the same way ("1,000,000 a month per tenant,
-// worldwide", see Calendar windows below).
+// worldwide", see Calendar windows below), and a TokenBucket as windows
+// of half its burst (see Token buckets).
+//
+// # Token buckets
+//
+// A TokenBucket{Rate, Per, Burst} splits as the FixedWindow of Q =
+// Burst/2 units per window of W = Q/Rate·Per (rounded up to the
+// microsecond), under its name and "#tb" (kept apart from a FixedWindow
+// of the same name). Over any span of time t, aligned or not, the regions
+// together then admit at most Burst + Rate·t/Per, what the bucket itself
+// admits starting full: the span meets at most t/W + 2 windows, each
+// admitting at most Q ≤ Rate·W/Per across the regions, and 2Q ≤ Burst.
+// The rate is kept (Q per W is Rate per Per, less the rounding of W); the
+// burst is not: at most Burst/2 in one window, and Burst only across a
+// boundary. A take of more than Burst/2 units (and at most Burst) is
+// denied, never admitted. Decisions report the Burst as their Limit, what
+// the region can still admit in the window as Remaining, and the
+// window's end as RetryAfter of a denial. Bind refuses a Burst below 2, and a bucket
+// whose W is shorter than 4·Interval + 2·Margin: raise Burst or shorten
+// Interval. (A region's bucket cannot take a new rate at each interval
+// while keeping its level without a script that records the rate in the
+// state, which no local store has; see docs/regions.md.)
 //
 // # The allocator
 //
@@ -63,7 +84,8 @@
 // window than the one A was chosen for is undone and reported as a
 // denial (Stats.LateSteps). OpTake never reserves into a later window and
 // an OpSettle charge takes only what the region still holds (see Apply).
-// Decision.Limit is A, the region's part, not the global quota.
+// Decision.Limit is A, the region's part, not the global quota (a
+// TokenBucket's Decisions report its Burst: see Token buckets).
 //
 // # Moving units: debit before credit
 //

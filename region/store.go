@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,8 +188,51 @@ func value(alg floodgate.Algorithm) floodgate.Algorithm {
 		if a != nil {
 			return *a
 		}
+	case *floodgate.TokenBucket:
+		if a != nil {
+			return *a
+		}
 	}
 	return alg
+}
+
+// bucketSuffix ends the name under which a TokenBucket's quota is kept,
+// on the local store and in the coordinator, so that it stays apart
+// from a FixedWindow's under the same name (floodgate.Store: state is
+// per name, key and kind).
+const bucketSuffix = "#tb"
+
+// splitBucket returns the FixedWindow a TokenBucket is split as (see the
+// package doc, Token buckets): Burst/2 units per window of
+// (Burst/2)/Rate·Per, rounded up to the microsecond, and the name it is
+// kept under.
+func splitBucket(name string, a floodgate.TokenBucket) (string, floodgate.FixedWindow, error) {
+	if err := a.Validate(); err != nil {
+		return "", floodgate.FixedWindow{}, fmt.Errorf("region: %w", err)
+	}
+	q := a.Burst / 2
+	if q < 1 {
+		return "", floodgate.FixedWindow{}, fmt.Errorf("%w: region: a TokenBucket splits as windows of Burst/2 units: Burst %d is below 2", floodgate.ErrInvalidConfig, a.Burst)
+	}
+	// ⌈q·Per/Rate⌉: Validate bounds Burst/Rate·Per by MaxWindow, but
+	// q·Per alone may overflow 64 bits.
+	hi, lo := bits.Mul64(uint64(q), uint64(a.Per))
+	if hi >= uint64(a.Rate) {
+		// Not after Validate; Div64 would panic.
+		return "", floodgate.FixedWindow{}, fmt.Errorf("%w: region: a TokenBucket's (Burst/2)/Rate·Per is longer than floodgate.MaxWindow", floodgate.ErrInvalidConfig)
+	}
+	w, rem := bits.Div64(hi, lo, uint64(a.Rate))
+	if rem != 0 {
+		w++
+	}
+	// Windows are whole microseconds (floodgate.FixedWindow).
+	const us = uint64(time.Microsecond)
+	w = (w + us - 1) / us * us
+	fw := floodgate.FixedWindow{Limit: q, Window: time.Duration(w)}
+	if err := fw.Validate(); err != nil {
+		return "", floodgate.FixedWindow{}, fmt.Errorf("region: a TokenBucket splits as windows of Burst/2 units: %w", err)
+	}
+	return name + bucketSuffix, fw, nil
 }
 
 // algID identifies a FixedWindow or a CalendarWindow by value, its time
@@ -351,11 +395,14 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Bind binds alg, which must be a FixedWindow or a CalendarWindow, under
-// name: its Limit is the global quota per window, shared by the regions.
-// Binding one name and configuration twice gives Bounds that decide on the
-// same state. It returns an error matching floodgate.ErrInvalidConfig for
-// another algorithm or a window shorter than 4·Interval + 2·Margin (a
+// Bind binds alg, which must be a FixedWindow, a CalendarWindow or a
+// TokenBucket, under name: a window's Limit is the global quota per
+// window, shared by the regions; a TokenBucket is split as the
+// FixedWindow of Burst/2 units per (Burst/2)/Rate·Per (see the package
+// doc, Token buckets). Binding one name and configuration twice gives
+// Bounds that decide on the same state. It returns an error matching
+// floodgate.ErrInvalidConfig for another algorithm, a TokenBucket whose
+// Burst is below 2, or a window shorter than 4·Interval + 2·Margin (a
 // calendar day counts as 23 hours).
 func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
 	if err := floodgate.CheckName(name); err != nil {
@@ -367,25 +414,47 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	var limit int64
 	var shortest time.Duration
 	alg = value(alg)
+	bucket, isBucket := alg.(floodgate.TokenBucket)
+	if isBucket {
+		var err error
+		if name, alg, err = splitBucket(name, bucket); err != nil {
+			return nil, err
+		}
+		if err := floodgate.CheckName(name); err != nil {
+			return nil, fmt.Errorf("region: a TokenBucket's quota is kept under its name and %q: %w", bucketSuffix, err)
+		}
+	}
 	switch a := alg.(type) {
 	case floodgate.FixedWindow:
 		limit, shortest = a.Limit, a.Window
 	case floodgate.CalendarWindow:
 		limit, shortest = a.Limit, 23*time.Hour
 	default:
-		return nil, fmt.Errorf("%w: region: %v: only a FixedWindow or a CalendarWindow can be split across regions", floodgate.ErrInvalidConfig, alg)
+		return nil, fmt.Errorf("%w: region: %v: only a FixedWindow, a CalendarWindow or a TokenBucket can be split across regions", floodgate.ErrInvalidConfig, alg)
 	}
 	if err := alg.Validate(); err != nil {
 		return nil, fmt.Errorf("region: %w", err)
 	}
 	if min := 4*s.opts.Interval + 2*s.opts.Margin; shortest < min {
+		if isBucket {
+			return nil, fmt.Errorf("%w: region: a TokenBucket splits as windows of Burst/2 units, Burst/2/Rate·Per long: %v is shorter than 4·Interval + 2·Margin = %v (raise Burst or shorten Interval)", floodgate.ErrInvalidConfig, shortest, min)
+		}
 		return nil, fmt.Errorf("%w: region: window %v is shorter than 4·Interval + 2·Margin = %v", floodgate.ErrInvalidConfig, shortest, min)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := bindKey{name, algID(alg)}
+	// A TokenBucket's Bound is its split's binding under a Bound of its
+	// own, which knows the Burst (a process of the region's Peers may
+	// have bound the split as a FixedWindow first).
+	bound := func(b *binding) floodgate.Bound {
+		if isBucket {
+			return &bucketBound{b: b, burst: bucket.Burst}
+		}
+		return b
+	}
 	if b := s.bindings[k]; b != nil {
-		return b, nil
+		return bound(b), nil
 	}
 	// Bind the local store once now, so that a configuration it refuses
 	// fails here rather than on the first step.
@@ -396,7 +465,7 @@ func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, err
 	b := &binding{s: s, name: name, alg: alg, limit: limit, win: newWindows(alg), floor: floorUnits(limit, s.regions[s.self].Floor),
 		inner: map[int64]floodgate.Bound{limit: inner}}
 	s.bindings[k] = b
-	return b, nil
+	return bound(b), nil
 }
 
 // binding is the Bound of one name and FixedWindow or CalendarWindow.
@@ -606,6 +675,59 @@ func (b *binding) Apply(ctx context.Context, key string, req floodgate.Request, 
 	return b.decide(ctx, e, key, req, now, a)
 }
 
+// bucketBound is the Bound of a TokenBucket: the binding of the
+// FixedWindow it splits as (see the package doc, Token buckets), whose
+// Decisions report the Burst as their Limit, and which denies a take of
+// more than the window's units (and at most the Burst) rather than
+// refuse it: floodgate.Store allows no error for a take within the
+// algorithm's quota.
+type bucketBound struct {
+	b     *binding
+	burst int64
+}
+
+var _ floodgate.Bound = (*bucketBound)(nil)
+
+func (w *bucketBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
+	b := w.b
+	if req.Op == floodgate.OpTake && req.N > b.limit {
+		if err := floodgate.CheckKey(key); err != nil {
+			return floodgate.Result{}, err
+		}
+		if err := floodgate.CheckRequest(req, w.burst); err != nil {
+			return floodgate.Result{}, err
+		}
+		if b.s.closed.Load() {
+			return floodgate.Result{}, errClosed
+		}
+		e := b.entry(key)
+		if !req.Check {
+			e.asked.Add(req.N)
+		}
+		now := b.s.opts.Now()
+		res := b.denial(now, e.limitAt(now))
+		res.Limit = w.burst
+		return res, nil
+	}
+	res, err := b.Apply(ctx, key, req, each)
+	if err == nil {
+		res.Limit = w.burst
+	}
+	return res, err
+}
+
+func (w *bucketBound) Take(ctx context.Context, key string, n int64) (floodgate.Decision, error) {
+	if n > w.b.limit {
+		res, err := w.Apply(ctx, key, floodgate.Request{Op: floodgate.OpTake, N: n}, nil)
+		return res.Decision, err
+	}
+	d, err := w.b.Take(ctx, key, n)
+	if err == nil {
+		d.Limit = w.burst
+	}
+	return d, err
+}
+
 // entry is the Store's state of one quota (binding and key).
 type entry struct {
 	b     *binding
@@ -713,8 +835,15 @@ type Allocation struct {
 // limiter named name (bound to this Store with alg) has for key, at the
 // Store's clock. A quota the Store has not seen reports the floor.
 func (s *Store) Allocation(name string, alg floodgate.Algorithm, key string) Allocation {
+	alg = value(alg)
+	if tb, ok := alg.(floodgate.TokenBucket); ok {
+		var err error
+		if name, alg, err = splitBucket(name, tb); err != nil {
+			return Allocation{}
+		}
+	}
 	s.mu.Lock()
-	b := s.bindings[bindKey{name, algID(value(alg))}]
+	b := s.bindings[bindKey{name, algID(alg)}]
 	s.mu.Unlock()
 	if b == nil {
 		return Allocation{}
