@@ -226,8 +226,9 @@
 //
 // # What is not built
 //
-//   - FixedWindow and CalendarWindow only: no sliding windows, buckets or
-//     Limits. A token bucket's rate is not split across regions.
+//   - FixedWindow, CalendarWindow and TokenBucket only: no sliding
+//     windows or Limits, and a token bucket splits as windows of half its
+//     burst (see Token buckets), not as a bucket.
 //   - Keys: every key of a limiter is its own quota; at most
 //     Options.MaxKeys (1,000) with the most demand are reconciled per
 //     interval, the others keep the grants they hold, and their floors in
@@ -236,6 +237,7 @@
 //   - Units stranded by a crash or a cut are not recovered within their
 //     window.
 //   - The coordinator's Redis is one master: a failover that loses
-//     acknowledged writes can grant units twice in the windows it touches
-//     (see package rediscoord).
+//     acknowledged writes can grant units twice in the windows it touches,
+//     unless rediscoord.Options.Replicas makes every Exchange wait for the
+//     master's replicas (see package rediscoord).
 package region

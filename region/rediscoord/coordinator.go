@@ -23,8 +23,17 @@
 // strands its units (they stay taken out of the region's local store). But
 // a region keeps the grants it learned (grants only grow), so the units of
 // a lost grant can be granted again to another region in their window:
-// over-admission bounded by the grants the failover lost. Run the coordinator's Redis without failover (or with WAIT on
-// every write, which this package does not do), or accept that bound; see
+// over-admission bounded by the grants the failover lost. Options.Replicas
+// closes that hole: each Exchange is followed, on the same connection, by
+// WAIT for that many replicas, and fails unless they acknowledged it, so
+// that no region acts on a ledger a failover to one of those replicas
+// could lose (replication is in order: a reply a replica acknowledged
+// carries every write it read). Set it to the number of replicas of the
+// coordinator's master, so that whichever is promoted has every
+// acknowledged write; then a replica that falls behind fails the
+// Exchanges (each region keeps what it holds, as when the coordinator is
+// down) instead of risking over-admission. Without it, run the
+// coordinator's Redis without failover, or accept the bound; see
 // docs/regions.md.
 package rediscoord
 
@@ -58,20 +67,36 @@ type Options struct {
 	// Coordinators of different sets of regions on one Redis need
 	// different prefixes.
 	Prefix string
+
+	// Replicas, when above 0, makes each Exchange wait (WAIT) until that
+	// many replicas of the coordinator's master acknowledged its writes,
+	// for at most half the time its context has left (1s without a
+	// deadline),
+	// and fail with ErrNotReplicated otherwise: see the package doc. The
+	// client must be a *redis.Client (a Sentinel failover client
+	// included) or a *redis.ClusterClient.
+	Replicas int
 }
 
 // Coordinator is a region.Coordinator on Redis. It is safe for concurrent
 // use. Create one with New; the zero value is not usable.
 type Coordinator struct {
-	client  redis.UniversalClient
-	regions []region.Region
-	prefix  string
+	client   redis.UniversalClient
+	regions  []region.Region
+	prefix   string
+	replicas int
 }
 
 var _ region.Coordinator = (*Coordinator)(nil)
 
 // ErrInvalidOptions reports unusable Options.
 var ErrInvalidOptions = errors.New("rediscoord: invalid options")
+
+// ErrNotReplicated reports an Exchange that fewer replicas than
+// Options.Replicas acknowledged in time. The master applied it; the
+// sender acts on nothing it replied, and its next Exchange learns the
+// ledger (grants are absolute, debits idempotent).
+var ErrNotReplicated = errors.New("rediscoord: not acknowledged by the replicas")
 
 // errReply reports a reply of the script that does not have the expected
 // shape.
@@ -96,7 +121,61 @@ func New(client redis.UniversalClient, regions []region.Region, opts *Options) (
 	if i := strings.IndexByte(o.Prefix, '{'); i < 0 || !strings.Contains(o.Prefix[i:], "}") || strings.Index(o.Prefix[i:], "}") == 1 {
 		return nil, fmt.Errorf("%w: Prefix %q holds no hash tag {…}", ErrInvalidOptions, o.Prefix)
 	}
-	return &Coordinator{client: client, regions: append([]region.Region(nil), regions...), prefix: o.Prefix}, nil
+	if o.Replicas < 0 {
+		return nil, fmt.Errorf("%w: Replicas %d", ErrInvalidOptions, o.Replicas)
+	}
+	if o.Replicas > 0 {
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, fmt.Errorf("%w: Replicas needs a *redis.Client or a *redis.ClusterClient, not a %T", ErrInvalidOptions, client)
+		}
+	}
+	return &Coordinator{client: client, regions: append([]region.Region(nil), regions...), prefix: o.Prefix, replicas: o.Replicas}, nil
+}
+
+// run runs the script with arg; with Replicas, followed by WAIT on the
+// same connection (a pipeline on the master's client), which counts the
+// replicas that acknowledged that connection's writes.
+func (c *Coordinator) run(ctx context.Context, arg []byte) (any, error) {
+	keys := []string{c.prefix}
+	if c.replicas == 0 {
+		return script.Run(ctx, c.client, keys, arg).Result()
+	}
+	master, ok := c.client.(*redis.Client)
+	if cc, isCluster := c.client.(*redis.ClusterClient); isCluster {
+		var err error
+		if master, err = cc.MasterForKey(ctx, c.prefix); err != nil {
+			return nil, err
+		}
+		ok = true
+	}
+	if !ok {
+		return nil, fmt.Errorf("%w: Replicas with a %T", ErrInvalidOptions, c.client)
+	}
+	wait := time.Second
+	if d, has := ctx.Deadline(); has {
+		// Half the time left, so that the reply comes before the
+		// deadline; WAIT counts milliseconds, and 0 waits for ever.
+		wait = max(time.Until(d)/2, time.Millisecond)
+	}
+	pipe := master.Pipeline()
+	// EVAL, not EVALSHA: a NOSCRIPT inside the pipeline would cost
+	// another round trip, and a reconciler calls at most twice a second.
+	ev := script.Eval(ctx, pipe, keys, arg)
+	acks := pipe.Do(ctx, "WAIT", c.replicas, int64(wait/time.Millisecond))
+	_, _ = pipe.Exec(ctx)
+	if err := ev.Err(); err != nil {
+		return nil, err
+	}
+	n, err := acks.Int64()
+	if err != nil {
+		return nil, err
+	}
+	if n < int64(c.replicas) {
+		return nil, fmt.Errorf("%w: %d of %d within %v", ErrNotReplicated, n, c.replicas, wait)
+	}
+	return ev.Val(), nil
 }
 
 // wire is the message as the script reads it.
@@ -174,12 +253,15 @@ func (c *Coordinator) Exchange(ctx context.Context, m *region.Message) (*region.
 	}
 	done := make(chan result, 1)
 	go func() {
-		v, err := script.Run(ctx, c.client, []string{c.prefix}, arg).Result()
+		v, err := c.run(ctx, arg)
 		done <- result{v, err}
 	}()
 	select {
 	case r := <-done:
 		if r.err != nil {
+			if errors.Is(r.err, ErrNotReplicated) {
+				return nil, r.err
+			}
 			return nil, fmt.Errorf("rediscoord: %w", r.err)
 		}
 		return c.decode(r.v, m, w)

@@ -30,7 +30,7 @@ func startRedis(t *testing.T) string {
 	return addr
 }
 
-func startRedisProcess(t *testing.T) (string, *os.Process) {
+func startRedisProcess(t *testing.T, args ...string) (string, *os.Process) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -38,7 +38,7 @@ func startRedisProcess(t *testing.T) (string, *os.Process) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	cmd := exec.Command(redisServer, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	cmd := exec.Command(redisServer, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
