@@ -46,8 +46,9 @@ func New(now func() time.Time) *Store {
 	return &Store{now: now, states: map[slot]any{}}
 }
 
-// Bind returns the Bound of alg, one of the five configurations or a
-// Limits of them, under name.
+// Bind returns the Bound of alg, one of the configurations (a
+// CalendarWindow and a SlidingWindow with SubWindows included) or a Limits
+// of them, under name.
 func (s *Store) Bind(name string, alg floodgate.Algorithm) (floodgate.Bound, error) {
 	if err := floodgate.CheckName(name); err != nil {
 		return nil, err
@@ -169,7 +170,24 @@ func (m *members) Step(i int, at time.Time, req floodgate.Request) (floodgate.Re
 		st, _ := states[sl].(step.FixedWindowState)
 		st, res, err = step.FixedWindow(a, st, at, req)
 		m.pending[i] = func() { states[sl] = st }
+	case floodgate.CalendarWindow:
+		st, _ := states[sl].(step.FixedWindowState)
+		st, res, err = step.CalendarWindow(a, st, at, req)
+		m.pending[i] = func() { states[sl] = st }
 	case floodgate.SlidingWindow:
+		if a.SubWindows >= 2 {
+			// The sub-windows change in place, as the log does.
+			st, _ := states[sl].(*step.SubWindowState)
+			if st == nil {
+				st = new(step.SubWindowState)
+				states[sl] = st
+			}
+			check := req
+			check.Check = true
+			res, err = step.SubWindow(a, st, at, check)
+			m.pending[i] = func() { _, _ = step.SubWindow(a, st, at, req) }
+			break
+		}
 		st, _ := states[sl].(step.SlidingWindowState)
 		st, res, err = step.SlidingWindow(a, st, at, req)
 		m.pending[i] = func() { states[sl] = st }
@@ -185,6 +203,9 @@ func (m *members) Step(i int, at time.Time, req floodgate.Request) (floodgate.Re
 		check.Check = true
 		res, err = step.SlidingLog(a, st, at, check)
 		m.pending[i] = func() { _, _ = step.SlidingLog(a, st, at, req) }
+	default:
+		err = fmt.Errorf("%w: externalstore: %v", floodgate.ErrInvalidConfig, l.alg)
+		m.pending[i] = func() {}
 	}
 	return res, err
 }
