@@ -34,12 +34,12 @@
 // burst is not: at most Burst/2 in one window, and Burst only across a
 // boundary. A take of more than Burst/2 units (and at most Burst) is
 // denied, never admitted. Decisions report the Burst as their Limit, what
-// the region can still admit in the window as Remaining, and the
-// window's end as RetryAfter of a denial. Bind refuses a Burst below 2, and a bucket
-// whose W is shorter than 4·Interval + 2·Margin: raise Burst or shorten
-// Interval. (A region's bucket cannot take a new rate at each interval
-// while keeping its level without a script that records the rate in the
-// state, which no local store has; see docs/regions.md.)
+// the region can still admit in the window as Remaining, and the window's
+// end as RetryAfter of a denial. Bind refuses a Burst below 2, and a
+// bucket whose W is shorter than 4·Interval + 2·Margin: raise Burst or
+// shorten Interval. (A region's bucket cannot take a new rate at each
+// interval while keeping its level without a script that records the rate
+// in the state, which no local store has; see docs/regions.md.)
 //
 // # The allocator
 //
