@@ -82,7 +82,7 @@ func failover(t *testing.T, replicas int) [3]int64 {
 		return m
 	}
 	exchange := func(c *Coordinator, m *region.Message) (*region.Reply, error) {
-		ctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		return c.Exchange(ctx, m)
 	}
