@@ -87,6 +87,14 @@
 // 1.5 µs (15.3 µs a call against 6.4 and 6.8, the least of twelve
 // redis-benchmark runs with INFO commandstats).
 //
+// Store.ApplyJoint runs the same script on the states of several
+// limiters' keys (each limiter's own, as its single decisions use them):
+// a take on all of them as one step, admitted only if each admits, as
+// Envoy's rate limit service (package rls, Options.Joint) decides a
+// request's descriptors. The keys must share a Cluster slot; on a Ring,
+// or with two steps on one state, it returns ErrNotJoint. A failure of
+// Redis is returned as the error it is, whatever OnFailure says.
+//
 // # A lease fleet
 //
 // Store.LeaseFleet returns a lease.Fleet: the lease Stores of a fleet that

@@ -669,7 +669,14 @@ func (s *Store) UndoneTakes() uint64 { return s.undone.Load() }
 // units others were admitted) and leaves the units taken, the quota
 // under-used, as without UndoLate. Close ends it.
 func (b *bound) undo(key string, req floodgate.Request, reply any) {
-	s := b.s
+	rkey, keys := b.redisKeys(key)
+	b.s.giveBack(&b.a, b.args, rkey, keys, req, reply)
+}
+
+// giveBack is undo for the algorithm a on rkey (keys, for a Limits):
+// the give-back of what the take req made, told by its reply, on a
+// goroutine of the store's. args, when not nil, caches a's arguments.
+func (s *Store) giveBack(a *algo, args *argsCache, rkey string, keys []string, req floodgate.Request, reply any) {
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
@@ -683,10 +690,10 @@ func (b *bound) undo(key string, req floodgate.Request, reply any) {
 			res floodgate.Result
 			err error
 		)
-		if b.a.members != nil {
-			res, err = b.a.decodeLimits(reply, req, make([]floodgate.Decision, len(b.a.members)))
+		if a.members != nil {
+			res, err = a.decodeLimits(reply, req, make([]floodgate.Decision, len(a.members)))
 		} else {
-			res, err = b.a.decode(reply, req, nil)
+			res, err = a.decode(reply, req, nil)
 		}
 		if err != nil || !res.Allowed || res.Granted <= 0 {
 			return
@@ -698,12 +705,11 @@ func (b *bound) undo(key string, req floodgate.Request, reply any) {
 			now = strconv.FormatInt(s.now().UnixNano(), 10)
 		}
 		back := floodgate.Request{Op: floodgate.OpSettle, N: -res.Granted, At: res.At.Add(res.Delay)}
-		rkey, keys := b.redisKeys(key)
-		args := b.args.args(b.a, now, s.calClock, back, s.marginMs)
+		argv := args.args(*a, now, s.calClock, back, s.marginMs)
 		for {
 			n, err := s.nodeFor(ctx, rkey)
 			if err == nil {
-				if _, err = s.runAt(ctx, n, b.a.prog(), rkey, keys, args, s.trip(context.Background(), n, 1)); err == nil {
+				if _, err = s.runAt(ctx, n, a.prog(), rkey, keys, argv, s.trip(context.Background(), n, 1)); err == nil {
 					s.undone.Add(1)
 					return
 				}

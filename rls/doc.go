@@ -43,7 +43,10 @@
 // spent and be denied; no request is ever admitted beyond a limit. The
 // peer counts every descriptor of a denied request (envoyproxy/ratelimit
 // #427): a 10/min group limit and a 3/min route limit leave the group 5
-// after five calls to the route there, and 7 here.
+// after five calls to the route there, and 7 here. With Options.Joint,
+// on a redisstore.Store, the descriptors of a call are one script call
+// (on a single Redis, or keys of one Cluster slot): a denied request
+// holds no units at any moment, at some cost in throughput.
 //
 // For fixed windows the answers are the peer's: the same overall_code, and
 // per descriptor the same code, limit_remaining (0 when over) and

@@ -79,16 +79,18 @@ func stores(t *testing.T) []storeKind {
 			return newRedisStore(t, rdb, now)
 		}})
 	}
-	// Each store again with Options.Parallel, Options.Coalesce and both.
+	// Each store again with Options.Parallel, Options.Coalesce, both, and
+	// Options.Joint (which only a redisstore.Store can do; the others
+	// decide as Parallel).
 	base := kinds[:len(kinds):len(kinds)]
 	for _, v := range []struct {
-		name               string
-		parallel, coalesce bool
-	}{{"parallel", true, false}, {"coalesce", false, true}, {"parallel+coalesce", true, true}} {
+		name                      string
+		parallel, coalesce, joint bool
+	}{{"parallel", true, false, false}, {"coalesce", false, true, false}, {"parallel+coalesce", true, true, false}, {"parallel+joint", true, true, true}} {
 		for _, k := range base {
 			mk := k.make
 			kinds = append(kinds, storeKind{k.name + "/" + v.name, func(t *testing.T, now func() time.Time) floodgate.Store {
-				return optionStore{mk(t, now), v.parallel, v.coalesce}
+				return optionStore{mk(t, now), v.parallel, v.coalesce, v.joint}
 			}})
 		}
 	}
@@ -99,7 +101,7 @@ func stores(t *testing.T) []storeKind {
 // Options.Parallel and Options.Coalesce as it says.
 type optionStore struct {
 	floodgate.Store
-	parallel, coalesce bool
+	parallel, coalesce, joint bool
 }
 
 var prefixSeq struct {
@@ -140,7 +142,7 @@ func newService(t *testing.T, store floodgate.Store, now func() time.Time, yml s
 		o.Now = now
 	}
 	if p, ok := store.(optionStore); ok {
-		store, o.Parallel, o.Coalesce = p.Store, p.parallel, p.coalesce
+		store, o.Parallel, o.Coalesce, o.Joint = p.Store, p.parallel, p.coalesce, p.joint
 	}
 	svc, err := New(store, cfg, &o)
 	if err != nil {

@@ -197,7 +197,7 @@ func TestSideBySide(t *testing.T) {
 	}, ours}}
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		prefix := fmt.Sprintf("bench%d:", time.Now().UnixNano())
-		redisRow := func(parallel bool) func() pb.RateLimitServiceServer {
+		redisRow := func(parallel, joint bool) func() pb.RateLimitServiceServer {
 			return func() pb.RateLimitServiceServer {
 				rdb := redis.NewClient(&redis.Options{Addr: addr})
 				t.Cleanup(func() { _ = rdb.Close() })
@@ -214,7 +214,7 @@ func TestSideBySide(t *testing.T) {
 					t.Fatal(err)
 				}
 				// As floodgate-rls serves Redis: with Coalesce.
-				svc, err := rls.New(rs, cfg, &rls.Options{Parallel: parallel, Coalesce: true})
+				svc, err := rls.New(rs, cfg, &rls.Options{Parallel: parallel, Joint: joint, Coalesce: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -223,19 +223,20 @@ func TestSideBySide(t *testing.T) {
 		}
 		// floodgate-rls decides the descriptors at once on Redis by default
 		// (-descriptors=auto).
-		rows = append(rows, row{"floodgate redis parallel", redisRow(true), ours}, row{"floodgate redis in order", redisRow(false), ours}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
-			s := settings.NewSettings()
-			store := gostats.NewStore(gostats.NewNullSink(), false)
-			sm := stats.NewStatManager(store, s)
-			client := peerredis.NewClientImpl(store.Scope("redis"), false, "", "tcp", "single", addr, s.RedisPoolSize, 0, 0, nil, false, nil, time.Second, "WAIT", "")
-			t.Cleanup(func() { _ = client.Close() })
-			cache := peerredis.NewFixedRateLimitCacheImpl(client, nil, wallClock{}, rand.New(rand.NewSource(1)), 0, nil, 0.8, "peer"+prefix, sm, false)
-			root := config.ConfigFileContentToYaml("bench.yaml", benchConfig)
-			pc := config.NewRateLimitConfigImpl([]config.RateLimitConfigToLoad{{Name: "bench.yaml", ConfigYaml: root}}, sm, false)
-			p := &staticProvider{ch: make(chan provider.ConfigUpdateEvent, 1)}
-			p.ch <- event{pc}
-			return peersvc.NewService(cache, p, sm, server.NewHealthChecker(health.NewServer(), "ratelimit", false), wallClock{}, false, false, false)
-		}, nil})
+		rows = append(rows, row{"floodgate redis parallel", redisRow(true, false), ours}, row{"floodgate redis in order", redisRow(false, false), ours},
+			row{"floodgate redis joint", redisRow(true, true), ours}, row{"envoyproxy/ratelimit redis", func() pb.RateLimitServiceServer {
+				s := settings.NewSettings()
+				store := gostats.NewStore(gostats.NewNullSink(), false)
+				sm := stats.NewStatManager(store, s)
+				client := peerredis.NewClientImpl(store.Scope("redis"), false, "", "tcp", "single", addr, s.RedisPoolSize, 0, 0, nil, false, nil, time.Second, "WAIT", "")
+				t.Cleanup(func() { _ = client.Close() })
+				cache := peerredis.NewFixedRateLimitCacheImpl(client, nil, wallClock{}, rand.New(rand.NewSource(1)), 0, nil, 0.8, "peer"+prefix, sm, false)
+				root := config.ConfigFileContentToYaml("bench.yaml", benchConfig)
+				pc := config.NewRateLimitConfigImpl([]config.RateLimitConfigToLoad{{Name: "bench.yaml", ConfigYaml: root}}, sm, false)
+				p := &staticProvider{ch: make(chan provider.ConfigUpdateEvent, 1)}
+				p.ch <- event{pc}
+				return peersvc.NewService(cache, p, sm, server.NewHealthChecker(health.NewServer(), "ratelimit", false), wallClock{}, false, false, false)
+			}, nil})
 	}
 	if only := os.Getenv("FLOODGATE_RLS_BENCH_ROWS"); only != "" {
 		rows = slices.DeleteFunc(rows, func(r row) bool { return !strings.Contains(r.name, only) })

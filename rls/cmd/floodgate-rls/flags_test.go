@@ -39,7 +39,7 @@ func TestSettings(t *testing.T) {
 	for _, c := range []struct {
 		backend, descriptors string
 		parallel             bool
-	}{{"redis", "auto", true}, {"memory", "auto", false}, {"redis", "in-order", false}, {"memory", "parallel", true}} {
+	}{{"redis", "auto", true}, {"memory", "auto", false}, {"redis", "in-order", false}, {"memory", "parallel", true}, {"redis", "joint", true}} {
 		require.Equal(t, c.parallel, parallel(settings{backend: c.backend, descriptors: c.descriptors}), c)
 	}
 	require.Len(t, serverOptions(settings{workers: 4}), 1)

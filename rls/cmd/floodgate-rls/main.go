@@ -22,7 +22,7 @@
 //	-failure-mode      open, closed or error: a descriptor whose store call failed (default open)
 //	-timeout           the store budget of one call (default 8ms)
 //	-reload-every      how often the configuration files are read (default 250ms)
-//	-descriptors       auto, parallel or in-order: how a call's descriptors are decided (rls.Options.Parallel); auto is parallel on Redis, in order on memory
+//	-descriptors       auto, parallel, in-order or joint: how a call's descriptors are decided (rls.Options.Parallel, rls.Options.Joint); auto is parallel on Redis, in order on memory
 //	-grpc-workers      gRPC stream workers (default 256; 0: a goroutine per call)
 //
 // The last two are floodgate's own and have no variable.
@@ -128,7 +128,7 @@ func parse(args []string, env func(string) string, stderr io.Writer) (settings, 
 	fs.StringVar(&s.metricsPath, "metrics-path", get("PROMETHEUS_PATH", "/metrics"), "Prometheus path")
 	fs.StringVar(&s.headerStyle, "headers", headerStyle, "response fields: ietf, draft, x (comma-separated) or none")
 	fs.StringVar(&s.onErr, "failure-mode", "open", "a descriptor whose store call failed: open, closed or error")
-	fs.StringVar(&s.descriptors, "descriptors", "auto", "a call's descriptors decided at once (parallel), in order (in-order), or auto: parallel on Redis, in order on memory")
+	fs.StringVar(&s.descriptors, "descriptors", "auto", "a call's descriptors decided at once (parallel), in order (in-order), as one script call on Redis (joint, else parallel), or auto: parallel on Redis, in order on memory")
 	fs.IntVar(&s.workers, "grpc-workers", defaultWorkers, "gRPC stream workers (0: a new goroutine per call)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -140,9 +140,9 @@ func parse(args []string, env func(string) string, stderr io.Writer) (settings, 
 		return s, fmt.Errorf("-grpc-workers %d: want 0 to %d", s.workers, maxWorkers)
 	}
 	switch s.descriptors {
-	case "auto", "parallel", "in-order":
+	case "auto", "parallel", "in-order", "joint":
 	default:
-		return s, fmt.Errorf("-descriptors %q: want auto, parallel or in-order", s.descriptors)
+		return s, fmt.Errorf("-descriptors %q: want auto, parallel, in-order or joint", s.descriptors)
 	}
 	return s, nil
 }
@@ -166,7 +166,7 @@ const maxWorkers = 1 << 16
 // memory, where a goroutine per descriptor only costs.
 func parallel(s settings) bool {
 	switch s.descriptors {
-	case "parallel":
+	case "parallel", "joint":
 		return true
 	case "in-order":
 		return false
@@ -249,6 +249,7 @@ func run(ctx context.Context, args []string, env func(string) string, stderr io.
 	}
 
 	opts.Parallel = parallel(s)
+	opts.Joint = s.descriptors == "joint"
 	svc, err := rls.New(store, nil, opts)
 	if err != nil {
 		return err
