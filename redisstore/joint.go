@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/floodgate-go/floodgate"
 )
@@ -57,14 +56,9 @@ func (s *Store) ApplyJoint(ctx context.Context, steps []JointStep, req floodgate
 	if err != nil {
 		return floodgate.Result{}, err
 	}
-	if err := floodgate.CheckRequest(req, a.quota); err != nil {
+	now, err := s.begin(ctx, req, a.quota)
+	if err != nil {
 		return floodgate.Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return floodgate.Result{}, err
-	}
-	if s.shut.Load() {
-		return floodgate.Result{}, unavailable(floodgate.ErrClosed, nil)
 	}
 	keys := make([]string, len(steps))
 	for i, st := range steps {
@@ -77,14 +71,6 @@ func (s *Store) ApplyJoint(ctx context.Context, steps []JointStep, req floodgate
 		if s.cluster != nil && i > 0 && slotOf(keys[i]) != slotOf(keys[0]) {
 			return floodgate.Result{}, fmt.Errorf("%w: keys on Cluster slots %d and %d", ErrNotJoint, slotOf(keys[0]), slotOf(keys[i]))
 		}
-	}
-	now := ""
-	if s.now != nil {
-		t := s.now()
-		if err := floodgate.CheckTime(t); err != nil {
-			return floodgate.Result{}, err
-		}
-		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 	var late func(any)
 	if req.UndoLate && !req.Check && req.Op != floodgate.OpSettle {

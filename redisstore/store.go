@@ -585,22 +585,9 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 	if err := floodgate.CheckKey(key); err != nil {
 		return floodgate.Result{}, err
 	}
-	if err := floodgate.CheckRequest(req, a.quota); err != nil {
+	now, err := s.begin(ctx, req, a.quota)
+	if err != nil {
 		return floodgate.Result{}, err
-	}
-	if err := ctx.Err(); err != nil {
-		return floodgate.Result{}, err
-	}
-	if s.shut.Load() {
-		return floodgate.Result{}, unavailable(floodgate.ErrClosed, nil)
-	}
-	now := ""
-	if s.now != nil {
-		t := s.now()
-		if err := floodgate.CheckTime(t); err != nil {
-			return floodgate.Result{}, err
-		}
-		now = strconv.FormatInt(t.UnixNano(), 10)
 	}
 
 	rkey, keys := b.redisKeys(key)
@@ -635,6 +622,29 @@ func (b *bound) apply(ctx context.Context, key string, req floodgate.Request, ea
 	}
 	s.failures(n, false, err)
 	return floodgate.Result{}, err
+}
+
+// begin checks what every step checks before its script call (req
+// against quota, ctx, Close) and returns ARGV's now: the client's clock
+// in decimal nanoseconds with Options.Now, "" for Redis TIME.
+func (s *Store) begin(ctx context.Context, req floodgate.Request, quota int64) (string, error) {
+	if err := floodgate.CheckRequest(req, quota); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	if s.shut.Load() {
+		return "", unavailable(floodgate.ErrClosed, nil)
+	}
+	if s.now == nil {
+		return "", nil
+	}
+	t := s.now()
+	if err := floodgate.CheckTime(t); err != nil {
+		return "", err
+	}
+	return strconv.FormatInt(t.UnixNano(), 10), nil
 }
 
 // redisKeys returns the Redis key of key's state for one of the five
