@@ -38,7 +38,9 @@ func startRedisProcess(t *testing.T, args ...string) (string, *os.Process) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	cmd := exec.Command(redisServer, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}, args...)...)
+	// In a directory of the test's own: a replica writes the RDB of its
+	// first sync there.
+	cmd := exec.Command(redisServer, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir()}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
