@@ -861,7 +861,19 @@ func TestFaultClusterBreakerScope(t *testing.T) {
 			t.Logf("other masters' keys: %v; %d over the %v bar%s%s", live, live.over, bar, live.oversSince(kill), live.errsSince(kill))
 			t.Logf("dead master's keys: %v; %d over the %v bar%s%s", gone, gone.over, bar, gone.oversSince(kill), tr.firstErrors())
 
-			assert.Zero(t, live.errors(), "decisions on the keys of the masters still up failed %d times, want 0: %v", live.errors(), live)
+			// The breaker's scope: a dead master fails no decision on the
+			// other masters' keys, but for a few that the host kept from
+			// running within Timeout (a 20ms pause of the test, or of a
+			// live master, while six servers and the failover share two
+			// CPUs). A breaker or a pool shared with the dead master fails
+			// them by the thousand, and with other errors than ErrTimeout.
+			// And the dead master's own breaker opens: a breaker shared by
+			// every master, with the dead one's failures a third of its
+			// calls, would stay closed.
+			assert.True(t, hasOpened, "the dead master's breaker never opened")
+			slow := live.counts[vTimeout]
+			assert.Equal(t, live.errors(), slow, "decisions on the keys of the masters still up failed %d times otherwise than by ErrTimeout, want 0: %v", live.errors()-slow, live)
+			assert.LessOrEqual(t, slow, max(3, live.n/500), "decisions on the keys of the masters still up timed out %d times, want at most max(3, 0.2%% of %d): %v", slow, live.n, live)
 			assert.LessOrEqual(t, gone.slowest.latency(), bar, "slowest Apply on the dead master's keys took %v, want at most %v (%d of %d decisions over)",
 				gone.slowest.latency(), bar, gone.over, gone.n)
 
