@@ -352,8 +352,15 @@ func TestProcessesRedis(t *testing.T) {
 		// The Store spaces its calls on its clock just before each; the
 		// log here is taken a moment later, so a third call exactly one
 		// interval after the first can be logged a little sooner: 5ms of
-		// slack for that.
-		if n := maxWithin(steady, interval-5*time.Millisecond); n > 2 {
+		// slack for that. Under the race detector, with other packages'
+		// tests beside it, that moment reached 6ms in CI (a first call
+		// logged 6ms after the Store's clock read it, the third at once):
+		// 15ms there. .ci/run runs the test without it too.
+		slack := 5 * time.Millisecond
+		if raceEnabled {
+			slack = 15 * time.Millisecond
+		}
+		if n := maxWithin(steady, interval-slack); n > 2 {
 			t.Errorf("region %d: %d calls to the coordinator within one interval, want at most 2", r, n)
 			for i, p := range rr.procs {
 				var at []string
@@ -367,7 +374,7 @@ func TestProcessesRedis(t *testing.T) {
 		if n := len(rr.calls); float64(n) > 2*float64(span)/float64(interval)+4 {
 			t.Errorf("region %d: %d calls in %v, above 2 per interval", r, n, span)
 		}
-		t.Logf("region %d: %d calls to the coordinator; at most %d within one interval (less 5ms) outside a takeover", r, len(rr.calls), maxWithin(steady, interval-5*time.Millisecond))
+		t.Logf("region %d: %d calls to the coordinator; at most %d within one interval (less %v) outside a takeover", r, len(rr.calls), maxWithin(steady, interval-slack), slack)
 	}
 	took := false // runs[2].mu is held
 	for _, p := range runs[2].procs {
