@@ -101,8 +101,12 @@ func serve(t *testing.T, svc pb.RateLimitServiceServer, h *handlerTimes, opts ..
 
 // load sends requests of two descriptors over 1,000 users from workers
 // goroutines for d, and returns calls per second and the latencies' p50
-// and p99.
-func load(t *testing.T, c pb.RateLimitServiceClient, workers int, d time.Duration) (perSec float64, p50, p99 time.Duration) {
+// and p99. With rate above 0 the calls are paced: worker w sends its i-th
+// call at (i·workers + w)/rate seconds from the start, or at once when it
+// is late, and a call's latency runs from the time it was due, so that a
+// call held back by a slow one before it counts its wait (no coordinated
+// omission).
+func load(t *testing.T, c pb.RateLimitServiceClient, workers int, d time.Duration, rate float64) (perSec float64, p50, p99 time.Duration) {
 	t.Helper()
 	var mu sync.Mutex
 	var all []time.Duration
@@ -119,6 +123,13 @@ func load(t *testing.T, c pb.RateLimitServiceClient, workers int, d time.Duratio
 					{Entries: []*rlpb.RateLimitDescriptor_Entry{{Key: "route", Value: "/api"}}},
 				}}
 				s := time.Now()
+				if rate > 0 {
+					due := begin.Add(time.Duration(float64(i*workers+w) / rate * float64(time.Second)))
+					if wait := time.Until(due); wait > 0 {
+						time.Sleep(wait)
+					}
+					s = due
+				}
 				r, err := c.ShouldRateLimit(context.Background(), req)
 				lat = append(lat, time.Since(s))
 				if err != nil || r.OverallCode != pb.RateLimitResponse_OK {
@@ -138,6 +149,16 @@ func load(t *testing.T, c pb.RateLimitServiceClient, workers int, d time.Duratio
 		t.Fatal("no calls")
 	}
 	return float64(len(all)) / elapsed.Seconds(), all[len(all)/2], all[len(all)*99/100]
+}
+
+// okService answers OK to every call without deciding anything: the
+// side-by-side run's floor.
+type okService struct {
+	pb.UnimplementedRateLimitServiceServer
+}
+
+func (okService) ShouldRateLimit(context.Context, *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK}, nil
 }
 
 // row is a service the side-by-side benchmark measures.
@@ -162,7 +183,10 @@ type row struct {
 // FLOODGATE_RLS_BENCH_ROWS keeps the rows whose name contains it,
 // FLOODGATE_RLS_BENCH_WORKERS runs one load, FLOODGATE_RLS_BENCH_TIME sets
 // a round's length (3s), FLOODGATE_RLS_BENCH_ROUNDS the rounds (5; an
-// even number is made odd, so that the median is a round's).
+// even number is made odd, so that the median is a round's),
+// FLOODGATE_RLS_BENCH_RATE paces the calls at that many a second (see
+// load). The row "grpc alone (no decision)" is the floor: a service that
+// answers OK at once, on the same gRPC server options.
 func TestSideBySide(t *testing.T) {
 	if os.Getenv("FLOODGATE_RLS_BENCH") == "" {
 		t.Skip("set FLOODGATE_RLS_BENCH=1 to run the side-by-side benchmark")
@@ -176,6 +200,13 @@ func TestSideBySide(t *testing.T) {
 	// latency decides them; 128 keep its CPU busy, so the CPU each call
 	// costs decides them. FLOODGATE_RLS_BENCH_WORKERS runs one load.
 	loads := []int{32, 128}
+	// FLOODGATE_RLS_BENCH_RATE paces the calls at that many a second in
+	// all (see load): the latency of a service at a given rate rather
+	// than at its most.
+	rate := 0.0
+	if v, err := strconv.ParseFloat(os.Getenv("FLOODGATE_RLS_BENCH_RATE"), 64); err == nil && v > 0 {
+		rate = v
+	}
 	if v, err := strconv.Atoi(os.Getenv("FLOODGATE_RLS_BENCH_WORKERS")); err == nil && v > 0 {
 		loads = []int{v}
 	}
@@ -195,6 +226,9 @@ func TestSideBySide(t *testing.T) {
 		}
 		return svc
 	}, ours}}
+	// The floor: gRPC on loopback with a handler that decides nothing,
+	// on the same server options; its latency is gRPC's and the host's.
+	rows = append(rows, row{"grpc alone (no decision)", func() pb.RateLimitServiceServer { return okService{} }, ours})
 	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
 		prefix := fmt.Sprintf("bench%d:", time.Now().UnixNano())
 		redisRow := func(parallel, joint bool) func() pb.RateLimitServiceServer {
@@ -249,7 +283,7 @@ func TestSideBySide(t *testing.T) {
 	}
 	peer := slices.IndexFunc(rows, func(r row) bool { return strings.HasPrefix(r.name, "envoyproxy") })
 	for _, workers := range loads {
-		compare(t, rows, clients, handlers, peer, workers, dur)
+		compare(t, rows, clients, handlers, peer, workers, dur, rate)
 	}
 	// The host's own pauses, which bound what the latencies above can
 	// show: a goroutine that only reads the clock, alone.
@@ -284,14 +318,14 @@ func pauses(d time.Duration) (gaps [3]int, longest time.Duration) {
 // each reports its median round (with its handler's median time, from
 // handlers) and, for a Redis row when the peer (rows[peer]) ran too, the
 // median of its rounds' ratios to the peer's round of the same turn.
-func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, handlers []*handlerTimes, peer, workers int, dur time.Duration) {
+func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, handlers []*handlerTimes, peer, workers int, dur time.Duration, rate float64) {
 	t.Helper()
 	rounds := 5
 	if v, err := strconv.Atoi(os.Getenv("FLOODGATE_RLS_BENCH_ROUNDS")); err == nil && v > 0 {
 		rounds = v | 1 // odd: the median is a round's
 	}
 	for i := range rows {
-		load(t, clients[i], workers, 500*time.Millisecond) // warm-up
+		load(t, clients[i], workers, 500*time.Millisecond, rate) // warm-up
 	}
 	type result struct {
 		perSec   float64
@@ -302,7 +336,7 @@ func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, hand
 	for range rounds {
 		for i := range rows {
 			handlers[i].median() // the calls before the round
-			perSec, p50, p99 := load(t, clients[i], workers, dur)
+			perSec, p50, p99 := load(t, clients[i], workers, dur, rate)
 			results[i] = append(results[i], result{perSec, p50, p99, handlers[i].median()})
 		}
 	}
