@@ -614,6 +614,21 @@ func (b *binding) denial(now time.Time, a int64) floodgate.Result {
 	return floodgate.Result{At: now, Decision: floodgate.Decision{Limit: a, RetryAfter: wait, ResetAfter: wait}}
 }
 
+// checks is what every step checks first: the key, the request against
+// limit, and that the Store is open.
+func (b *binding) checks(key string, req floodgate.Request, limit int64) error {
+	if err := floodgate.CheckKey(key); err != nil {
+		return err
+	}
+	if err := floodgate.CheckRequest(req, limit); err != nil {
+		return err
+	}
+	if b.s.closed.Load() {
+		return errClosed
+	}
+	return nil
+}
+
 // Apply performs one step on the region's local store under the units the
 // region holds of the quota for the current window (Decision.Limit
 // reports them; see the package doc). It differs from a plain FixedWindow
@@ -627,14 +642,8 @@ func (b *binding) denial(now time.Time, a int64) floodgate.Result {
 //     region holds; a charge for an instant outside the current window
 //     charges nothing. Give-backs (N < 0) are as FixedWindow's.
 func (b *binding) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
-	if err := floodgate.CheckKey(key); err != nil {
+	if err := b.checks(key, req, b.limit); err != nil {
 		return floodgate.Result{}, err
-	}
-	if err := floodgate.CheckRequest(req, b.limit); err != nil {
-		return floodgate.Result{}, err
-	}
-	if b.s.closed.Load() {
-		return floodgate.Result{}, errClosed
 	}
 	e := b.entry(key)
 	now := b.s.opts.Now()
@@ -691,14 +700,8 @@ var _ floodgate.Bound = (*bucketBound)(nil)
 func (w *bucketBound) Apply(ctx context.Context, key string, req floodgate.Request, each []floodgate.Decision) (floodgate.Result, error) {
 	b := w.b
 	if req.Op == floodgate.OpTake && req.N > b.limit {
-		if err := floodgate.CheckKey(key); err != nil {
+		if err := b.checks(key, req, w.burst); err != nil {
 			return floodgate.Result{}, err
-		}
-		if err := floodgate.CheckRequest(req, w.burst); err != nil {
-			return floodgate.Result{}, err
-		}
-		if b.s.closed.Load() {
-			return floodgate.Result{}, errClosed
 		}
 		e := b.entry(key)
 		if !req.Check {

@@ -177,32 +177,18 @@ func (m *members) Step(i int, at time.Time, req floodgate.Request) (floodgate.Re
 	case floodgate.SlidingWindow:
 		if a.SubWindows >= 2 {
 			// The sub-windows change in place, as the log does.
-			st, _ := states[sl].(*step.SubWindowState)
-			if st == nil {
-				st = new(step.SubWindowState)
-				states[sl] = st
-			}
-			check := req
-			check.Check = true
-			res, err = step.SubWindow(a, st, at, check)
-			m.pending[i] = func() { _, _ = step.SubWindow(a, st, at, req) }
+			res, err = inPlace(states, sl, &m.pending[i], req, func(st *step.SubWindowState, r floodgate.Request) (floodgate.Result, error) {
+				return step.SubWindow(a, st, at, r)
+			})
 			break
 		}
 		st, _ := states[sl].(step.SlidingWindowState)
 		st, res, err = step.SlidingWindow(a, st, at, req)
 		m.pending[i] = func() { states[sl] = st }
 	case floodgate.SlidingLog:
-		// The log changes in place: the step runs as a check, and Keep
-		// runs it for real.
-		st, _ := states[sl].(*step.SlidingLogState)
-		if st == nil {
-			st = new(step.SlidingLogState)
-			states[sl] = st
-		}
-		check := req
-		check.Check = true
-		res, err = step.SlidingLog(a, st, at, check)
-		m.pending[i] = func() { _, _ = step.SlidingLog(a, st, at, req) }
+		res, err = inPlace(states, sl, &m.pending[i], req, func(st *step.SlidingLogState, r floodgate.Request) (floodgate.Result, error) {
+			return step.SlidingLog(a, st, at, r)
+		})
 	default:
 		err = fmt.Errorf("%w: externalstore: %v", floodgate.ErrInvalidConfig, l.alg)
 		m.pending[i] = func() {}
@@ -211,3 +197,18 @@ func (m *members) Step(i int, at time.Time, req floodgate.Request) (floodgate.Re
 }
 
 func (m *members) Keep(i int) { m.pending[i]() }
+
+// inPlace runs decide on the state of sl, a state that changes in place
+// (a log, sub-windows; made on first use): as a check now, and for real
+// in *pending, which Keep runs.
+func inPlace[S any](states map[slot]any, sl slot, pending *func(), req floodgate.Request, decide func(*S, floodgate.Request) (floodgate.Result, error)) (floodgate.Result, error) {
+	st, _ := states[sl].(*S)
+	if st == nil {
+		st = new(S)
+		states[sl] = st
+	}
+	check := req
+	check.Check = true
+	*pending = func() { _, _ = decide(st, req) }
+	return decide(st, check)
+}
