@@ -317,7 +317,8 @@ func pauses(d time.Duration) (gaps [3]int, longest time.Duration) {
 // of them, so that the noise of a shared host falls on all of them alike;
 // each reports its median round (with its handler's median time, from
 // handlers) and, for a Redis row when the peer (rows[peer]) ran too, the
-// median of its rounds' ratios to the peer's round of the same turn.
+// median of its rounds' ratios to the peer's round of the same turn
+// (not when the calls are paced: every row then runs at the rate).
 func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, handlers []*handlerTimes, peer, workers int, dur time.Duration, rate float64) {
 	t.Helper()
 	rounds := 5
@@ -343,7 +344,7 @@ func compare(t *testing.T, rows []row, clients []pb.RateLimitServiceClient, hand
 	for i, r := range rows {
 		rs := results[i]
 		ratio := ""
-		if peer >= 0 && i != peer && strings.Contains(r.name, "redis") {
+		if rate == 0 && peer >= 0 && i != peer && strings.Contains(r.name, "redis") {
 			q := make([]float64, rounds)
 			for k := range rounds {
 				q[k] = rs[k].perSec / results[peer][k].perSec
